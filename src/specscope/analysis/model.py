@@ -1,0 +1,99 @@
+"""What an analysis produces: headline numbers, attribution, ranked findings, plot series.
+
+This is the contract between `analysis` (which fills it, purely) and `report`/`cli` (which
+render it). `Analysis.model_dump(mode="json")` is what `analysis.json` holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+FindingId = Literal[
+    "acceptance_low",
+    "acceptance_decay",
+    "draft_window",
+    "context_scaling",
+    "step_time_drift",
+    "two_point_bias",
+    "prefill_bound",
+    "chunk_coalescing",
+    "speculation_overhead",
+    "batching_interference",
+]
+
+FINDING_IDS: tuple[str, ...] = FindingId.__args__  # type: ignore[attr-defined]
+
+
+class Evidence(BaseModel):
+    """One number behind a finding, and where it came from (e.g. "client chunks, full_generation",
+    "server log DDTREE metrics (TP0)", "Prometheus delta llamacpp:spec_decode_*")."""
+
+    label: str
+    value: float | int | str | None
+    unit: str = ""
+    source: str = ""
+
+
+class Finding(BaseModel):
+    id: FindingId
+    summary: str
+    evidence: list[Evidence] = Field(default_factory=list)
+    confidence: float = 0.0  # 0..1
+    factor: float | None = None  # share of the baseline gap it explains (a multiplicative factor)
+    next: str = ""  # the experiment or change that would confirm or fix it
+
+
+class Interval(BaseModel):
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+class Attribution(BaseModel):
+    """tps_B / tps_O = acceptance_factor * step_time_factor (exactly)."""
+
+    tps_ratio: float | None = None
+    acceptance_factor: float | None = None
+    step_time_factor: float | None = None
+    tps_ratio_ci: Interval | None = None
+    acceptance_factor_ci: Interval | None = None
+    step_time_factor_ci: Interval | None = None
+    baseline_run: str | None = None
+
+
+class Analysis(BaseModel):
+    """Headline numbers are from the main measurement (the full generation in a diagnosis).
+
+    `series` holds plot-ready data, keyed by name (all optional):
+      commit_len_histogram:      {"commit_len": [..], "count": [..], "source": str}
+      commit_len_by_position:    {"output_pos": [..], "mean_commit_len": [..]}
+      step_time_by_position:     {"output_pos": [..], "step_s": [..], "expected_step_s": [..]}
+      tps_by_context:            {"context": [..], "decode_tps": [..], "step_s": [..], "commit_len": [..]}
+      tps_by_output_len:         {"max_tokens": [..], "decode_tps": [..]}
+      two_point_vs_full:         {"label": [..], "decode_tps": [..]}
+      baseline_vs_observed:      {"label": [..], "decode_tps": [..], "mean_commit_len": [..], "mean_step_s": [..]}
+      concurrency:               {"concurrency": [..], "decode_tps_per_request": [..], "step_s": [..]}
+    """
+
+    schema_: int = Field(default=1, alias="schema")
+    run_dir: str | None = None
+    partial: bool = False
+    decode_tps: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    mean_commit_len: float | None = None
+    mean_step_s: float | None = None
+    commit_len_source: str | None = None  # where mean_commit_len came from
+    steps_reliable: bool | None = None  # False when chunks coalesce steps
+    requests: int = 0
+    errors: int = 0
+    findings: list[Finding] = Field(default_factory=list)  # ranked, most important first
+    no_finding_reason: str | None = None  # stated plainly when findings is empty
+    attribution: Attribution | None = None
+    step_time_model: dict[str, Any] | None = None  # {"s0":..,"per_context_token":..,"r2":..}
+    series: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+    model_config = {"populate_by_name": True}

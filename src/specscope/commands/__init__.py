@@ -1,0 +1,1 @@
+"""One module per CLI command; each exposes one function that typer wires up in `cli.py`."""

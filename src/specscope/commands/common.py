@@ -1,0 +1,29 @@
+"""Helpers shared by commands: one stdout JSON object, clear errors with the contract's exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+# Progress and tables go to stderr so that `--json` leaves exactly one object on stdout.
+err_console = Console(stderr=True)
+out_console = Console()
+
+EXIT_OK = 0
+EXIT_TARGET_MISBEHAVED = 1
+EXIT_BAD_INPUT = 2
+
+
+def fail_usage(message: str) -> NoReturn:
+    """Bad usage or bad input: one clear line naming the input, exit 2, no traceback."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()

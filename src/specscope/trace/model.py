@@ -1,0 +1,196 @@
+"""Pydantic models for requests, streamed chunks, reconstructed steps and runs.
+
+Times are integers of nanoseconds from `time.perf_counter_ns()` on the client: monotonic and
+comparable within one process, never wall-clock. Each run records one wall-clock anchor
+(`RunInfo.started_unix` with `RunInfo.started_perf_ns`) so that server logs, which carry
+wall-clock timestamps, can be aligned to requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Api = Literal["completions", "chat", "native"]
+TokenCountSource = Literal["usage", "meta_info", "logprobs", "events", "tokenizer", "unknown"]
+StepSource = Literal["chunk", "burst", "server"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=False)
+
+
+class RequestSpec(_Model):
+    """What one request asks for. `prompt` is text or token ids; `prompt_tokens` is its length
+    in the server's tokenizer when known (probe makes prompts of an exact length)."""
+
+    prompt: str | list[int] | list[dict[str, Any]] = ""
+    prompt_tokens: int | None = None
+    max_tokens: int = 128
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    api: Api = "completions"
+    stream: bool = True
+    extra: dict[str, Any] = Field(default_factory=dict)
+    # Free-form label set by an experiment (e.g. "two_point:n1", "context_sweep:2048").
+    tag: str = ""
+
+
+class Chunk(_Model):
+    """One streamed event as the client received it. `t_ns` is stamped before any parsing."""
+
+    t_ns: int
+    n_tokens: int = 0
+    n_chars: int = 0
+    server_ts: float | None = None
+
+
+class ErrorInfo(_Model):
+    """A failed request keeps its class (e.g. `http_status`, `timeout_first_byte`,
+    `stream_truncated`, `malformed_sse`, `connection`) and a human-readable message."""
+
+    kind: str
+    message: str
+    http_status: int | None = None
+
+
+class ServerSpecFields(_Model):
+    """Speculation facts the server reported for this request (None when not reported).
+
+    `accept_length` includes the bonus token (tokens committed per verify step), as SGLang's
+    `spec_accept_length` and vLLM's `mean_acceptance_length` do.
+    `accept_histogram[k]` = number of verify steps that accepted exactly k drafts.
+    `per_step_accepted` = ordered accepted-draft counts per verify step when the server gives them.
+    """
+
+    verify_ct: int | None = None
+    accept_length: float | None = None
+    accept_rate: float | None = None
+    accepted_drafts: int | None = None
+    proposed_drafts: int | None = None
+    accept_histogram: list[int] | None = None
+    per_step_accepted: list[int] | None = None
+    per_step_drafted: list[int] | None = None
+    source: str = ""  # e.g. "sglang.meta_info", "vllm.metrics", "llamacpp.timings"
+    raw: dict[str, Any] = Field(default_factory=dict)
+
+
+class RequestTrace(_Model):
+    """Everything measured about one request. A failed request is recorded, never dropped."""
+
+    schema_: int = Field(default=SCHEMA_VERSION, alias="schema")
+    index: int = 0
+    request_id: str | None = None
+    spec: RequestSpec
+    t_send_ns: int
+    chunks: list[Chunk] = Field(default_factory=list)
+    token_count_source: TokenCountSource = "unknown"
+    completion_tokens: int | None = None
+    prompt_tokens_reported: int | None = None
+    finish_reason: str | None = None
+    text: str | None = None
+    server_spec: ServerSpecFields | None = None
+    error: ErrorInfo | None = None
+    t_end_ns: int | None = None
+    concurrency_slot: int = 0
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time from send to the first chunk that carried at least one token."""
+        for c in self.chunks:
+            if c.n_tokens > 0:
+                return (c.t_ns - self.t_send_ns) / 1e9
+        return None
+
+    @property
+    def e2e_s(self) -> float | None:
+        if self.t_end_ns is None:
+            return None
+        return (self.t_end_ns - self.t_send_ns) / 1e9
+
+    @property
+    def tokens_received(self) -> int:
+        return sum(c.n_tokens for c in self.chunks)
+
+    def decode_window(self) -> tuple[int, float] | None:
+        """(tokens after the first token-bearing chunk, seconds from that chunk to the last).
+
+        This is the token-weighted decode window of the probe contract: prefill and the first
+        step are excluded so that TTFT does not leak into decode tps.
+        """
+        token_chunks = [c for c in self.chunks if c.n_tokens > 0]
+        if len(token_chunks) < 2:
+            return None
+        first, last = token_chunks[0], token_chunks[-1]
+        total = self.completion_tokens if self.completion_tokens is not None else self.tokens_received
+        tokens = total - first.n_tokens
+        seconds = (last.t_ns - first.t_ns) / 1e9
+        if tokens <= 0 or seconds <= 0:
+            return None
+        return tokens, seconds
+
+
+class Step(_Model):
+    """A reconstructed verify step: `commit_len` tokens committed (accepted drafts + 1)."""
+
+    t_end_ns: int
+    commit_len: int
+    step_s: float
+    context_len: int | None = None
+    output_pos: int = 0
+    source: StepSource = "chunk"
+    request_index: int = 0
+
+
+class RunInfo(_Model):
+    """`run.json`: what was measured, against what, with which arguments, and how it ended."""
+
+    schema_: int = Field(default=SCHEMA_VERSION, alias="schema")
+    tool_version: str = ""
+    run_id: str = ""
+    kind: str = "probe"  # probe | diagnose | experiment name
+    endpoint: str = ""
+    flavor: str = ""
+    api: str = ""
+    model: str | None = None
+    server_info: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict)
+    started_unix: float = 0.0
+    started_perf_ns: int = 0
+    ended_unix: float | None = None
+    status: Literal["running", "complete", "partial", "failed"] = "running"
+    status_reason: str = ""
+    notes: list[str] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    def perf_ns_to_unix(self, t_ns: int) -> float:
+        """Wall-clock time of a client perf-counter stamp (for aligning server logs)."""
+        return self.started_unix + (t_ns - self.started_perf_ns) / 1e9
+
+
+class Run(_Model):
+    """A run in memory: its info, every request trace, and telemetry records (as dicts, typed
+    by `specscope.telemetry`)."""
+
+    info: RunInfo
+    requests: list[RequestTrace] = Field(default_factory=list)
+    telemetry: list[dict[str, Any]] = Field(default_factory=list)
+    analysis: dict[str, Any] | None = None
+    malformed_lines: int = 0
+
+    def by_tag(self, prefix: str) -> list[RequestTrace]:
+        return [r for r in self.requests if r.spec.tag.startswith(prefix)]
+
+    @property
+    def errors(self) -> list[RequestTrace]:
+        return [r for r in self.requests if r.error is not None]

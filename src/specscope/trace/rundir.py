@@ -1,0 +1,180 @@
+"""The run directory: `run.json`, `requests.jsonl`, `telemetry.jsonl`, `analysis.json`.
+
+Requests are appended and flushed one line per finished request, so a crash or Ctrl-C loses
+nothing already measured; the reader accepts a run whose last line was cut mid-write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from specscope import __version__
+from specscope.trace.model import SCHEMA_VERSION, RequestTrace, Run, RunInfo
+
+RUN_JSON = "run.json"
+REQUESTS_JSONL = "requests.jsonl"
+TELEMETRY_JSONL = "telemetry.jsonl"
+ANALYSIS_JSON = "analysis.json"
+REPORT_HTML = "report.html"
+
+DEFAULT_RUNS_HOME = Path(os.environ.get("SPECSCOPE_HOME", "specscope-runs"))
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be read: missing, not a run, or unreadable run.json."""
+
+
+def new_run_id(kind: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{secrets.token_hex(3)}"
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+class RunDirWriter:
+    """Writes one run directory. Use as a context manager, or call `close(status)`."""
+
+    def __init__(self, path: Path | str | None, info: RunInfo):
+        if path is None:
+            path = DEFAULT_RUNS_HOME / (info.run_id or new_run_id(info.kind))
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not info.run_id:
+            info.run_id = self.path.name
+        if not info.tool_version:
+            info.tool_version = __version__
+        if not info.started_unix:
+            info.started_unix = time.time()
+            info.started_perf_ns = time.perf_counter_ns()
+        self.info = info
+        self._requests = open(self.path / REQUESTS_JSONL, "a", encoding="utf-8")  # noqa: SIM115
+        self._telemetry = open(self.path / TELEMETRY_JSONL, "a", encoding="utf-8")  # noqa: SIM115
+        self.write_info()
+
+    def write_info(self) -> None:
+        _atomic_write_json(self.path / RUN_JSON, self.info.model_dump(mode="json", by_alias=True))
+
+    def append_request(self, trace: RequestTrace) -> None:
+        self._requests.write(trace.model_dump_json(by_alias=True) + "\n")
+        self._requests.flush()
+
+    def append_telemetry(self, records: Iterable[dict[str, Any]]) -> None:
+        for rec in records:
+            line = dict(rec)
+            line.setdefault("schema", SCHEMA_VERSION)
+            self._telemetry.write(json.dumps(line, default=str) + "\n")
+        self._telemetry.flush()
+
+    def write_analysis(self, analysis: dict[str, Any]) -> None:
+        payload = {"schema": SCHEMA_VERSION, **analysis}
+        _atomic_write_json(self.path / ANALYSIS_JSON, payload)
+
+    def close(self, status: str = "complete", reason: str = "") -> None:
+        self.info.status = status  # type: ignore[assignment]
+        self.info.status_reason = reason
+        self.info.ended_unix = time.time()
+        self.write_info()
+        for f in (self._requests, self._telemetry):
+            if not f.closed:
+                f.close()
+
+    def __enter__(self) -> RunDirWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.info.ended_unix is not None:
+            return
+        if exc_type is KeyboardInterrupt:
+            self.close("partial", "interrupted (Ctrl-C)")
+        elif exc_type is not None:
+            self.close("partial", f"stopped by {exc_type.__name__}: {exc}")
+        else:
+            self.close("complete")
+
+
+class RunDirReader:
+    """Reads a run directory, tolerating a partial run (no end time, a cut last line)."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise RunDirError(f"run directory not found: {self.path}")
+        if not (self.path / RUN_JSON).is_file():
+            raise RunDirError(f"not a specscope run directory (no {RUN_JSON}): {self.path}")
+
+    def info(self) -> RunInfo:
+        try:
+            return RunInfo.model_validate_json((self.path / RUN_JSON).read_text())
+        except (ValidationError, ValueError, OSError) as e:
+            raise RunDirError(f"unreadable {RUN_JSON} in {self.path}: {e.__class__.__name__}") from e
+
+    def _jsonl(self, name: str) -> tuple[list[dict[str, Any]], int]:
+        path = self.path / name
+        rows: list[dict[str, Any]] = []
+        bad = 0
+        if not path.is_file():
+            return rows, bad
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    bad += 1  # a line cut by a crash mid-write
+                    continue
+                if isinstance(obj, dict):
+                    rows.append(obj)
+                else:
+                    bad += 1
+        return rows, bad
+
+    def requests(self) -> tuple[list[RequestTrace], int]:
+        rows, bad = self._jsonl(REQUESTS_JSONL)
+        out: list[RequestTrace] = []
+        for row in rows:
+            try:
+                out.append(RequestTrace.model_validate(row))
+            except ValidationError:
+                bad += 1
+        return out, bad
+
+    def telemetry(self) -> tuple[list[dict[str, Any]], int]:
+        return self._jsonl(TELEMETRY_JSONL)
+
+    def analysis(self) -> dict[str, Any] | None:
+        path = self.path / ANALYSIS_JSON
+        if not path.is_file():
+            return None
+        try:
+            obj = json.loads(path.read_text())
+        except (json.JSONDecodeError, OSError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def load(self) -> Run:
+        info = self.info()
+        reqs, bad_r = self.requests()
+        tel, bad_t = self.telemetry()
+        if info.status == "running":
+            # Never closed: the process died or was killed. What is here is a partial run.
+            info.status = "partial"
+            info.status_reason = info.status_reason or "run was not closed (process stopped)"
+        return Run(info=info, requests=reqs, telemetry=tel, analysis=self.analysis(),
+                   malformed_lines=bad_r + bad_t)
+
+
+def load_run(path: Path | str) -> Run:
+    return RunDirReader(path).load()

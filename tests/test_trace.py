@@ -1,0 +1,78 @@
+"""The run directory keeps everything measured, even when the writer dies mid-run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope.trace import (
+    Chunk,
+    ErrorInfo,
+    RequestSpec,
+    RequestTrace,
+    RunDirWriter,
+    RunInfo,
+    load_run,
+)
+from specscope.trace.rundir import RunDirError, RunDirReader
+
+
+def _trace(i: int, chunks: list[tuple[int, int]], error: ErrorInfo | None = None) -> RequestTrace:
+    return RequestTrace(
+        index=i,
+        spec=RequestSpec(prompt="x", max_tokens=10, tag="probe"),
+        t_send_ns=0,
+        chunks=[Chunk(t_ns=t, n_tokens=n) for t, n in chunks],
+        error=error,
+        t_end_ns=chunks[-1][0] if chunks else 1,
+    )
+
+
+def test_round_trip_and_schema(tmp_path):
+    with RunDirWriter(tmp_path / "r", RunInfo(kind="probe", endpoint="http://x")) as w:
+        w.append_request(_trace(0, [(100_000_000, 1), (150_000_000, 3), (200_000_000, 2)]))
+        w.append_request(_trace(1, [], ErrorInfo(kind="http_status", message="500", http_status=500)))
+        w.append_telemetry([{"format": "ddtree", "commit_len": 3.0}])
+    run = load_run(tmp_path / "r")
+    assert run.info.status == "complete"
+    assert [r.index for r in run.requests] == [0, 1]
+    assert run.requests[1].error and run.requests[1].error.http_status == 500
+    assert run.telemetry[0]["commit_len"] == 3.0
+    for line in (tmp_path / "r" / "requests.jsonl").read_text().splitlines():
+        assert json.loads(line)["schema"] == 1
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["schema"] == 1
+
+
+def test_decode_window_excludes_first_chunk():
+    t = _trace(0, [(100_000_000, 1), (150_000_000, 3), (200_000_000, 2)])
+    assert t.ttft_s == pytest.approx(0.1)
+    tokens, seconds = t.decode_window()
+    assert tokens == 5 and seconds == pytest.approx(0.1)
+
+
+def test_partial_run_with_cut_last_line(tmp_path):
+    w = RunDirWriter(tmp_path / "r", RunInfo(kind="probe"))
+    w.append_request(_trace(0, [(1, 1), (2, 1)]))
+    w._requests.write('{"index": 1, "spec": {"prom')  # the process died mid-line
+    w._requests.flush()
+    run = load_run(tmp_path / "r")
+    assert run.info.status == "partial"
+    assert len(run.requests) == 1
+    assert run.malformed_lines == 1
+
+
+def test_keyboard_interrupt_marks_partial(tmp_path):
+    with pytest.raises(KeyboardInterrupt), RunDirWriter(tmp_path / "r", RunInfo(kind="probe")) as w:
+        w.append_request(_trace(0, [(1, 1), (2, 1)]))
+        raise KeyboardInterrupt
+    run = load_run(tmp_path / "r")
+    assert run.info.status == "partial" and "Ctrl-C" in run.info.status_reason
+    assert len(run.requests) == 1
+
+
+def test_missing_and_non_run_dirs(tmp_path):
+    with pytest.raises(RunDirError, match="not found"):
+        RunDirReader(tmp_path / "nope")
+    with pytest.raises(RunDirError, match="not a specscope run"):
+        RunDirReader(tmp_path)
