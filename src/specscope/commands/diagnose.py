@@ -1,13 +1,205 @@
-"""`specscope diagnose [URL]`: reproduce, measure two ways, read the server, explain the gap."""
+"""`specscope diagnose [URL]`: reproduce, measure two ways, read the server, explain the gap.
+
+The seed story in one command: the user's full generation, a two-point pair, a context sweep and
+an output sweep go into one run dir; server evidence (logs, a Prometheus delta) is attached;
+analysis explains the number; the report is printed and written (analysis.json, report.html).
+Without URL the embedded default server is started on loopback, diagnosed, and stopped.
+
+Exit codes: 0 ok; 1 the target misbehaved (failed requests, server died; what was measured is
+still reported); 2 bad usage/input. Ctrl-C stops cleanly and reports a partial run (exit 130).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from specscope.commands.common import fail_usage
+from specscope.analysis.model import Analysis
+from specscope.commands import diagnose_support as support
+from specscope.commands.common import (
+    EXIT_OK,
+    EXIT_TARGET_MISBEHAVED,
+    err_console,
+    fail_usage,
+    out_console,
+    print_json,
+)
+from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
+from specscope.experiments import Progress as StepProgress
+from specscope.report import context_from_run, render_plan, render_terminal, write_html
+from specscope.store import RunIndex
+from specscope.store.analyses import analysis_json, analyze_run, plain_values
+from specscope.trace import Run, RunDirWriter, RunInfo, load_run
+from specscope.trace.rundir import REPORT_HTML, RunDirError, new_run_id
+
+EXIT_INTERRUPTED = 130
+
+
+def _parse_levels(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail_usage(f"--concurrency expects comma-separated integers like 1,2,4 (got {text!r})")
+    if not levels or any(c < 1 or c > 256 for c in levels):
+        fail_usage(f"--concurrency levels must be within 1..256 (got {text!r})")
+    return levels
+
+
+class _ProgressBar:
+    """Turns executor progress events into a rich bar on stderr (tokens generated so far)."""
+
+    def __init__(self, enabled: bool):
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tok"),
+            TextColumn("{task.fields[reqs]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=err_console, transient=False, disable=not enabled,
+        )
+        self.task: Any = None
+
+    def __enter__(self) -> _ProgressBar:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def __call__(self, ev: StepProgress) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task(ev.step.tag, total=ev.tokens_total, reqs="")
+        errors = "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
+        self.progress.update(self.task, description=ev.step.tag, completed=ev.tokens_done,
+                             reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}")
+
+
+async def _measure(
+    url: str, args: dict[str, Any], writer_holder: dict[str, Any], result: ExecutionResult,
+    show_progress: bool,
+) -> tuple[Plan, RunDirWriter]:
+    """Detect the server, calibrate, print the plan, then run it. Fills `result` as it goes so
+    that a Ctrl-C (task cancelled) keeps what was measured."""
+    async with support.open_target(url, flavor=args["flavor"], api=args["api"],
+                                   api_key=args.get("api_key")) as target:
+        desc = target.describe()
+        max_context = desc.get("max_context")
+        plan = diagnosis_plan.build(args["prompt_tokens"], args["max_tokens"], quick=args["quick"],
+                                    repeat=args["repeat"], max_context=max_context,
+                                    concurrency_levels=args["concurrency_levels"])
+        info = RunInfo(kind="diagnose", endpoint=url, flavor=str(desc.get("flavor") or ""),
+                       api=str(desc.get("api") or ""), model=desc.get("model"),
+                       server_info=desc.get("server_info") or {},
+                       args={k: v for k, v in args.items() if k != "api_key"},
+                       notes=list(args.get("embedded_notes") or []))
+        writer = RunDirWriter(args["out"], info)
+        writer_holder["writer"] = writer
+        executor = Executor(target, writer, max_consecutive_errors=3)
+        writer_holder["metrics_before"] = await support.scrape_metrics(args.get("metrics_url"))
+        calib = await executor.run_step(diagnosis_plan.calibration_step(args["prompt_tokens"], max_context))
+        result.traces.extend(calib)
+        plan.calibrate(*support.rates_from(calib))
+        info.args["plan"] = plan.to_dict()
+        writer.write_info()
+        render_plan(plan, err_console, url)
+        if calib and all(t.error is not None for t in calib):
+            e = calib[0].error
+            result.stopped_reason = f"the server did not answer a first request ({e.kind}: {e.message})"
+            return plan, writer
+        executor.on_progress = None
+        with _ProgressBar(show_progress) as bar:
+            executor.on_progress = bar
+            await executor.run(plan, result)
+        return plan, writer
+
+
+def _finish(
+    writer: RunDirWriter, result: ExecutionResult, interrupted: bool, args: dict[str, Any],
+    baseline: Run | None, metrics_before: Any,
+) -> tuple[Run, Analysis, Path]:
+    """Close the run, attach server evidence, analyse, write analysis.json and report.html."""
+    records, notes = support.collect_telemetry(args, writer.info, metrics_before)
+    if records:
+        writer.append_telemetry(r.model_dump(mode="json") for r in records)
+    writer.info.notes.extend(notes)
+    if interrupted:
+        writer.close("partial", "interrupted (Ctrl-C)")
+    elif result.stopped_reason:
+        writer.close("partial", result.stopped_reason)
+    else:
+        writer.close("complete")
+    run = load_run(writer.path)
+    try:
+        analysis = analyze_run(run, baseline=baseline, telemetry=records or None)
+    except Exception as e:  # analysis is pure code over our own data: a bug, but keep the run
+        analysis = Analysis(requests=len(run.requests), errors=len(run.errors),
+                            notes=[f"analysis failed: {e.__class__.__name__}: {e}"])
+    analysis.run_dir = str(writer.path)
+    analysis.partial = run.info.status != "complete"
+    writer.write_analysis(analysis_json(analysis))
+    html_path = writer.path / REPORT_HTML
+    write_html(context_from_run(run, analysis, str(writer.path)), html_path)
+    with contextlib.suppress(Exception):  # the index is a cache; never fail a run over it
+        RunIndex().add(writer.path)
+    return run, analysis, html_path
+
+
+def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, Any]:
+    """ARCHITECTURE §8 keys, plus status/partial/errors/report_html."""
+    at = analysis.attribution
+    return {
+        "decode_tps": analysis.decode_tps,
+        "ttft_s": analysis.ttft_s,
+        "mean_commit_len": analysis.mean_commit_len,
+        "mean_step_s": analysis.mean_step_s,
+        "findings": [
+            {"id": f.id, "summary": f.summary, "confidence": f.confidence, "factor": f.factor,
+             "evidence": [plain_values(e.model_dump()) for e in f.evidence], "next": f.next}
+            for f in analysis.findings
+        ],
+        "attribution": None if at is None else {
+            "acceptance_factor": at.acceptance_factor, "step_time_factor": at.step_time_factor,
+            "tps_ratio": at.tps_ratio, "baseline_run": at.baseline_run,
+        },
+        "run_dir": analysis.run_dir,
+        "status": run.info.status,
+        "status_reason": run.info.status_reason,
+        "partial": analysis.partial,
+        "requests": len(run.requests),
+        "errors": [{"index": r.index, "tag": r.spec.tag, "kind": r.error.kind, "message": r.error.message}
+                   for r in run.requests if r.error is not None][:50],
+        "no_finding_reason": analysis.no_finding_reason,
+        "report_html": str(html_path),
+    }
+
+
+@contextlib.contextmanager
+def _server(url: str | None, args: dict[str, Any]) -> Iterator[str]:
+    """The URL to diagnose: the given one, or the embedded default started for this run (its
+    log file and /metrics become server evidence automatically)."""
+    if url:
+        yield url
+        return
+    run_dir = Path(args["out"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_file = run_dir / "server.log"
+    with support.embedded_server(scenario=args.get("scenario"), time_scale=args.get("time_scale"),
+                                 backend=args.get("backend"), log_file=log_file) as (base, desc, notes):
+        err_console.print(f"embedded server: {desc} at {base}", markup=False, highlight=False)
+        for n in notes:
+            err_console.print(f"note: {n}", markup=False, highlight=False)
+        args["embedded"] = desc
+        args["embedded_notes"] = notes
+        args["logs"] = [*(args.get("logs") or []), str(log_file)]
+        args["metrics_url"] = args.get("metrics_url") or base + "/metrics"
+        yield base
 
 
 def diagnose(
@@ -21,5 +213,94 @@ def diagnose(
     quick: Annotated[bool, typer.Option("--quick", help="A one-minute version")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+    flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
+    api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
+    repeat: Annotated[int, typer.Option(help="Repeat each measurement K times")] = 1,
+    concurrency: Annotated[str | None, typer.Option(help="Add a concurrency sweep, e.g. 1,2,4")] = None,
+    scenario: Annotated[str | None, typer.Option(help="Embedded twin scenario (name or TOML)")] = None,
+    time_scale: Annotated[float | None, typer.Option(help="Embedded twin time scale (<1: faster)")] = None,
+    backend: Annotated[str | None, typer.Option(help="Embedded backend: engine|twin (default: engine if it works)")] = None,
+    logs_timeout: Annotated[float, typer.Option(help="Seconds --logs-cmd may run")] = 30.0,
+    api_key: Annotated[str | None, typer.Option(envvar="SPECSCOPE_API_KEY", help="Bearer token (never written)")] = None,
 ) -> None:
-    fail_usage("diagnose is not implemented yet")
+    if prompt_tokens < 1 or max_tokens < 2:
+        fail_usage(f"--prompt-tokens must be >= 1 and --max-tokens >= 2 (got {prompt_tokens}, {max_tokens})")
+    if not 1 <= repeat <= 100:
+        fail_usage(f"--repeat must be within 1..100 (got {repeat})")
+    if logs and logs_cmd:
+        fail_usage("give either --logs or --logs-cmd, not both")
+    for p in logs or []:
+        if p != "-" and not Path(p).is_file():
+            fail_usage(f"--logs: no such file: {p}")
+    if time_scale is not None and time_scale <= 0:
+        fail_usage(f"--time-scale must be > 0 (got {time_scale})")
+    if backend not in (None, "engine", "twin"):
+        fail_usage(f"--backend must be engine or twin (got {backend!r})")
+    if url is not None and (scenario or time_scale or backend):
+        fail_usage("--scenario/--time-scale/--backend apply only to the embedded server (no URL)")
+    logs_argv = support.split_command(logs_cmd) if logs_cmd else None
+    if logs_cmd and not logs_argv:
+        fail_usage(f"--logs-cmd: cannot parse {logs_cmd!r}")
+    baseline_run = None
+    if baseline is not None:
+        try:
+            baseline_run = load_run(baseline)
+        except RunDirError as e:
+            fail_usage(f"--baseline: {e}")
+    run_dir = out if out is not None else RunIndex().home / new_run_id("diagnose")
+    args: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "quick": quick, "repeat": repeat,
+        "flavor": flavor, "api": api, "concurrency_levels": _parse_levels(concurrency),
+        "baseline": str(baseline) if baseline else None, "logs": logs, "logs_cmd": logs_argv, "logs_cmd_text": logs_cmd,
+        "logs_timeout": logs_timeout, "metrics_url": metrics_url, "out": str(run_dir),
+        "scenario": scenario, "time_scale": time_scale, "backend": backend, "api_key": api_key,
+    }
+
+    result = ExecutionResult()
+    holder: dict[str, Any] = {}
+    interrupted = False
+    started = time.monotonic()
+    try:
+        with _server(url, args) as base_url:
+            args["url"] = base_url
+            try:
+                asyncio.run(_measure(base_url, args, holder, result, show_progress=True))
+            except KeyboardInterrupt:
+                interrupted = True
+                err_console.print("interrupted: keeping what was measured", markup=False)
+            except support.TargetError as e:
+                if "writer" not in holder:
+                    err_console.print(f"error: {e}", markup=False, highlight=False)
+                    raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
+                result.stopped_reason = str(e)
+            writer: RunDirWriter | None = holder.get("writer")
+            if writer is None:
+                err_console.print("error: stopped before anything was measured", markup=False)
+                raise typer.Exit(EXIT_INTERRUPTED if interrupted else EXIT_TARGET_MISBEHAVED)
+            # Evidence is gathered while the (embedded) server still runs: its /metrics and logs.
+            try:
+                run, analysis, html_path = _finish(writer, result, interrupted, args, baseline_run,
+                                                   holder.get("metrics_before"))
+            except KeyboardInterrupt:
+                writer.close("partial", "interrupted (Ctrl-C) while analysing")
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+    except support.ServerStartError as e:
+        err_console.print(f"error: could not start the embedded server: {e}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
+
+    if json_:
+        print_json(contract_json(analysis, run, html_path))
+    else:
+        render_terminal(context_from_run(run, analysis, str(writer.path)), out_console)
+    err_console.print(f"run dir: {writer.path}", markup=False, highlight=False)
+    err_console.print(f"analysis: {writer.path / 'analysis.json'}", markup=False, highlight=False)
+    err_console.print(f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",
+                      markup=False, highlight=False)
+    if interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if run.errors or run.info.status != "complete":
+        raise typer.Exit(EXIT_TARGET_MISBEHAVED)
+    raise typer.Exit(EXIT_OK)
+
+
+__all__ = ["contract_json", "diagnose", "json"]

@@ -1,13 +1,221 @@
-"""`specscope probe URL`: measure a server from the outside."""
+"""`specscope probe URL`: measure a server from the outside.
+
+Detects the flavor, builds prompts of an exact token length, streams `repeat * concurrency`
+requests (at most `concurrency` in flight), appends each finished request to the run directory,
+and prints a summary (a table, or one JSON object with `--json`).
+
+Exit codes: 0 all requests succeeded; 1 the target misbehaved: at least one request failed
+(each failure is recorded in requests.jsonl), or the server could not be reached at all (then
+the failed detection request is recorded as request 0 with kind `connection`/`timeout_*`);
+2 bad usage or bad input (malformed URL, bad flag values, no way to count prompt tokens,
+unreadable --prompt-file / --tokenizer, unwritable --out).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlparse
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from specscope.commands.common import fail_usage
+from specscope.analysis.summary import summarize
+from specscope.commands.common import (
+    EXIT_OK,
+    EXIT_TARGET_MISBEHAVED,
+    err_console,
+    fail_usage,
+    out_console,
+    print_json,
+)
+from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
+from specscope.probe.detect import detect
+from specscope.probe.flavors import FLAVORS, make_flavor
+from specscope.probe.prompts import (
+    PromptError,
+    build_prompts,
+    delta_counter,
+    load_local_tokenizer,
+    local_async,
+    server_counter,
+)
+from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.trace import tags
+from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
+from specscope.trace.rundir import RunDirWriter
+
+MAX_REQUESTS = 100_000
+SUMMARY_JSON = "summary.json"
+
+
+class _Usage(Exception):
+    """Bad input discovered while running (e.g. no tokenizer): exit 2 with this message."""
+
+
+@dataclass
+class _Outcome:
+    run_dir: Path
+    info: RunInfo
+    traces: list[RequestTrace]
+    summary: dict[str, Any]
+    detection: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]probe[/]"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                    console=err_console, transient=True)
+
+
+async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
+               n_prompt: int, max_tokens: int, n_requests: int, concurrency: int,
+               ignore_eos: bool, out: Path | None, timeouts: Timeouts, api_key: str | None,
+               local_count: Callable[..., int] | None, prompt_text: str | None, vary: bool,
+               max_commit_len: int | None, args: dict[str, Any]) -> _Outcome:
+    async with new_session(timeouts, api_key) as session:
+        det = await detect(session, url, flavor=flavor_name,
+                           timeout_s=min(timeouts.first_byte, timeouts.connect + 10.0))
+        info = RunInfo(kind="probe", endpoint=url, flavor=det.flavor, model=model or det.model,
+                       server_info=det.server_info, args=args)
+        if not det.reachable:
+            info.api = api or ""
+            writer = _writer(out, info)
+            spec = RequestSpec(prompt="", max_tokens=max_tokens, ignore_eos=ignore_eos,
+                               tag=tags.make(tags.PROBE, "detect"))
+            now = time.perf_counter_ns()
+            trace = RequestTrace(index=0, spec=spec, t_send_ns=now, t_end_ns=now,
+                                 error=ErrorInfo(kind="connection",
+                                                 message=f"server not reachable: {det.error}"))
+            writer.append_request(trace)
+            writer.close("failed", f"server not reachable: {det.error}")
+            return _Outcome(writer.path, info, [trace], summarize([trace]), det.evidence)
+        try:
+            flavor = make_flavor(det.flavor, api=api, model=model or det.model)
+        except ValueError as e:
+            raise _Usage(str(e)) from None
+        info.api = flavor.api
+        notes: list[str] = [f"flavor {flavor.name}: {det.evidence}"]
+
+        # Prompts: the server's tokenizer when it has one, else the local one, else an error.
+        found = await server_counter(session, url, flavor.tokenize_endpoints,
+                                     timeout_s=min(timeouts.first_byte, 30.0))
+        if found is not None:
+            count, how = found
+        elif local_count is not None:
+            count, how = local_async(local_count), "local --tokenizer"
+        else:
+            count, how = None, ""
+        if prompt_text is not None:
+            n = await count(prompt_text) if count is not None else None
+            prompts = [(prompt_text, n)] * n_requests
+            notes.append(f"prompt from --prompt-file ({n if n is not None else '?'} tokens)")
+        else:
+            if count is None:
+                tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
+                raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
+                             "PATH (a local tokenizer.json of the served model) or --prompt-file")
+            built = await build_prompts(count, n_prompt, n_requests, vary=vary)
+            prompts = [(b.text, b.tokens) for b in built]
+            inexact = [b for b in built if not b.exact]
+            if inexact:
+                notes.append(f"{len(inexact)} prompts could not be made exactly {n_prompt} tokens "
+                             f"(closest {inexact[0].tokens}); their true length is recorded")
+            notes.append(f"prompt tokens counted by {how}")
+        info.notes = notes
+        writer = _writer(out, info)
+        specs = [RequestSpec(prompt=text, prompt_tokens=n, max_tokens=max_tokens, temperature=0.0,
+                             ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE)  # type: ignore[arg-type]
+                 for text, n in prompts]
+        counter = delta_counter(local_count) if local_count is not None else None
+        traces: list[RequestTrace] = []
+        status, reason = "partial", "interrupted"
+        try:
+            with _progress() as progress:
+                task = progress.add_task("probe", total=len(specs), status="")
+                failures = 0
+
+                def on_done(trace: RequestTrace) -> None:
+                    nonlocal failures
+                    writer.append_request(trace)
+                    failures += trace.error is not None
+                    progress.update(task, advance=1,
+                                    status=f"[red]{failures} failed[/]" if failures else "")
+
+                async with ProbeClient(url, flavor, timeouts=timeouts, counter=counter,
+                                       session=session) as client:
+                    traces = await run_workload(client, specs, concurrency, on_done)
+            failed = sum(1 for t in traces if t.error is not None)
+            status = "complete"
+            reason = f"{failed} of {len(traces)} requests failed" if failed else ""
+        finally:
+            writer.close(status, reason)  # type: ignore[arg-type]
+        summary = summarize(traces, max_commit_len=max_commit_len)
+        try:
+            (writer.path / SUMMARY_JSON).write_text(
+                json.dumps({"schema": 1, "summary": summary}, indent=2) + "\n")
+        except OSError as e:
+            notes.append(f"could not write {SUMMARY_JSON}: {e}")
+        return _Outcome(writer.path, info, traces, summary, det.evidence, notes)
+
+
+def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
+    try:
+        return RunDirWriter(out, info)
+    except OSError as e:
+        raise _Usage(f"--out: cannot write a run directory at {out}: {e.strerror or e}") from None
+
+
+def _check_url(url: str) -> str:
+    p = urlparse(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        fail_usage(f"URL must look like http://HOST:PORT, got {url!r}")
+    try:
+        _ = p.port
+    except ValueError:
+        fail_usage(f"URL has an invalid port: {url!r}")
+    return url.rstrip("/")
+
+
+def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}{unit}"
+    return f"{v}{unit}"
+
+
+def _render(o: _Outcome) -> None:
+    s = o.summary
+    t = Table(title=f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}",
+              show_header=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value")
+    t.add_row("requests (ok / failed)", f"{s['requests']} ({s['ok']} / {s['errors']})")
+    t.add_row("TTFT p50 / p99", f"{_fmt(s['ttft_s_p50'], ' s')} / {_fmt(s['ttft_s_p99'], ' s')}")
+    t.add_row("decode tok/s (token-weighted)", _fmt(s["decode_tps"], nd=1))
+    t.add_row("mean commit length", f"{_fmt(s['mean_commit_len'], nd=2)}"
+              + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else ""))
+    t.add_row("mean step time", f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
+              + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else ""))
+    t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
+    t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
+    for r in s["steps"]["unreliable_reasons"][:2]:
+        t.add_row("[yellow]client steps unreliable[/]", f"{r['reason']} ({r['requests']} req)")
+    if s["error_kinds"]:
+        t.add_row("[red]errors[/]", ", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items()))
+    t.add_row("run directory", str(o.run_dir))
+    out_console.print(t)
+    for tr in [x for x in o.traces if x.error is not None][:3]:
+        err_console.print(f"[red]request {tr.index}:[/] {tr.error.kind}: {tr.error.message}",  # type: ignore[union-attr]
+                          highlight=False, markup=True)
 
 
 def probe(
@@ -21,5 +229,93 @@ def probe(
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos")] = True,
     out: Annotated[Path | None, typer.Option(help="Write a run directory here")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+    model: Annotated[str | None, typer.Option(help="Model name for OpenAI bodies "
+                                              "(default: the first of /v1/models)")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="Local tokenizer.json: counts prompt tokens when the server has no tokenize "
+             "endpoint, and streamed text when the server reports no token counts")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(help="Use this text as every prompt")] = None,
+    vary_prompts: Annotated[bool, typer.Option(
+        "--vary-prompts/--same-prompt",
+        help="A different filler text per request (defeats prefix caching)")] = True,
+    api_key: Annotated[str | None, typer.Option(
+        help="Bearer token (default: $SPECSCOPE_API_KEY); never written anywhere",
+        show_default=False)] = None,
+    max_commit_len: Annotated[int | None, typer.Option(
+        help="Largest possible commit length (drafts + 1), to detect chunk coalescing")] = None,
+    timeout_connect: Annotated[float, typer.Option(help="Seconds to connect")] = 10.0,
+    timeout_first_byte: Annotated[float, typer.Option(help="Seconds from send to first byte")] = 120.0,
+    timeout_between_chunks: Annotated[float, typer.Option(help="Seconds between reads")] = 60.0,
+    timeout_total: Annotated[float, typer.Option(help="Seconds per request")] = 900.0,
 ) -> None:
-    fail_usage("probe is not implemented yet")
+    url = _check_url(url)
+    if flavor != "auto" and flavor not in FLAVORS:
+        fail_usage(f"--flavor must be auto or one of {', '.join(FLAVORS)}, got {flavor!r}")
+    if api is not None and api not in ("completions", "chat", "native"):
+        fail_usage(f"--api must be completions, chat or native, got {api!r}")
+    for name, value in (("--prompt-tokens", prompt_tokens), ("--max-tokens", max_tokens),
+                        ("--repeat", repeat), ("--concurrency", concurrency)):
+        if value < 1:
+            fail_usage(f"{name} must be >= 1, got {value}")
+    if concurrency > MAX_CONCURRENCY:
+        fail_usage(f"--concurrency must be <= {MAX_CONCURRENCY}, got {concurrency}")
+    if repeat * concurrency > MAX_REQUESTS:
+        fail_usage(f"--repeat x --concurrency must be <= {MAX_REQUESTS}, got {repeat * concurrency}")
+    if max_commit_len is not None and max_commit_len < 1:
+        fail_usage(f"--max-commit-len must be >= 1, got {max_commit_len}")
+    for name, sec in (("--timeout-connect", timeout_connect), ("--timeout-first-byte",
+                      timeout_first_byte), ("--timeout-between-chunks", timeout_between_chunks),
+                      ("--timeout-total", timeout_total)):
+        if not sec > 0:
+            fail_usage(f"{name} must be > 0 seconds, got {sec}")
+    local_count = None
+    if tokenizer is not None:
+        try:
+            local_count = load_local_tokenizer(tokenizer)
+        except PromptError as e:
+            fail_usage(str(e))
+    prompt_text = None
+    if prompt_file is not None:
+        try:
+            prompt_text = prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            fail_usage(f"--prompt-file: cannot read {prompt_file}: {e}")
+        if not prompt_text.strip():
+            fail_usage(f"--prompt-file: {prompt_file} is empty")
+    # Recorded arguments: everything the user chose, never the API key.
+    args = {"url": url, "flavor": flavor, "api": api, "prompt_tokens": prompt_tokens,
+            "max_tokens": max_tokens, "repeat": repeat, "concurrency": concurrency,
+            "ignore_eos": ignore_eos, "model": model, "vary_prompts": vary_prompts,
+            "tokenizer": str(tokenizer) if tokenizer else None,
+            "prompt_file": str(prompt_file) if prompt_file else None,
+            "max_commit_len": max_commit_len, "timeouts": {
+                "connect": timeout_connect, "first_byte": timeout_first_byte,
+                "between_chunks": timeout_between_chunks, "total": timeout_total}}
+    timeouts = Timeouts(connect=timeout_connect, first_byte=timeout_first_byte,
+                        between_chunks=timeout_between_chunks, total=timeout_total)
+    try:
+        outcome = asyncio.run(_run(
+            url, flavor, api, model, prompt_tokens, max_tokens, repeat * concurrency, concurrency,
+            ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, prompt_text,
+            vary_prompts, max_commit_len, args))
+    except (_Usage, PromptError) as e:
+        fail_usage(str(e))
+    failed = outcome.summary["errors"]
+    if json_:
+        print_json({
+            "run_dir": str(outcome.run_dir),
+            "endpoint": url,
+            "flavor": outcome.info.flavor,
+            "api": outcome.info.api,
+            "model": outcome.info.model,
+            "detection": outcome.detection,
+            "notes": outcome.notes,
+            "summary": outcome.summary,
+            "failed_requests": [
+                {"index": t.index, "kind": t.error.kind, "message": t.error.message,
+                 "http_status": t.error.http_status}
+                for t in outcome.traces if t.error is not None][:20],
+        })
+    else:
+        _render(outcome)
+    raise typer.Exit(EXIT_TARGET_MISBEHAVED if failed else EXIT_OK)

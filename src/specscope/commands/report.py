@@ -1,4 +1,5 @@
-"""`specscope report RUN_DIR`: re-render any run, partial ones too."""
+"""`specscope report RUN_DIR`: re-render any run, partial ones too (re-analyses when analysis.json
+is missing or unreadable)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,32 @@ from typing import Annotated
 
 import typer
 
-from specscope.commands.common import fail_usage
+from specscope.commands.common import err_console, fail_usage, out_console
+from specscope.report import context_from_run, render_terminal, write_html, write_markdown
+from specscope.store.analyses import load_analysis
+from specscope.trace.rundir import REPORT_HTML, RunDirError
 
 
 def report(
     run_dir: Annotated[Path, typer.Argument(help="Run directory")],
     html: Annotated[Path | None, typer.Option(help="Write the HTML report here")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a Markdown report here")] = None,
+    reanalyze: Annotated[bool, typer.Option("--reanalyze", help="Analyse again even if analysis.json exists")] = False,
 ) -> None:
-    fail_usage("report is not implemented yet")
+    try:
+        run, analysis = load_analysis(run_dir, reanalyze=reanalyze)
+    except RunDirError as e:
+        fail_usage(str(e))
+    ctx = context_from_run(run, analysis, str(run_dir))
+    render_terminal(ctx, out_console)
+    if html is None and markdown is None:
+        html = run_dir / REPORT_HTML
+    try:
+        if html is not None:
+            write_html(ctx, html)
+            err_console.print(f"HTML report: {html}", markup=False, highlight=False)
+        if markdown is not None:
+            write_markdown(ctx, markdown)
+            err_console.print(f"Markdown report: {markdown}", markup=False, highlight=False)
+    except OSError as e:
+        fail_usage(f"cannot write report: {e}")

@@ -1,19 +1,124 @@
-"""`specscope serve`: the twin or the engine behind an OpenAI-compatible server on loopback."""
+"""`specscope serve`: the twin or the engine behind an OpenAI-compatible server on loopback.
+
+The engine flags live here too (passed to `specscope.engine.factory.build_backend`), so that the
+engine needs no edit of this file.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from specscope.commands.common import fail_usage
+from specscope.commands.common import err_console, fail_usage
+
+DEFAULT_SCENARIO = "seed-regression"
+
+
+def _twin_backend(scenario: str, variant: str | None, time_scale: float | None,
+                  truth_file: Path | None, seed: int | None) -> Any:
+    from specscope.twin.backend import TwinBackend
+    from specscope.twin.model import ScenarioError, load_scenario
+
+    try:
+        sc = load_scenario(scenario, variant)
+    except ScenarioError as exc:
+        fail_usage(str(exc))
+    if time_scale is not None:
+        if time_scale <= 0:
+            fail_usage(f"--time-scale must be > 0, got {time_scale}")
+        sc = sc.scaled(time_scale)
+    if seed is not None:
+        sc = sc.model_copy(update={"seed": seed})
+    if truth_file is not None and not truth_file.parent.is_dir():
+        fail_usage(f"--truth-file {truth_file}: directory {truth_file.parent} does not exist")
+    return TwinBackend(sc, truth_file)
+
+
+def _engine_backend(options: dict[str, Any]) -> Any:
+    try:
+        from specscope.engine.factory import build_backend
+    except ImportError as exc:
+        fail_usage(f"--backend engine is not available here ({exc}); install the engine extra "
+                   "(pip install -e '.[engine]') or use --backend twin")
+    try:
+        return build_backend(**options)
+    except Exception as exc:  # any engine set-up failure is a one-line usage error, not a traceback
+        fail_usage(f"--backend engine: cannot start ({type(exc).__name__}: {exc})")
 
 
 def serve(
-    backend: Annotated[str, typer.Option(help="engine|twin")] = "twin",
-    scenario: Annotated[Path | None, typer.Option(help="Twin scenario TOML")] = None,
-    host: Annotated[str, typer.Option(help="Bind address")] = "127.0.0.1",
+    backend: Annotated[str, typer.Option(help="twin | engine")] = "twin",
+    scenario: Annotated[str, typer.Option(
+        help="Twin scenario: a TOML file or a shipped name (healthy, seed-regression, "
+             "draft-window, coalescing, speculation-overhead; NAME:baseline for the variant)")
+    ] = DEFAULT_SCENARIO,
+    variant: Annotated[str | None, typer.Option(help="Scenario variant (baseline)")] = None,
+    host: Annotated[str, typer.Option(help="Bind address (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0: any free)")] = 30000,
+    log_file: Annotated[Path | None, typer.Option(help="Also write the server log here")] = None,
+    stream_interval: Annotated[int | None, typer.Option(
+        help="Emit a chunk when completion_tokens % N == 0 (SGLang); default: scenario or 1")
+    ] = None,
+    per_token_events: Annotated[bool | None, typer.Option(
+        "--per-token-events/--no-per-token-events",
+        help="One SSE event per token (llama.cpp-like); default: scenario or off")
+    ] = None,
+    decode_log_interval: Annotated[int, typer.Option(help="Decode batch log every N steps")] = 40,
+    time_scale: Annotated[float | None, typer.Option(help="Twin: multiply all times")] = None,
+    truth_file: Annotated[Path | None, typer.Option(help="Twin: append ground truth JSONL")] = None,
+    served_model_name: Annotated[str | None, typer.Option(help="Model id to report")] = None,
+    # Engine options (forwarded to specscope.engine.factory.build_backend).
+    model: Annotated[str, typer.Option(help="Engine: model name or path")] = "smollm2",
+    page_size: Annotated[int | None, typer.Option(help="Engine: KV page size (tokens)")] = None,
+    kv_alloc: Annotated[str | None, typer.Option(help="Engine: contiguous | scattered")] = None,
+    max_batch: Annotated[int | None, typer.Option(help="Max running requests")] = None,
+    device: Annotated[str | None, typer.Option(help="Engine: cpu | cuda")] = None,
+    drafter: Annotated[str | None, typer.Option(help="Engine: none | ngram | model:PATH")] = None,
+    verify: Annotated[str | None, typer.Option(help="Engine: chain | tree")] = None,
+    num_draft_tokens: Annotated[int | None, typer.Option(help="Engine: drafts per step")] = None,
+    budget: Annotated[int | None, typer.Option(help="Engine: tree node budget")] = None,
+    draft_window: Annotated[int | None, typer.Option(help="Engine: drafter context window")] = None,
+    tree_kv: Annotated[str | None, typer.Option(help="Engine: compact | inplace")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (twin: overrides scenario)")] = None,
 ) -> None:
-    fail_usage("serve is not implemented yet")
+    from specscope.serve.options import ServeOptions
+    from specscope.serve.runner import serve_forever
+
+    if stream_interval is not None and stream_interval < 1:
+        fail_usage(f"--stream-interval must be >= 1, got {stream_interval}")
+    if decode_log_interval < 1:
+        fail_usage(f"--decode-log-interval must be >= 1, got {decode_log_interval}")
+    if not 0 <= port <= 65535:
+        fail_usage(f"--port must be within 0..65535, got {port}")
+    if log_file is not None and not log_file.parent.is_dir():
+        fail_usage(f"--log-file {log_file}: directory {log_file.parent} does not exist")
+    if backend == "twin":
+        be = _twin_backend(scenario, variant, time_scale, truth_file, seed)
+    elif backend == "engine":
+        given = {
+            "model": model, "page_size": page_size, "kv_alloc": kv_alloc, "max_batch": max_batch,
+            "device": device, "drafter": drafter, "verify": verify,
+            "num_draft_tokens": num_draft_tokens, "budget": budget, "draft_window": draft_window,
+            "tree_kv": tree_kv, "seed": seed,
+        }
+        # Only the flags given: the engine owns its defaults.
+        be = _engine_backend({k: v for k, v in given.items() if v is not None})
+    else:
+        fail_usage(f"--backend must be twin or engine, got {backend!r}")
+    options = ServeOptions(
+        stream_interval=stream_interval,
+        per_token_events=per_token_events,
+        decode_log_interval=decode_log_interval,
+        log_file=log_file,
+        max_batch=max_batch,
+        served_model_name=served_model_name,
+    )
+    def announce(url: str) -> None:
+        err_console.print(f"specscope serve: {backend} listening on {url}", highlight=False)
+
+    try:
+        serve_forever(be, options, host, port, announce)
+    except OSError as exc:
+        fail_usage(f"cannot listen on {host}:{port}: {exc.strerror or exc}")

@@ -1,0 +1,276 @@
+"""Reconstruct verify steps from one request's stream (ARCHITECTURE §4). Pure: no I/O.
+
+Three sources, best first:
+- `server`: per-step lists the server reported (vLLM `per_step_accepted`, SGLang per-step
+  stats). Exact commit lengths; step times come from the client chunks when their count
+  matches, else the decode window is spread evenly. The client reconstruction is cross-checked.
+- `chunk`: servers that stream one chunk per verify step (SGLang, vLLM at stream interval 1):
+  chunk i is a step with `commit_len = n_tokens` and `step_s` = gap to the previous chunk.
+- `burst`: servers that stream one event per token (llama.cpp): a step's tokens arrive as a
+  burst, so events are grouped by inter-arrival gap. The threshold is a fraction of the *large*
+  gaps (the median of the top gaps, as many as steps must at least exist), never of the median
+  of all gaps, which is ~0 when most events are intra-burst (peers-and-models.md §E).
+
+The first chunk (or burst) carries the token sampled from prefill; it is not a verify step.
+Coalescing (several steps merged into one chunk) makes client steps unreliable; the result says
+so and why, and the summary falls back to server telemetry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from specscope.trace.model import RequestTrace, Step
+
+#: Tokens of one step arrive within this fraction of a step gap.
+BURST_FRACTION = 0.25
+#: Largest commit length assumed when none is given (bounds how few steps there can be).
+DEFAULT_MAX_COMMIT = 16
+#: Relative disagreement between server and client mean commit length worth reporting.
+CROSS_CHECK_TOLERANCE = 0.15
+
+
+@dataclass
+class StepReconstruction:
+    """Steps of one request and how far to trust them. `method`: server | chunk | burst | none."""
+
+    steps: list[Step]
+    reliable: bool
+    method: str
+    reason: str
+    cross_check: str | None = None
+    burst_threshold_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_commit(self) -> int:
+        return sum(s.commit_len for s in self.steps)
+
+    @property
+    def mean_commit_len(self) -> float | None:
+        return self.total_commit / len(self.steps) if self.steps else None
+
+    @property
+    def mean_step_s(self) -> float | None:
+        timed = [s.step_s for s in self.steps if s.step_s > 0]
+        return sum(timed) / len(timed) if timed and len(timed) == len(self.steps) else None
+
+
+def _context(prompt: int | None, pos: int) -> int | None:
+    return None if prompt is None else prompt + pos
+
+
+def _token_events(trace: RequestTrace) -> list[tuple[int, int]]:
+    return [(c.t_ns, c.n_tokens) for c in trace.chunks if c.n_tokens > 0]
+
+
+def _merge_same_read(events: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
+    """Events stamped by the same read arrived together: one group. Returns (groups, merges)."""
+    groups: list[tuple[int, int]] = []
+    merges = 0
+    for t, n in events:
+        if groups and groups[-1][0] == t:
+            groups[-1] = (t, groups[-1][1] + n)
+            merges += 1
+        else:
+            groups.append((t, n))
+    return groups, merges
+
+
+def _is_per_token(trace: RequestTrace, events: list[tuple[int, int]]) -> bool:
+    body = events[:-1] if len(events) > 2 else events  # a final event may carry the remainder
+    return trace.token_count_source == "events" or all(n == 1 for _, n in body)
+
+
+def _multiple_of_base(gaps: list[float]) -> float | None:
+    """The base period when the gaps are whole multiples (>= 2x) of one period, else None.
+
+    A server that skips stream updates (stream interval > 1, a lagging consumer) emits after 2, 3
+    ... steps, so its gaps sit near integer multiples of the step time; honest per-step chunks
+    cluster near 1x.
+    """
+    if len(gaps) < 6:
+        return None
+    base = statistics.quantiles(gaps, n=4)[0]
+    if base <= 0:
+        return None
+    ratios = [g / base for g in gaps]
+    long_ = [r for r in ratios if r >= 1.5]
+    near = [r for r in long_ if abs(r - round(r)) <= 0.15]
+    if len(near) >= max(2, 0.2 * len(gaps)) and len(near) >= 0.8 * len(long_):
+        return base
+    return None
+
+
+def _chunk_steps(groups: list[tuple[int, int]], prompt: int | None, request_index: int
+                 ) -> list[Step]:
+    steps: list[Step] = []
+    pos = groups[0][1]
+    for (t_prev, _), (t, n) in itertools.pairwise(groups):
+        steps.append(Step(t_end_ns=t, commit_len=n, step_s=(t - t_prev) / 1e9,
+                          context_len=_context(prompt, pos), output_pos=pos, source="chunk",
+                          request_index=request_index))
+        pos += n
+    return steps
+
+
+def _burst_steps(events: list[tuple[int, int]], prompt: int | None, max_commit: int,
+                 request_index: int) -> tuple[list[Step], float, bool, str]:
+    gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(events)]
+    k = max(1, math.ceil(len(gaps) / max_commit))
+    top = sorted(gaps)[-k:]
+    ref = statistics.median(top)
+    threshold = BURST_FRACTION * ref
+    # Group: a gap above the threshold starts a new burst.
+    bursts: list[list[tuple[int, int]]] = [[events[0]]]
+    for gap, ev in zip(gaps, events[1:], strict=False):
+        if gap > threshold:
+            bursts.append([ev])
+        else:
+            bursts[-1].append(ev)
+    steps: list[Step] = []
+    pos = sum(n for _, n in bursts[0])
+    for prev, cur in itertools.pairwise(bursts):
+        n = sum(x for _, x in cur)
+        steps.append(Step(t_end_ns=cur[-1][0], commit_len=n, step_s=(cur[0][0] - prev[0][0]) / 1e9,
+                          context_len=_context(prompt, pos), output_pos=pos, source="burst",
+                          request_index=request_index))
+        pos += n
+    near = [g for g in gaps if 0.5 * threshold < g < 2 * threshold]
+    ambiguous = len(near) > 0.1 * len(gaps)
+    why = (f"{len(near)} of {len(gaps)} gaps lie near the burst threshold {threshold * 1e3:.2f} ms"
+           if ambiguous else "")
+    return steps, threshold, not ambiguous, why
+
+
+def _client(trace: RequestTrace, max_commit_len: int | None, prompt: int | None
+            ) -> StepReconstruction:
+    events = _token_events(trace)
+    if len(events) < 2:
+        return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
+    idx = trace.index
+    if _is_per_token(trace, events):
+        steps, threshold, ok, why = _burst_steps(events, prompt,
+                                                 max_commit_len or DEFAULT_MAX_COMMIT, idx)
+        reasons = [why] if why else []
+        if max_commit_len is not None:
+            big = [s.commit_len for s in steps if s.commit_len > max_commit_len]
+            if big:
+                ok = False
+                reasons.append(f"a burst of {max(big)} tokens exceeds the max commit length "
+                               f"{max_commit_len}")
+        reason = "; ".join(reasons) or (f"per-token events grouped into bursts (threshold "
+                                        f"{threshold * 1e3:.2f} ms)")
+        return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold)
+
+    groups, merges = _merge_same_read(events)
+    if len(groups) < 2:
+        return StepReconstruction([], False, "none", "all tokens arrived in one read")
+    steps = _chunk_steps(groups, prompt, idx)
+    problems: list[str] = []
+    notes: list[str] = []
+    if max_commit_len is not None:
+        big = [n for _, n in groups[1:] if n > max_commit_len]
+        if big:
+            problems.append(f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
+                            f"commit length {max_commit_len}: chunks merge steps")
+    if merges:
+        msg = f"{merges} events arrived in the same read as another (merged)"
+        (problems if merges > 0.05 * len(events) else notes).append(msg)
+    middle = [n for _, n in groups[1:-1]]
+    if len(middle) >= 5 and len(set(middle)) == 1 and middle[0] > 1 and (
+        max_commit_len is None or middle[0] < max_commit_len
+    ):
+        problems.append(f"every chunk carries exactly {middle[0]} tokens: the server streams every "
+                        f"{middle[0]} tokens (stream interval > 1) or accepts every draft; "
+                        "give the max commit length to tell")
+    base = _multiple_of_base([s.step_s for s in steps])
+    if base is not None:
+        problems.append(f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps")
+    if problems:
+        return StepReconstruction(steps, False, "chunk", "; ".join(problems), notes=notes)
+    return StepReconstruction(steps, True, "chunk", "one chunk per verify step", notes=notes)
+
+
+def _server(trace: RequestTrace, accepted: list[int], client: StepReconstruction,
+            prompt: int | None) -> StepReconstruction:
+    commits = [a + 1 for a in accepted]
+    events = _token_events(trace)
+    first_tokens = events[0][1] if events else 1
+    same_count = client.method in ("chunk", "burst") and len(client.steps) == len(commits)
+    steps: list[Step] = []
+    pos = first_tokens
+    if same_count:
+        times = [(s.t_end_ns, s.step_s) for s in client.steps]
+    else:
+        window = trace.decode_window()
+        t0 = events[0][0] if events else trace.t_send_ns
+        per = (window[1] / len(commits)) if window and commits else 0.0
+        times = [(t0 + int(per * 1e9 * (i + 1)), per) for i in range(len(commits))]
+    for c, (t_end, step_s) in zip(commits, times, strict=False):
+        steps.append(Step(t_end_ns=t_end, commit_len=c, step_s=step_s,
+                          context_len=_context(prompt, pos), output_pos=pos, source="server",
+                          request_index=trace.index))
+        pos += c
+    check = None
+    if client.steps:
+        cl = [s.commit_len for s in client.steps]
+        if same_count:
+            equal = sum(a == b for a, b in zip(cl, commits, strict=False))
+            check = (f"client steps agree with the server's ({equal}/{len(commits)} equal)"
+                     if equal >= 0.9 * len(commits) else
+                     f"client steps disagree with the server's: {equal}/{len(commits)} equal")
+        else:
+            check = (f"client reconstruction disagrees with the server: {len(cl)} client steps vs "
+                     f"{len(commits)} server steps (mean commit {sum(cl) / len(cl):.2f} vs "
+                     f"{sum(commits) / len(commits):.2f})")
+    timing = "client chunk times" if same_count else "decode window spread evenly"
+    return StepReconstruction(steps, True, "server", f"server per-step data ({timing})",
+                              cross_check=check, notes=client.notes)
+
+
+def server_mean_commit_len(trace: RequestTrace) -> float | None:
+    """Tokens per verify step as the server reports it (bonus token included)."""
+    f = trace.server_spec
+    if f is None:
+        return None
+    if f.per_step_accepted:
+        return sum(a + 1 for a in f.per_step_accepted) / len(f.per_step_accepted)
+    if f.accept_length is not None and f.accept_length > 0:
+        return f.accept_length
+    if f.verify_ct and trace.completion_tokens:
+        return trace.completion_tokens / f.verify_ct
+    if f.accept_histogram and sum(f.accept_histogram) > 0:
+        h = f.accept_histogram
+        return sum((k + 1) * v for k, v in enumerate(h)) / sum(h)
+    return None
+
+
+def reconstruct_steps(trace: RequestTrace, *, max_commit_len: int | None = None,
+                      prompt_tokens: int | None = None) -> StepReconstruction:
+    """Steps of one request, the method used, and whether to trust them (with the reason)."""
+    prompt = prompt_tokens
+    if prompt is None:
+        prompt = trace.spec.prompt_tokens or trace.prompt_tokens_reported
+    client = _client(trace, max_commit_len, prompt)
+    if trace.error is not None:
+        client.reliable = False
+        client.reason = f"request failed ({trace.error.kind}); {client.reason}"
+    f = trace.server_spec
+    if f is not None and f.per_step_accepted:
+        return _server(trace, f.per_step_accepted, client, prompt)
+    server_l = server_mean_commit_len(trace)
+    if server_l is not None and client.steps and client.mean_commit_len:
+        cl = client.mean_commit_len
+        rel = abs(cl - server_l) / server_l
+        client.cross_check = (
+            f"client mean commit {cl:.2f} vs server {server_l:.2f}"
+            + (" (agree)" if rel <= CROSS_CHECK_TOLERANCE else " (disagree)")
+        )
+        if rel > CROSS_CHECK_TOLERANCE and client.reliable:
+            client.reliable = False
+            client.reason += f"; disagrees with the server's mean commit length {server_l:.2f}"
+    return client

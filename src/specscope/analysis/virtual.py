@@ -1,0 +1,159 @@
+"""Virtual-time runs: RequestTraces built from simulated verify steps, with the truth kept.
+
+The accuracy suite (tests and bench/diagnosis_accuracy.py) checks a diagnosis against the exact
+truth without sleeping: the twin's pure `simulate_request_steps` gives every step's commit
+length and duration, and this module turns them into what a client would have recorded (chunk
+times = cumulative step times after prefill; one chunk per step, or SGLang-style coalescing
+`completion_tokens % N == 0`). Pure: the simulator is passed in as a callable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from specscope.trace import tags
+from specscope.trace.model import Chunk, RequestSpec, RequestTrace, Run, RunInfo, ServerSpecFields
+
+# (prompt_tokens, max_tokens, seed) -> [(commit_len, step_s), ...] for one request at C=1
+StepSimulator = Callable[[int, int, int], Iterable[tuple[int, float]]]
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    tag: str
+    prompt_tokens: int
+    max_tokens: int
+    repeats: int = 1
+
+
+def story_plan(
+    *,
+    full_prompt: int = 2701,
+    full_tokens: int = 1500,
+    sweep: tuple[int, ...] = (512, 1024, 2048, 3072, 4096),
+    sweep_tokens: int = 128,
+    two_point_prompt: int = 3072,
+    n1: int = 64,
+    n2: int = 256,
+    repeats: int = 2,
+    two_point: bool = True,
+) -> list[PlanItem]:
+    """The story's measurements as a plan: the user's full generation (2701 -> 1500), a context
+    sweep with short outputs, and a two-point pair (~200-token window, as in the story)."""
+    plan = [PlanItem(tags.FULL_GENERATION, full_prompt, full_tokens, 1)]
+    plan += [PlanItem(tags.make(tags.CONTEXT_SWEEP, p), p, sweep_tokens, repeats) for p in sweep]
+    if two_point:
+        plan += [
+            PlanItem(tags.make(tags.TWO_POINT, "n1"), two_point_prompt, n1, repeats + 1),
+            PlanItem(tags.make(tags.TWO_POINT, "n2"), two_point_prompt, n2, repeats + 1),
+        ]
+    return plan
+
+
+def trace_from_steps(
+    steps: list[tuple[int, float]],
+    *,
+    spec: RequestSpec,
+    index: int,
+    t_send_ns: int,
+    prefill_s: float,
+    stream_interval: int = 1,
+    server_fields: bool = True,
+) -> RequestTrace:
+    """What a client records for these steps. The first chunk arrives after prefill plus the
+    first verify step (TTFT); later chunks at cumulative step ends."""
+    t = float(t_send_ns) + prefill_s * 1e9
+    cum = 0
+    pending = 0
+    chunks: list[Chunk] = []
+    for i, (k, s) in enumerate(steps):
+        t += s * 1e9
+        cum += k
+        pending += k
+        last = i == len(steps) - 1
+        if stream_interval <= 1 or cum % stream_interval == 0 or last:
+            chunks.append(Chunk(t_ns=round(t), n_tokens=pending, n_chars=4 * pending))
+            pending = 0
+    server = None
+    if server_fields and steps:
+        hist: dict[int, int] = {}
+        for k, _ in steps:
+            hist[k - 1] = hist.get(k - 1, 0) + 1
+        server = ServerSpecFields(
+            verify_ct=len(steps),
+            accept_length=cum / len(steps),
+            accept_histogram=[hist.get(j, 0) for j in range(max(hist) + 1)],
+            source="virtual.meta_info",
+        )
+    return RequestTrace(
+        index=index,
+        request_id=f"virt-{index}",
+        spec=spec,
+        t_send_ns=t_send_ns,
+        chunks=chunks,
+        token_count_source="meta_info",
+        completion_tokens=cum,
+        prompt_tokens_reported=spec.prompt_tokens,
+        finish_reason="length",
+        server_spec=server,
+        t_end_ns=round(t) + 1000,
+    )
+
+
+@dataclass
+class VirtualRun:
+    run: Run
+    true_steps: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # by request index
+
+    def truth(self, tag_prefix: str = tags.FULL_GENERATION) -> tuple[float, float, float]:
+        """(tokens, steps, seconds) over every true step of the requests with this tag."""
+        tok = n = sec = 0.0
+        for r in self.run.requests:
+            if r.spec.tag.startswith(tag_prefix):
+                st = self.true_steps[r.index]
+                tok += sum(k for k, _ in st)
+                n += len(st)
+                sec += sum(s for _, s in st)
+        return tok, n, sec
+
+
+def virtual_run(
+    simulate: StepSimulator,
+    plan: list[PlanItem],
+    *,
+    prefill: Callable[[int], float] = lambda p: 0.02 + 1.2e-5 * p,
+    seed: int = 0,
+    stream_interval: int = 1,
+    server_fields: bool = True,
+    run_id: str = "virtual",
+) -> VirtualRun:
+    """Simulate every request of the plan one after another (concurrency 1) on a virtual clock."""
+    requests: list[RequestTrace] = []
+    true_steps: dict[int, list[tuple[int, float]]] = {}
+    t_ns = 1_000_000_000
+    index = 0
+    for item in plan:
+        for _ in range(item.repeats):
+            steps = [
+                (int(k), float(s))
+                for k, s in simulate(item.prompt_tokens, item.max_tokens, seed * 100_003 + index)
+            ]
+            spec = RequestSpec(
+                prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens, tag=item.tag
+            )
+            tr = trace_from_steps(
+                steps,
+                spec=spec,
+                index=index,
+                t_send_ns=t_ns,
+                prefill_s=prefill(item.prompt_tokens),
+                stream_interval=stream_interval,
+                server_fields=server_fields,
+            )
+            requests.append(tr)
+            true_steps[index] = steps
+            t_ns = (tr.t_end_ns or t_ns) + 5_000_000
+            index += 1
+    info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0)
+    return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)

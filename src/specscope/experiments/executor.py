@@ -1,0 +1,163 @@
+"""Runs a plan: sends each step's requests, appends every finished request to the run dir.
+
+Bounded by construction (the plan fixes the number of requests) and by `max_consecutive_errors`
+(a server that stopped answering ends the run instead of timing out request after request).
+Nothing here prints: progress goes to a callback, results come back as data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specscope.experiments.plan import Plan, PlanStep
+from specscope.experiments.target import Target
+from specscope.trace import RequestSpec, RequestTrace, RunDirWriter
+
+
+@dataclass
+class Progress:
+    """One event for the progress bar: a request finished (or a step started)."""
+
+    step_index: int
+    step: PlanStep
+    requests_done: int  # over the whole plan
+    requests_total: int
+    tokens_done: int  # generated tokens received, over the whole plan
+    tokens_total: int  # planned generated tokens
+    last: RequestTrace | None = None
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class ExecutionResult:
+    traces: list[RequestTrace] = field(default_factory=list)
+    completed_steps: int = 0
+    stopped_reason: str | None = None  # None when every step ran
+
+    @property
+    def errors(self) -> list[RequestTrace]:
+        return [t for t in self.traces if t.error is not None]
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped_reason is None
+
+
+def _is_connection_failure(trace: RequestTrace) -> bool:
+    return trace.error is not None and trace.error.kind in {
+        "connection",
+        "timeout_first_byte",
+        "stream_truncated",
+        "timeout",
+    }
+
+
+class Executor:
+    """Sends a plan to a target. One instance per run; request indexes are unique within it."""
+
+    def __init__(
+        self,
+        target: Target,
+        writer: RunDirWriter | None,
+        on_progress: ProgressCallback | None = None,
+        max_consecutive_errors: int = 3,
+        temperature: float = 0.0,
+        ignore_eos: bool = True,
+        api: str = "completions",
+        first_index: int = 0,
+    ):
+        self.target = target
+        self.writer = writer
+        self.on_progress = on_progress
+        self.max_consecutive_errors = max_consecutive_errors
+        self.temperature = temperature
+        self.ignore_eos = ignore_eos
+        self.api = api
+        self._next_index = first_index
+        self._prompts: dict[tuple[int, str], str | list[int]] = {}
+        self._consecutive_errors = 0
+
+    async def _prompt(self, step: PlanStep) -> str | list[int]:
+        key = (step.prompt_tokens, step.group or step.tag)
+        if key not in self._prompts:
+            # A stable seed per group: two-point's two lengths share one prompt; other points
+            # get their own text so a prefix cache cannot turn a sweep into a cache benchmark.
+            seed = sum(map(ord, key[1])) % 10_007
+            self._prompts[key] = await self.target.prompt(step.prompt_tokens, seed=seed)
+        return self._prompts[key]
+
+    def _spec(self, step: PlanStep, prompt: str | list[int]) -> RequestSpec:
+        return RequestSpec(
+            prompt=prompt,
+            prompt_tokens=step.prompt_tokens,
+            max_tokens=step.max_tokens,
+            temperature=self.temperature,
+            ignore_eos=self.ignore_eos,
+            api=self.api,  # type: ignore[arg-type]
+            tag=step.tag,
+        )
+
+    def _record(self, trace: RequestTrace, result: ExecutionResult) -> None:
+        trace.index = self._next_index
+        self._next_index += 1
+        if self.writer is not None:
+            self.writer.append_request(trace)
+        result.traces.append(trace)
+        if trace.error is None:
+            self._consecutive_errors = 0
+        elif _is_connection_failure(trace) or trace.error.http_status in (None, 502, 503, 504):
+            self._consecutive_errors += 1
+
+    async def run_step(self, step: PlanStep) -> list[RequestTrace]:
+        """Run one step outside a plan (used by calibration); recorded like any other."""
+        result = ExecutionResult()
+        prompt = await self._prompt(step)
+        for _ in range(step.repeat):
+            traces = await asyncio.gather(
+                *(self.target.send(self._spec(step, prompt)) for _ in range(step.concurrency))
+            )
+            for slot, t in enumerate(traces):
+                t.concurrency_slot = slot
+                self._record(t, result)
+        return result.traces
+
+    async def run(self, plan: Plan, result: ExecutionResult | None = None) -> ExecutionResult:
+        """Run every step in order. Pass `result` to keep what was measured when the caller
+        cancels this coroutine (Ctrl-C): it is filled as requests finish."""
+        result = result if result is not None else ExecutionResult()
+        total_req = plan.total_requests
+        total_tok = plan.total_generated_tokens
+        done_req = 0
+        done_tok = 0
+        for i, step in enumerate(plan.steps):
+            if self.on_progress:
+                self.on_progress(Progress(i, step, done_req, total_req, done_tok, total_tok))
+            try:
+                prompt = await self._prompt(step)
+            except Exception as e:  # the prompt builder talks to the server (tokenize)
+                result.stopped_reason = f"could not build a {step.prompt_tokens}-token prompt: {e}"
+                return result
+            for _ in range(step.repeat):
+                coros = [self.target.send(self._spec(step, prompt)) for _ in range(step.concurrency)]
+                traces = await asyncio.gather(*coros)
+                for slot, t in enumerate(traces):
+                    t.concurrency_slot = slot
+                    self._record(t, result)
+                    done_req += 1
+                    done_tok += t.completion_tokens or t.tokens_received
+                    if self.on_progress:
+                        self.on_progress(Progress(i, step, done_req, total_req, done_tok, total_tok, t))
+                if self._consecutive_errors >= self.max_consecutive_errors:
+                    last = result.traces[-1].error
+                    msg = f"{last.kind}: {last.message}" if last else "errors"
+                    result.stopped_reason = (
+                        f"server stopped answering ({self._consecutive_errors} failed requests "
+                        f"in a row, last {msg})"
+                    )
+                    return result
+            result.completed_steps = i + 1
+        return result

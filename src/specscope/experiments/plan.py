@@ -1,0 +1,127 @@
+"""A plan: every request an experiment will send, stated before anything is sent.
+
+The command prints the plan first (what, how many tokens, how long) so the user can stop it
+before it costs anything; points that cannot run as asked (prompt + output beyond the server's
+context) are listed as skipped with the reason, never silently shrunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specscope.trace import tags
+
+# Assumed rates before anything is measured; replaced by a calibration request's numbers.
+DEFAULT_DECODE_TPS = 50.0
+DEFAULT_PREFILL_TPS = 2000.0
+
+
+@dataclass
+class PlanStep:
+    """One point of one experiment: `repeat` rounds of `concurrency` identical requests."""
+
+    experiment: str
+    point: str | None
+    prompt_tokens: int
+    max_tokens: int
+    repeat: int = 1
+    concurrency: int = 1
+    purpose: str = ""
+    # Requests of the same `group` share one prompt (two-point pairs must be identical prompts).
+    group: str = ""
+
+    @property
+    def tag(self) -> str:
+        return tags.make(self.experiment, self.point)
+
+    @property
+    def requests(self) -> int:
+        return self.repeat * self.concurrency
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.requests * self.max_tokens
+
+    def estimate_s(self, decode_tps: float, prefill_tps: float) -> float:
+        """Seconds for this step at the given rates (concurrent requests overlap)."""
+        one = self.prompt_tokens / max(prefill_tps, 1e-9) + self.max_tokens / max(decode_tps, 1e-9)
+        return self.repeat * one
+
+
+@dataclass
+class SkippedPoint:
+    experiment: str
+    point: str | None
+    reason: str
+
+
+@dataclass
+class Plan:
+    steps: list[PlanStep] = field(default_factory=list)
+    skipped: list[SkippedPoint] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    decode_tps_assumed: float = DEFAULT_DECODE_TPS
+    prefill_tps_assumed: float = DEFAULT_PREFILL_TPS
+    rates_measured: bool = False
+
+    def extend(self, other: Plan) -> None:
+        self.steps.extend(other.steps)
+        self.skipped.extend(other.skipped)
+        self.notes.extend(other.notes)
+
+    @property
+    def total_requests(self) -> int:
+        return sum(s.requests for s in self.steps)
+
+    @property
+    def total_generated_tokens(self) -> int:
+        return sum(s.generated_tokens for s in self.steps)
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return sum(s.requests * s.prompt_tokens for s in self.steps)
+
+    def estimate_s(self) -> float:
+        return sum(s.estimate_s(self.decode_tps_assumed, self.prefill_tps_assumed) for s in self.steps)
+
+    def calibrate(self, decode_tps: float | None, prefill_tps: float | None) -> None:
+        """Replace the assumed rates with measured ones (from a short calibration request)."""
+        if decode_tps and decode_tps > 0:
+            self.decode_tps_assumed = decode_tps
+            self.rates_measured = True
+        if prefill_tps and prefill_tps > 0:
+            self.prefill_tps_assumed = prefill_tps
+
+    def to_dict(self) -> dict:
+        """The plan as recorded in run.json args (so a run states its own parameters)."""
+        return {
+            "steps": [
+                {
+                    "tag": s.tag,
+                    "prompt_tokens": s.prompt_tokens,
+                    "max_tokens": s.max_tokens,
+                    "repeat": s.repeat,
+                    "concurrency": s.concurrency,
+                    "purpose": s.purpose,
+                }
+                for s in self.steps
+            ],
+            "skipped": [
+                {"tag": tags.make(k.experiment, k.point), "reason": k.reason} for k in self.skipped
+            ],
+            "notes": list(self.notes),
+            "estimated_s": round(self.estimate_s(), 1),
+            "decode_tps_assumed": round(self.decode_tps_assumed, 2),
+            "rates_measured": self.rates_measured,
+        }
+
+
+def fits_context(prompt_tokens: int, max_tokens: int, max_context: int | None) -> bool:
+    return max_context is None or prompt_tokens + max_tokens <= max_context
+
+
+def context_skip_reason(prompt_tokens: int, max_tokens: int, max_context: int) -> str:
+    return (
+        f"prompt {prompt_tokens} + output {max_tokens} tokens exceeds the server's context "
+        f"of {max_context} tokens; point skipped (not shrunk)"
+    )

@@ -1,0 +1,27 @@
+"""What an experiment needs from a server: prompts of an exact length and one streamed request.
+
+Experiments are written against this small protocol, not against the probe's client, so they
+stay testable with any sender; `specscope.experiments.probe_target` adapts the real probe.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from specscope.trace import RequestSpec, RequestTrace
+
+
+@runtime_checkable
+class Target(Protocol):
+    async def prompt(self, n_tokens: int, seed: int = 0) -> str | list[int]:
+        """A prompt of exactly `n_tokens` tokens in the server's tokenizer."""
+        ...
+
+    async def send(self, spec: RequestSpec) -> RequestTrace:
+        """Send one request and return its trace. Failures are recorded in the trace's
+        `error`, never raised."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Endpoint, flavor, api, model, max_context (None when unknown), server info."""
+        ...

@@ -1,0 +1,254 @@
+"""Start llama.cpp's own HTTP server (through xllamacpp) as a real speculative-decoding peer.
+
+Three modes, one target (SmolLM2-135M F16, see `specscope.peers.models`):
+- `none`:  plain decoding, the baseline (every verify step commits exactly one token);
+- `draft`: `draft-simple` speculation with the original Q4_1 file as draft model, draft n max 8;
+- `ngram`: `ngram-simple` speculation (prompt/history lookup, no draft model).
+Metrics are on (`/metrics` exports `llamacpp:spec_decode_*` counters), one slot, two threads.
+
+xllamacpp runs the server inside the Python process that creates `xllamacpp.Server` and stops it
+in the object's destructor. `LlamaCppServer` nevertheless runs it in a child process
+(`python -m specscope.peers.llamacpp --mode M`): a child can always be terminated (even if a
+decode hangs), it keeps llama.cpp's log in its own file (which `specscope logs` can read), and a
+crash in native code cannot take the caller down.
+
+    python -m specscope.peers.llamacpp --mode draft      # prints the URL, serves until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from specscope.peers.models import DEFAULT_OUT, PeerModelError, PeerModels, peer_models
+
+Mode = Literal["none", "draft", "ngram"]
+MODES: tuple[Mode, ...] = ("none", "draft", "ngram")
+DRAFT_N_MAX = 8
+THREADS = 2
+N_CTX = 8192  # SmolLM2's training context; KV for both models stays under 0.5 GB
+# ngram-simple defaults (lookup 12, draft 48) rarely match in short runs; prompt-lookup-like sizes
+# make it draft on repetitive text, and the draft cap equals the draft-model mode's for comparison.
+NGRAM_LOOKUP_N = 4
+NGRAM_DRAFT_M = DRAFT_N_MAX
+URL_LINE_PREFIX = "specscope-peer-url: "
+
+
+class PeerServerError(RuntimeError):
+    """The peer server did not start or answer; the message is one line meant for the user."""
+
+
+def build_params(mode: Mode, models: PeerModels, *, host: str = "127.0.0.1", port: int = 0):
+    """The xllamacpp equivalent of
+    `llama-server -m T [-md D --spec-type draft-simple --spec-draft-n-max 8 | --spec-type
+    ngram-simple] --metrics -np 1 -t 2 --host 127.0.0.1 --port P`.
+    """
+    import xllamacpp as xlc
+
+    params = xlc.CommonParams()
+    params.model.path = str(models.target)
+    params.hostnames = [host]
+    params.port = port  # 0: the OS picks a free port; Server.listening_address tells which
+    params.endpoint_metrics = True  # --metrics
+    params.n_parallel = 1
+    params.n_ctx = N_CTX
+    params.cpuparams.n_threads = THREADS
+    params.cpuparams_batch.n_threads = THREADS
+    spec_type = xlc.common_speculative_type
+    if mode == "draft":
+        params.speculative.draft.mparams.path = str(models.draft)
+        params.speculative.draft.n_max = DRAFT_N_MAX
+        params.speculative.draft.cpuparams.n_threads = THREADS
+        params.speculative.draft.cpuparams_batch.n_threads = THREADS
+        # A draft model alone does not turn speculation on: the type must be set explicitly.
+        params.speculative.types = [spec_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+    elif mode == "ngram":
+        params.speculative.ngram_simple.size_n = NGRAM_LOOKUP_N
+        params.speculative.ngram_simple.size_m = NGRAM_DRAFT_M
+        params.speculative.types = [spec_type.COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE]
+    elif mode == "none":
+        params.speculative.types = [spec_type.COMMON_SPECULATIVE_TYPE_NONE]
+    else:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    return params
+
+
+def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int) -> None:
+    """Run the server in this process until SIGINT/SIGTERM; print the URL once it listens."""
+    import xllamacpp as xlc
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server = xlc.Server(build_params(mode, models, host=host, port=port))
+    print(f"{URL_LINE_PREFIX}{server.listening_address}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        del server  # ~Server stops the HTTP loop and frees both models
+
+
+def _get_status(url: str, timeout_s: float) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:  # 503 while loading
+        return int(exc.code)
+    except (OSError, ValueError):
+        return None
+
+
+class LlamaCppServer:
+    """Context manager: llama.cpp's server in a child process, healthy on entry, gone on exit.
+
+    `url` is the base URL; `log_path` is the server's own log (stderr), kept after exit unless the
+    caller passed no `log_path` (then it lives in a temporary folder removed on exit).
+    """
+
+    def __init__(
+        self,
+        mode: Mode,
+        *,
+        models_dir: Path = DEFAULT_OUT,
+        log_path: Path | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.models_dir = Path(models_dir)
+        self.start_timeout_s = start_timeout_s
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        if log_path is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix=f"specscope-peer-{mode}-")
+            log_path = Path(self._tmpdir.name) / "llama-server.log"
+        self.log_path = Path(log_path)
+        self.url = ""
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> LlamaCppServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        peer_models(self.models_dir)  # fail early, in this process, with the one-line message
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable, "-m", "specscope.peers.llamacpp",
+            "--mode", self.mode, "--port", "0", "--models", str(self.models_dir),
+        ]  # fmt: skip
+        with self.log_path.open("w") as log:
+            self._proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True
+            )
+        self.url = self._read_url()
+        self._wait_healthy()
+
+    def _read_url(self) -> str:
+        """The child prints the listening address once the port is bound (port 0 = no race)."""
+        assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._proc.stdout, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0:
+                if not sel.select(timeout=min(left, 1.0)):
+                    if self._proc.poll() is not None:
+                        break
+                    continue
+                line = self._proc.stdout.readline()
+                if not line:  # EOF: the child died
+                    break
+                if line.startswith(URL_LINE_PREFIX):
+                    return line[len(URL_LINE_PREFIX) :].strip()
+        raise PeerServerError(self._startup_failure("did not report its address"))
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                break
+            if _get_status(f"{self.url}/health", timeout_s=2.0) == 200:
+                return
+            time.sleep(0.2)
+        raise PeerServerError(self._startup_failure("did not become healthy"))
+
+    def _startup_failure(self, what: str) -> str:
+        rc = self._proc.poll() if self._proc is not None else None
+        tail = ""
+        with contextlib.suppress(OSError):
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln]
+            tail = f"; last log line: {lines[-1]}" if lines else ""
+        state = f"exited with {rc}" if rc is not None else f"within {self.start_timeout_s:.0f} s"
+        return f"llama.cpp server ({self.mode}) {what} ({state}); log {self.log_path}{tail}"
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM (the child deletes its Server, which joins llama.cpp's loop), then SIGKILL."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=timeout_s)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m specscope.peers.llamacpp",
+        description="Serve SmolLM2 with llama.cpp's server (xllamacpp) for specscope to measure.",
+    )
+    parser.add_argument("--mode", choices=MODES, default="draft", help="speculation mode")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
+    parser.add_argument("--port", type=int, default=8080, help="0 = any free port")
+    parser.add_argument("--models", type=Path, default=DEFAULT_OUT, help="peer-models folder")
+    args = parser.parse_args(argv)
+    try:
+        models = peer_models(args.models)
+        import xllamacpp  # noqa: F401  (a clear message beats an ImportError traceback)
+    except PeerModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError:
+        print("error: xllamacpp is not installed; run: pip install -e '.[peer]'", file=sys.stderr)
+        return 2
+    if os.isatty(sys.stdout.fileno()):
+        print(f"serving {models.target.name} in mode {args.mode!r}; Ctrl-C stops", file=sys.stderr)
+    serve_forever(args.mode, models, host=args.host, port=args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

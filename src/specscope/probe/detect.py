@@ -1,0 +1,96 @@
+"""Which server is this? Ask the endpoints each family alone has, in a fixed order.
+
+SGLang: `/get_server_info` (alias `/server_info`); vLLM: `/version` (and `owned_by: "vllm"` in
+`/v1/models`); llama.cpp: `/props`; anything else that lists `/v1/models` is plain OpenAI.
+Each look-up is a short GET with its own timeout, so detection is bounded in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+
+@dataclass
+class Detection:
+    """The answer: flavor, served model (for OpenAI bodies), what the info endpoint said, and
+    why. `reachable` False means nothing answered at all (refused, timed out)."""
+
+    flavor: str
+    model: str | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
+    evidence: str = ""
+    reachable: bool = True
+    error: str | None = None
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, timeout_s: float
+                    ) -> tuple[int | None, Any, str | None]:
+    """(status, parsed JSON or None, connection error text or None)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.get(url) as resp:
+                raw = await resp.content.read(1 << 20)
+                try:
+                    return resp.status, json.loads(raw), None
+                except ValueError:
+                    return resp.status, None, None
+    except TimeoutError:
+        return None, None, f"timed out after {timeout_s:g} s"
+    except aiohttp.ClientConnectorError as e:
+        return None, None, (e.os_error.strerror if e.os_error else str(e)) or type(e).__name__
+    except aiohttp.ClientError as e:
+        return None, None, f"{type(e).__name__}: {e}"
+
+
+def _first_model(models: Any) -> tuple[str | None, str | None]:
+    """(id, owned_by) of the first model of an OpenAI `/v1/models` answer."""
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        m = models["data"][0]
+        if isinstance(m, dict):
+            mid = m.get("id") if isinstance(m.get("id"), str) else None
+            owner = m.get("owned_by") if isinstance(m.get("owned_by"), str) else None
+            return mid, owner
+    return None, None
+
+
+async def detect(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 10.0,
+                 flavor: str = "auto") -> Detection:
+    """Detect the flavor (unless given) and look up the served model either way."""
+    base = base_url.rstrip("/")
+    status, models, err = await _get_json(session, base + "/v1/models", timeout_s)
+    if status is None:
+        return Detection(flavor=flavor if flavor != "auto" else "openai", reachable=False,
+                         error=f"{base}: {err}")
+    model, owner = _first_model(models)
+    if flavor != "auto":
+        return Detection(flavor=flavor, model=model, evidence="--flavor given")
+
+    for path in ("/get_server_info", "/server_info"):
+        st, info, _ = await _get_json(session, base + path, timeout_s)
+        if st == 200 and isinstance(info, dict):
+            if "vllm_config" in info or owner == "vllm":
+                return Detection("vllm", model, info, f"{path} looks like vLLM's")
+            return Detection("sglang", model, info, f"{path} answered (SGLang)")
+    st, info, _ = await _get_json(session, base + "/props", timeout_s)
+    if st == 200 and isinstance(info, dict) and (
+        "default_generation_settings" in info or "build_info" in info or "total_slots" in info
+    ):
+        return Detection("llamacpp", model, info, "/props answered (llama.cpp)")
+    st, info, _ = await _get_json(session, base + "/version", timeout_s)
+    if st == 200 and isinstance(info, dict) and "version" in info and owner in (None, "vllm"):
+        return Detection("vllm", model, info, "/version answered (vLLM)")
+    if owner == "vllm":
+        return Detection("vllm", model, {}, "/v1/models owned_by vllm")
+    if owner == "llamacpp":
+        return Detection("llamacpp", model, {}, "/v1/models owned_by llamacpp")
+    if owner == "sglang":
+        return Detection("sglang", model, {}, "/v1/models owned_by sglang")
+    if status == 200:
+        return Detection("openai", model, {}, "/v1/models answered; no server-specific endpoint")
+    return Detection("openai", model, {}, f"no known info endpoint (/v1/models gave HTTP {status}); "
+                     "assuming OpenAI-compatible")

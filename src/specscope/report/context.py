@@ -1,0 +1,61 @@
+"""What every renderer needs: the analysis plus the facts about the run that are not in it
+(endpoint, model, status, plan, request errors). Built once, rendered three ways."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specscope.analysis.model import Analysis
+from specscope.trace import Run, RunInfo
+
+
+@dataclass
+class RequestError:
+    index: int
+    tag: str
+    kind: str
+    message: str
+
+
+@dataclass
+class ReportContext:
+    analysis: Analysis
+    info: RunInfo
+    run_dir: str = ""
+    errors: list[RequestError] = field(default_factory=list)
+    plan: dict[str, Any] | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.analysis.partial or self.info.status in ("partial", "failed")
+
+    @property
+    def status_line(self) -> str:
+        if self.info.status == "complete" and not self.analysis.partial:
+            return "complete"
+        reason = self.info.status_reason or "stopped before the plan finished"
+        return f"{self.info.status if self.info.status != 'running' else 'partial'}: {reason}"
+
+
+def context_from_run(run: Run, analysis: Analysis, run_dir: str = "") -> ReportContext:
+    errors = [
+        RequestError(r.index, r.spec.tag, r.error.kind, r.error.message)
+        for r in run.requests
+        if r.error is not None
+    ]
+    plan = run.info.args.get("plan") if isinstance(run.info.args, dict) else None
+    return ReportContext(analysis=analysis, info=run.info, run_dir=run_dir or analysis.run_dir or "",
+                         errors=errors, plan=plan if isinstance(plan, dict) else None)
+
+
+def fmt(value: float | int | None, digits: int = 2, unit: str = "") -> str:
+    """A number for people: '-' when unknown, otherwise rounded with its unit."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    return f"{text} {unit}".strip()
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"

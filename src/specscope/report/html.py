@@ -1,0 +1,195 @@
+"""One self-contained HTML file: plotly.js inlined once, no network needed to view it.
+
+Every string that came from the server or the run (model name, endpoint, error messages, finding
+text, notes) goes through `html.escape`; figure JSON has `</` broken up so that no data can close
+the script element it sits in.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import plotly.offline
+
+from specscope.report.context import ReportContext, fmt, fmt_ms
+from specscope.report.figures import build_figures
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+color:#1d2430;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px solid #dde;padding-bottom:.3rem}
+.meta{color:#556;font-size:.9rem}
+.partial{background:#fff3cd;border:1px solid #e0b400;padding:.6rem 1rem;border-radius:6px;margin:1rem 0}
+.headline{display:flex;gap:1rem;flex-wrap:wrap}
+.card{border:1px solid #dde;border-radius:8px;padding:.7rem 1rem;min-width:150px}
+.card .v{font-size:1.5rem;font-weight:600} .card .k{color:#556;font-size:.85rem}
+table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #dde;padding:.3rem .6rem;text-align:left}
+.finding{border-left:4px solid #3b6ea5;padding:.3rem 1rem;margin:1rem 0;background:#f7f9fc}
+.finding .id{font-family:monospace;color:#3b6ea5} .next{margin-top:.4rem}
+.plot{margin:1.5rem 0} .explains{color:#556;font-size:.9rem} .nodata{color:#889;font-style:italic}
+code{background:#f0f2f5;padding:0 .2rem}
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _safe_json(text: str) -> str:
+    # plotly's encoder already writes < and > as \u003c/\u003e; this is a second belt.
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def _card(key: str, value: str) -> str:
+    return f'<div class="card"><div class="v">{_e(value)}</div><div class="k">{_e(key)}</div></div>'
+
+
+def _headline(ctx: ReportContext) -> str:
+    a = ctx.analysis
+    cards = [
+        _card("decode tokens/s", fmt(a.decode_tps, 1)),
+        _card("time to first token", fmt(a.ttft_s, 3, "s")),
+        _card("mean commit length (tokens/step)", fmt(a.mean_commit_len, 2)),
+        _card("mean step time", fmt_ms(a.mean_step_s)),
+        _card("requests (errors)", f"{a.requests} ({a.errors})"),
+    ]
+    decomposition = ""
+    if a.mean_commit_len and a.mean_step_s:
+        decomposition = (
+            f"<p>decode_tps = mean_commit_len / mean_step_time = {_e(fmt(a.mean_commit_len, 2))} / "
+            f"{_e(fmt_ms(a.mean_step_s))} = {_e(fmt(a.mean_commit_len / a.mean_step_s, 1))} tokens/s"
+            f" (commit length from {_e(a.commit_len_source or 'unknown')}"
+            f"{'' if a.steps_reliable is not False else '; client-side steps unreliable'})</p>"
+        )
+    return f'<div class="headline">{"".join(cards)}</div>{decomposition}'
+
+
+def _attribution(ctx: ReportContext) -> str:
+    at = ctx.analysis.attribution
+    if at is None:
+        return "<p>No baseline given: pass <code>--baseline RUN_DIR</code> to split a gap into acceptance and step time.</p>"
+    rows = [
+        ("baseline run", at.baseline_run or "-"),
+        ("tps ratio (baseline / observed)", fmt(at.tps_ratio, 3)),
+        ("acceptance factor (L_B / L_O)", fmt(at.acceptance_factor, 3)),
+        ("step-time factor (s_O / s_B)", fmt(at.step_time_factor, 3)),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _findings(ctx: ReportContext) -> str:
+    a = ctx.analysis
+    if not a.findings:
+        return f"<p>No finding. {_e(a.no_finding_reason or '')}</p>"
+    parts = []
+    for rank, f in enumerate(a.findings, start=1):
+        ev = "".join(
+            f"<tr><td>{_e(e.label)}</td><td>{_e(e.value)} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
+            for e in f.evidence
+        )
+        factor = f" &middot; explains a factor of {_e(fmt(f.factor, 2))}" if f.factor is not None else ""
+        parts.append(
+            f'<div class="finding"><div><b>{rank}.</b> <span class="id">{_e(f.id)}</span> '
+            f"&middot; confidence {_e(fmt(f.confidence, 2))}{factor}</div>"
+            f"<p>{_e(f.summary)}</p>"
+            + (f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>" if ev else "")
+            + (f'<div class="next"><b>Next:</b> {_e(f.next)}</div>' if f.next else "")
+            + "</div>"
+        )
+    return "".join(parts)
+
+
+def _plan(ctx: ReportContext) -> str:
+    if not ctx.plan:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_e(s.get('tag'))}</td><td>{_e(s.get('prompt_tokens'))}</td>"
+        f"<td>{_e(s.get('max_tokens'))}</td><td>{_e(s.get('repeat'))}</td>"
+        f"<td>{_e(s.get('concurrency'))}</td></tr>"
+        for s in ctx.plan.get("steps", [])
+    )
+    skipped = "".join(f"<li>{_e(s.get('tag'))}: {_e(s.get('reason'))}</li>" for s in ctx.plan.get("skipped", []))
+    notes = "".join(f"<li>{_e(n)}</li>" for n in ctx.plan.get("notes", []))
+    return (
+        "<h2>What was sent</h2><table><tr><th>experiment</th><th>prompt tokens</th>"
+        f"<th>max tokens</th><th>repeat</th><th>concurrency</th></tr>{rows}</table>"
+        + (f"<p>Skipped:</p><ul>{skipped}</ul>" if skipped else "")
+        + (f"<ul>{notes}</ul>" if notes else "")
+    )
+
+
+def _errors(ctx: ReportContext) -> str:
+    if not ctx.errors:
+        return ""
+    shown = ctx.errors[:50]
+    rows = "".join(
+        f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td>{_e(e.message)}</td></tr>"
+        for e in shown
+    )
+    more = f"<p>... and {len(ctx.errors) - len(shown)} more.</p>" if len(ctx.errors) > len(shown) else ""
+    return ("<h2>Errors</h2><table><tr><th>request</th><th>experiment</th><th>kind</th>"
+            f"<th>message</th></tr>{rows}</table>{more}")
+
+
+def _plots(ctx: ReportContext) -> str:
+    parts = []
+    for spec, fig in build_figures(ctx.analysis):
+        if fig is None:
+            if spec.key == "baseline_vs_observed" and ctx.analysis.attribution is None:
+                continue
+            if spec.key == "concurrency":
+                continue
+            parts.append(f'<div class="plot"><h3>{_e(spec.title)}</h3>'
+                         f'<p class="nodata">Not measured in this run.</p></div>')
+            continue
+        div_id = f"plot-{spec.key}"
+        payload = _safe_json(fig.to_json())
+        parts.append(
+            f'<div class="plot"><div id="{div_id}" class="plotly-graph-div"></div>'
+            f'<p class="explains">{_e(spec.explains)}</p>'
+            f'<script type="text/javascript">(function(){{var f={payload};'
+            f'Plotly.newPlot("{div_id}",f.data,f.layout,{{responsive:true,displaylogo:false}});}})();</script></div>'
+        )
+    return "".join(parts)
+
+
+def render_html(ctx: ReportContext) -> str:
+    a, info = ctx.analysis, ctx.info
+    title = f"specscope diagnosis — {info.model or info.endpoint or info.run_id}"
+    partial = ""
+    if ctx.partial:
+        partial = (f'<div class="partial"><b>Partial run.</b> {_e(ctx.status_line)}. '
+                   "The numbers below cover only what was measured before it stopped.</div>")
+    notes = "".join(f"<li>{_e(n)}</li>" for n in [*a.notes, *info.notes])
+    meta = (
+        f"run <code>{_e(info.run_id)}</code> &middot; endpoint <code>{_e(info.endpoint)}</code> "
+        f"&middot; flavor {_e(info.flavor or '-')} &middot; model {_e(info.model or '-')} "
+        f"&middot; status {_e(info.status)}"
+    )
+    plotly_js = plotly.offline.get_plotlyjs()
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f'<script type="text/javascript">{plotly_js}</script></head><body>'
+        f"<h1>{_e(title)}</h1><div class=\"meta\">{meta}</div>{partial}"
+        f"<h2>Headline</h2>{_headline(ctx)}"
+        f"<h2>Attribution</h2>{_attribution(ctx)}"
+        f"<h2>Findings</h2>{_findings(ctx)}"
+        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
+        + f"<h2>Plots</h2>{_plots(ctx)}"
+        + _plan(ctx)
+        + _errors(ctx)
+        + f"<p class=\"meta\">analysis: {_e(json.dumps({'schema': a.schema_}))} &middot; specscope "
+        f"{_e(info.tool_version)}</p></body></html>\n"
+    )
+
+
+def write_html(ctx: ReportContext, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(render_html(ctx), encoding="utf-8")
+    tmp.replace(path)
+    return path

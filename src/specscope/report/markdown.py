@@ -1,0 +1,70 @@
+"""A Markdown report: the same content as the HTML minus the plots, for issues and PRs.
+
+Server-provided text is put in code spans or has Markdown/HTML metacharacters escaped, so a model
+name cannot inject markup into a rendered issue."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from specscope.report.context import ReportContext, fmt, fmt_ms
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>&])")
+
+
+def md_escape(value: object) -> str:
+    text = "" if value is None else str(value)
+    return _MD_SPECIAL.sub(r"\\\1", text.replace("\n", " "))
+
+
+def render_markdown(ctx: ReportContext) -> str:
+    a, info = ctx.analysis, ctx.info
+    out: list[str] = [f"# specscope diagnosis — {md_escape(info.model or info.endpoint or info.run_id)}", ""]
+    out.append(f"run {md_escape(info.run_id)} · endpoint {md_escape(info.endpoint)} · "
+               f"status {md_escape(info.status)}")
+    out.append("")
+    if ctx.partial:
+        out += [f"> **Partial run.** {md_escape(ctx.status_line)}. Numbers cover only what was "
+                "measured before it stopped.", ""]
+    out += ["## Headline", "", "| metric | value |", "|---|---|",
+            f"| decode tokens/s | {fmt(a.decode_tps, 1)} |",
+            f"| time to first token | {fmt(a.ttft_s, 3, 's')} |",
+            f"| mean commit length | {fmt(a.mean_commit_len, 2)} |",
+            f"| mean step time | {fmt_ms(a.mean_step_s)} |",
+            f"| requests (errors) | {a.requests} ({a.errors}) |", ""]
+    if a.mean_commit_len and a.mean_step_s:
+        out += [f"decode_tps = {fmt(a.mean_commit_len, 2)} tokens/step / {fmt_ms(a.mean_step_s)} "
+                f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s", ""]
+    at = a.attribution
+    if at is not None:
+        out += ["## Attribution", "", f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
+                f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
+                f"step-time factor {fmt(at.step_time_factor, 3)}", ""]
+    out += ["## Findings", ""]
+    if not a.findings:
+        out += [f"No finding. {md_escape(a.no_finding_reason or '')}", ""]
+    for rank, f in enumerate(a.findings, start=1):
+        factor = f", factor {fmt(f.factor, 2)}" if f.factor is not None else ""
+        out.append(f"{rank}. **{f.id}** (confidence {fmt(f.confidence, 2)}{factor}): {md_escape(f.summary)}")
+        for e in f.evidence:
+            out.append(f"   - {md_escape(e.label)}: {md_escape(e.value)} {md_escape(e.unit)} "
+                       f"({md_escape(e.source)})")
+        if f.next:
+            out.append(f"   - next: {md_escape(f.next)}")
+    out.append("")
+    if a.notes or info.notes:
+        out += ["## Notes", ""] + [f"- {md_escape(n)}" for n in [*a.notes, *info.notes]] + [""]
+    if ctx.plan and ctx.plan.get("skipped"):
+        out += ["## Skipped", ""] + [f"- {md_escape(s.get('tag'))}: {md_escape(s.get('reason'))}"
+                                     for s in ctx.plan["skipped"]] + [""]
+    if ctx.errors:
+        out += ["## Errors", ""] + [f"- request {e.index} ({md_escape(e.tag)}): {md_escape(e.kind)}: "
+                                    f"{md_escape(e.message)}" for e in ctx.errors[:50]] + [""]
+    return "\n".join(out)
+
+
+def write_markdown(ctx: ReportContext, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_markdown(ctx), encoding="utf-8")
+    return path

@@ -1,0 +1,81 @@
+"""The terminal report (rich): headline, decomposition, ranked findings with evidence and next
+steps. Server text is printed with markup disabled so `[red]` in a model name stays literal."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from specscope.experiments.plan import Plan
+from specscope.report.context import ReportContext, fmt, fmt_ms
+
+
+def render_terminal(ctx: ReportContext, console: Console) -> None:
+    a, info = ctx.analysis, ctx.info
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    _row = head.add_row
+
+    def add_row(key: str, value: str) -> None:
+        _row(key, Text(value))  # Text: values may hold server strings, never markup
+
+    add_row("decode tokens/s", fmt(a.decode_tps, 1))
+    add_row("time to first token", fmt(a.ttft_s, 3, "s"))
+    add_row("mean commit length", f"{fmt(a.mean_commit_len, 2)} tokens/step"
+                 + (f"  (from {a.commit_len_source})" if a.commit_len_source else ""))
+    add_row("mean step time", fmt_ms(a.mean_step_s))
+    if a.mean_commit_len and a.mean_step_s:
+        add_row("decomposition", f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
+                     f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s")
+    at = a.attribution
+    if at is not None:
+        add_row("vs baseline", f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
+                     f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}")
+    add_row("requests (errors)", f"{a.requests} ({a.errors})")
+    title = Text(f"specscope diagnosis: {info.model or info.endpoint}", style="bold")
+    console.print(Panel(head, title=title, expand=False))
+    if ctx.partial:
+        console.print(Text(f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
+                           style="bold yellow"))
+
+    if not a.findings:
+        console.print(Text(f"No finding. {a.no_finding_reason or ''}"))
+    for rank, f in enumerate(a.findings, start=1):
+        lines = [Text.assemble((f"{rank}. {f.id}", "bold cyan"),
+                               f"  confidence {fmt(f.confidence, 2)}",
+                               (f"  factor {fmt(f.factor, 2)}" if f.factor is not None else "")),
+                 Text(f.summary)]
+        for e in f.evidence:
+            lines.append(Text(f"   • {e.label}: {e.value} {e.unit}  [{e.source}]", style="dim"))
+        if f.next:
+            lines.append(Text.assemble(("   next: ", "bold green"), f.next))
+        console.print(Group(*lines))
+    for n in a.notes:
+        console.print(Text(f"note: {n}", style="dim"))
+    if ctx.errors:
+        console.print(Text(f"{len(ctx.errors)} request(s) failed; first: {ctx.errors[0].kind}: "
+                           f"{ctx.errors[0].message}", style="red"))
+
+
+def render_plan(plan: Plan, console: Console, target: str) -> None:
+    """What will be sent, before anything is: steps, token counts, estimated time."""
+    t = Table(title=f"Plan for {target}", title_justify="left")
+    for col in ("experiment", "prompt tok", "max tok", "requests", "est. s", "why"):
+        t.add_column(col)
+    d, p = plan.decode_tps_assumed, plan.prefill_tps_assumed
+    for s in plan.steps:
+        t.add_row(s.tag, str(s.prompt_tokens), str(s.max_tokens), str(s.requests),
+                  f"{s.estimate_s(d, p):.1f}", s.purpose)
+    console.print(t)
+    basis = "measured by a calibration request" if plan.rates_measured else "assumed"
+    console.print(Text(f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
+                       f"{plan.total_generated_tokens} generated tokens, about {plan.estimate_s():.0f} s "
+                       f"at {d:.1f} tok/s ({basis})."))
+    for k in plan.skipped:
+        console.print(Text(f"skipped {k.experiment}{':' + k.point if k.point else ''}: {k.reason}",
+                           style="yellow"))
+    for n in plan.notes:
+        console.print(Text(f"note: {n}", style="dim"))

@@ -1,0 +1,268 @@
+"""Continuous batching: one loop admits waiting requests and steps all running ones together.
+
+Like SGLang's scheduler: a step's duration depends on the whole batch, new requests join between
+steps (prefill first), finished or disconnected requests leave between steps and release what
+they hold. The loop also keeps the server-side speculation counters that SGLang reports (per
+request: verify count, accepted/proposed drafts, histogram; per interval: the "Decode batch" log
+and the Prometheus gauges).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from specscope.serve.backend import Backend, BackendError, BatchStep, SamplingParams
+from specscope.serve.logs import ServerLog
+from specscope.serve.metrics import ServeMetrics
+
+
+@dataclass
+class StepEvent:
+    """Tokens a request committed in one verify step, as delivered to its HTTP handler."""
+
+    tokens: list[int]
+    accepted_drafts: int
+    finished: bool
+    finish_reason: str | None
+
+
+@dataclass
+class ErrorEvent:
+    message: str
+    status: int
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    t_arrival: float = field(default_factory=time.perf_counter)
+    events: asyncio.Queue[StepEvent | ErrorEvent] = field(default_factory=asyncio.Queue)
+    completion_tokens: int = 0
+    verify_ct: int = 0
+    accepted_drafts: int = 0
+    proposed_drafts: int = 0
+    histogram: list[int] = field(default_factory=list)
+    finished: bool = False
+    cancelled: bool = False
+
+
+@dataclass
+class _Interval:
+    """Counters between two "Decode batch" log lines (SGLang resets them at each print)."""
+
+    steps: int = 0
+    forward_ct: int = 0  # per-request verify steps
+    accept_tokens: int = 0
+    accepted: int = 0
+    proposed: int = 0
+    tokens: int = 0
+    t_start: float = field(default_factory=time.perf_counter)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        backend: Backend,
+        metrics: ServeMetrics,
+        log: ServerLog,
+        max_batch: int,
+        decode_log_interval: int = 40,
+        step_log: bool = True,
+    ):
+        self.backend = backend
+        self.metrics = metrics
+        self.log = log
+        self.max_batch = max_batch
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.step_log = step_log and backend.info.num_draft_tokens > 0
+        self.waiting: deque[RequestState] = deque()
+        self.running: dict[str, RequestState] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._interval = _Interval()
+        # Lifetime acceptance for /get_server_info (SGLang: spec_total_num_accept_tokens / forward_ct).
+        self.total_accept_tokens = 0
+        self.total_forward_ct = 0
+        self.last_gen_throughput = 0.0
+
+    @property
+    def spec_enabled(self) -> bool:
+        return self.backend.info.num_draft_tokens > 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="specscope-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for state in [*self.waiting, *self.running.values()]:
+            self.backend.release(state.request_id)
+        self.waiting.clear()
+        self.running.clear()
+
+    def abort_all(self, message: str = "server shutting down") -> None:
+        """End every request (their streams stop without [DONE]) before the server exits."""
+        for state in list(self.waiting):
+            state.cancelled = True
+            state.events.put_nowait(ErrorEvent(message, 503))
+        self.waiting.clear()
+        for state in list(self.running.values()):
+            self._fail(state, message, 503)
+        self.metrics.num_running_reqs.set(0)
+
+    def submit(self, state: RequestState) -> None:
+        hist_len = max(1, self.backend.info.num_draft_tokens)
+        state.histogram = [0] * hist_len
+        self.waiting.append(state)
+        self.metrics.num_queue_reqs.set(len(self.waiting))
+        self._wake.set()
+
+    def cancel(self, request_id: str) -> None:
+        """The client went away: free the request at the next step boundary."""
+        for state in self.waiting:
+            if state.request_id == request_id:
+                state.cancelled = True
+        state = self.running.get(request_id)
+        if state is not None and not state.finished:
+            state.cancelled = True
+        self._wake.set()
+
+    # -- loop ----------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                self._reap()
+                await self._admit()
+                self._reap()
+                if self.running:
+                    await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a backend bug fails its requests, never the server
+                self.log.info(f"Scheduler error: {type(exc).__name__}: {exc}")
+                for state in list(self.running.values()):
+                    self._fail(state, f"internal error: {type(exc).__name__}", 500)
+                await asyncio.sleep(0)
+
+    def _reap(self) -> None:
+        for rid, state in list(self.running.items()):
+            if state.cancelled:
+                del self.running[rid]
+                self.backend.release(rid)
+                self.metrics.num_aborted.inc()
+        self.metrics.num_running_reqs.set(len(self.running))
+
+    async def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            state = self.waiting.popleft()
+            self.metrics.num_queue_reqs.set(len(self.waiting))
+            if state.cancelled:
+                continue
+            try:
+                await self.backend.prefill(state.request_id, state.prompt_ids, state.params)
+            except BackendError as exc:
+                self.backend.release(state.request_id)
+                self.metrics.num_aborted.inc()
+                state.events.put_nowait(ErrorEvent(str(exc), exc.status))
+                continue
+            self.running[state.request_id] = state
+            self.metrics.prompt_tokens.inc(len(state.prompt_ids))
+        self.metrics.num_running_reqs.set(len(self.running))
+
+    def _fail(self, state: RequestState, message: str, status: int) -> None:
+        self.running.pop(state.request_id, None)
+        self.backend.release(state.request_id)
+        state.finished = True
+        self.metrics.num_aborted.inc()
+        state.events.put_nowait(ErrorEvent(message, status))
+
+    async def _step(self) -> None:
+        ids = list(self.running)
+        batch: BatchStep = await self.backend.step(ids)
+        iv = self._interval
+        iv.steps += 1
+        self.metrics.forward_steps.inc()
+        for out in batch.outputs:
+            state = self.running.get(out.request_id)
+            if state is None:
+                continue
+            n = len(out.tokens)
+            state.completion_tokens += n
+            state.verify_ct += 1
+            state.accepted_drafts += out.accepted_drafts
+            state.proposed_drafts += out.proposed_drafts
+            if state.histogram:
+                state.histogram[min(out.accepted_drafts, len(state.histogram) - 1)] += 1
+            iv.forward_ct += 1
+            iv.accept_tokens += n
+            iv.accepted += out.accepted_drafts
+            iv.proposed += out.proposed_drafts
+            iv.tokens += n
+            self.total_forward_ct += 1
+            self.total_accept_tokens += n
+            self.metrics.generation_tokens.inc(n)
+            if self.spec_enabled:
+                self.metrics.spec_verify_steps.inc()
+                self.metrics.spec_accept_tokens.inc(n)
+                self.metrics.spec_accepted_drafts.inc(out.accepted_drafts)
+                self.metrics.spec_proposed_drafts.inc(out.proposed_drafts)
+            if self.step_log:
+                self.log.ddtree_step(out.request_id, state.verify_ct, out.accepted_drafts, n)
+            if out.finished:
+                state.finished = True
+                del self.running[out.request_id]
+                self.backend.release(out.request_id)
+                self.metrics.num_requests.inc()
+            if not state.cancelled:
+                state.events.put_nowait(
+                    StepEvent(out.tokens, out.accepted_drafts, out.finished, out.finish_reason)
+                )
+        self.metrics.num_running_reqs.set(len(self.running))
+        if iv.steps >= self.decode_log_interval:
+            self._log_interval()
+
+    def _log_interval(self) -> None:
+        iv = self._interval
+        now = time.perf_counter()
+        throughput = iv.tokens / max(1e-9, now - iv.t_start)
+        self.last_gen_throughput = throughput
+        self.metrics.gen_throughput.set(throughput)
+        info = self.backend.info
+        accept_len = accept_rate = None
+        if self.spec_enabled and iv.forward_ct:
+            accept_len = iv.accept_tokens / iv.forward_ct
+            per_step = max(1, info.num_draft_tokens - 1)
+            accept_rate = (iv.accept_tokens - iv.forward_ct) / (iv.forward_ct * per_step)
+            self.metrics.spec_accept_length.set(accept_len)
+            self.metrics.spec_accept_rate.set(accept_rate)
+        used = sum(len(s.prompt_ids) + s.completion_tokens for s in self.running.values())
+        capacity = int(info.extra.get("max_total_tokens", info.max_context * self.max_batch))
+        self.log.decode_batch(
+            running=len(self.running),
+            tokens=used,
+            token_usage=used / max(1, capacity),
+            accept_len=accept_len,
+            accept_rate=accept_rate,
+            gen_throughput=throughput,
+            queued=len(self.waiting),
+        )
+        self._interval = _Interval(t_start=now)
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        if not self.spec_enabled or self.total_forward_ct == 0:
+            return None
+        return self.total_accept_tokens / self.total_forward_ct

@@ -1,0 +1,151 @@
+"""Request bodies and OpenAI-style errors.
+
+Unknown fields are rejected (extra="forbid") so that a client's typo is a 400 naming the field,
+not a silently ignored setting. The accepted fields are the ones OpenAI, vLLM and SGLang clients
+commonly send; fields the server cannot honour (n > 1) are rejected explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAX_TOKENS_CEILING = 10_000_000
+BodyT = TypeVar("BodyT", bound=BaseModel)
+
+
+class ApiError(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None,
+                 type_: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.status, self.param, self.type = message, status, param, type_
+
+
+def error_body(message: str, status: int, param: str | None = None,
+               type_: str = "invalid_request_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": status}}
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(err.message, err.status, err.param, err.type), err.status)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _Sampling(_Body):
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING)
+    temperature: float = Field(0.0, ge=0, le=100)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = None
+    n: int = Field(1, ge=1, le=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    ignore_eos: bool = False
+    min_tokens: int | None = None
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    skip_special_tokens: bool | None = None
+    return_spec_tokens_details: bool | None = None
+    timings_per_token: bool | None = None
+    rid: str | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str]
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    separate_reasoning: bool | None = None
+
+
+class NativeSamplingParams(_Body):
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING)
+    temperature: float = Field(0.0, ge=0, le=100)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = None
+    ignore_eos: bool = False
+    stop: str | list[str] | None = None
+    skip_special_tokens: bool | None = None
+    min_new_tokens: int | None = None
+    repetition_penalty: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    stream_interval: int | None = Field(None, ge=1)
+    sampling_seed: int | None = None
+    n: int = Field(1, ge=1, le=1)
+
+
+class GenerateRequest(_Body):
+    text: str | None = None
+    input_ids: list[int] | None = None
+    sampling_params: NativeSamplingParams = Field(default_factory=NativeSamplingParams)
+    stream: bool = False
+    rid: str | None = None
+    return_logprob: bool | None = None
+    model: str | None = None
+
+
+class TokenizeRequest(_Body):
+    prompt: str | None = None
+    text: str | None = None
+    content: str | None = None
+    messages: list[ChatMessage] | None = None
+    model: str | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool | None = None
+    with_pieces: bool | None = None
+
+
+async def parse_body(request: Request, model: type[BodyT]) -> BodyT:
+    """The body as `model`, or ApiError(400) saying what is wrong and where."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError("request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ApiError(f"{param}: {msg}", param=param) from None

@@ -1,0 +1,84 @@
+"""Get a run's Analysis: from its analysis.json, or by analysing its requests again.
+
+`specscope report` and `compare` must work on any run dir, partial ones and ones whose
+analysis.json is missing or from an older schema, so re-analysis is the fallback, not an error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from specscope.analysis.model import Analysis
+from specscope.trace import Run, load_run
+
+
+def analyze_run(run: Run, baseline: Run | None = None, telemetry: list[Any] | None = None) -> Analysis:
+    """Call the analysis layer (pure). Kept in one place so every command analyses alike."""
+    try:
+        from specscope.analysis.diagnosis import analyze  # imported late: a heavy module
+    except ImportError:
+        return _headline_only(run)
+    return analyze(run, baseline=baseline, telemetry=telemetry)
+
+
+def _headline_only(run: Run) -> Analysis:
+    """Headline numbers of the main measurement when the diagnosis module is not installed
+    (a partial checkout): better a report that says so than no report."""
+    from specscope.analysis.summary import summarize
+
+    main = run.by_tag("full_generation") or [r for r in run.requests if r.spec.tag != "calibration"]
+    s = summarize(main)
+    return Analysis(decode_tps=s.get("decode_tps"), mean_commit_len=s.get("mean_commit_len"),
+                    mean_step_s=s.get("mean_step_s"), ttft_s=s.get("ttft_s_p50"),
+                    requests=len(run.requests), errors=len(run.errors),
+                    no_finding_reason="the analysis layer (specscope.analysis.diagnosis) is missing",
+                    notes=["headline numbers only: specscope.analysis.diagnosis is not available"])
+
+
+def plain_values(obj: Any) -> Any:
+    """Numpy scalars (a stray np.bool_ or np.float64 in evidence) as plain Python values."""
+    if isinstance(obj, dict):
+        return {k: plain_values(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [plain_values(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, str | bytes):
+        try:
+            return obj.item()
+        except (TypeError, ValueError):
+            return str(obj)
+    return obj
+
+
+def analysis_json(analysis: Analysis) -> dict[str, Any]:
+    """What analysis.json holds. Never fails on a value type the model did not expect: the
+    measurement is already on disk and must get its analysis written."""
+    try:
+        return analysis.model_dump(mode="json", by_alias=True)
+    except Exception:
+        raw = plain_values(analysis.model_dump(mode="python", by_alias=True))
+        return json.loads(json.dumps(raw, default=str))
+
+
+def stored_analysis(run: Run) -> Analysis | None:
+    if not run.analysis:
+        return None
+    try:
+        return Analysis.model_validate(run.analysis)
+    except ValidationError:
+        return None
+
+
+def load_analysis(run_dir: Path | str, reanalyze: bool = False) -> tuple[Run, Analysis]:
+    """The run and its analysis (stored one unless missing, invalid or `reanalyze`)."""
+    run = load_run(run_dir)
+    a = None if reanalyze else stored_analysis(run)
+    if a is None:
+        a = analyze_run(run)
+        a.run_dir = str(run_dir)
+    if run.info.status in ("partial", "failed"):
+        a.partial = True
+    return run, a

@@ -1,0 +1,83 @@
+"""Compare a baseline run A with an observed run B: the tps ratio split exactly into acceptance
+and step time (tps_A / tps_B = (L_A / L_B) * (s_B / s_A)), the findings that differ, and a
+regression gate ("B is more than X% slower than A")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specscope.analysis.model import Analysis, Finding
+
+
+@dataclass
+class Comparison:
+    tps_a: float | None
+    tps_b: float | None
+    tps_ratio: float | None  # tps_A / tps_B: > 1 means B is slower
+    acceptance_factor: float | None  # L_A / L_B
+    step_time_factor: float | None  # s_B / s_A
+    findings: list[Finding] = field(default_factory=list)  # in B (factors vs A), not in A
+    new_findings: list[str] = field(default_factory=list)  # ids in B, not in A
+    resolved_findings: list[str] = field(default_factory=list)  # ids in A, not in B
+    b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
+
+    def slower_by(self) -> float | None:
+        """Fraction by which B is slower than A (0.25 = 25% slower; negative = faster)."""
+        if not self.tps_a or self.tps_b is None:
+            return None
+        return 1.0 - self.tps_b / self.tps_a
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tps_a": self.tps_a,
+            "tps_b": self.tps_b,
+            "tps_ratio": self.tps_ratio,
+            "acceptance_factor": self.acceptance_factor,
+            "step_time_factor": self.step_time_factor,
+            "slower_by": self.slower_by(),
+            "findings": [f.model_dump(mode="json") for f in self.findings],
+            "new_findings": self.new_findings,
+            "resolved_findings": self.resolved_findings,
+            "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
+        }
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den == 0:
+        return None
+    return num / den
+
+
+def compare_analyses(a: Analysis, b: Analysis, b_with_baseline: Analysis | None = None) -> Comparison:
+    """Headline comparison. `b_with_baseline` (B analysed against A) supplies the attribution
+    and findings when the analysis layer could compute them; headline ratios are the fallback."""
+    if b_with_baseline is not None and not b_with_baseline.requests:
+        b_with_baseline = None  # nothing to re-analyse (e.g. an imported summary): use B as stored
+    at = b_with_baseline.attribution if b_with_baseline is not None else None
+    tps_ratio = at.tps_ratio if at and at.tps_ratio is not None else _ratio(a.decode_tps, b.decode_tps)
+    acc = (at.acceptance_factor if at and at.acceptance_factor is not None
+           else _ratio(a.mean_commit_len, b.mean_commit_len))
+    stf = (at.step_time_factor if at and at.step_time_factor is not None
+           else _ratio(b.mean_step_s, a.mean_step_s))
+    b_findings = list((b_with_baseline or b).findings)
+    ids_a = {f.id for f in a.findings}
+    ids_b = {f.id for f in b_findings}
+    return Comparison(
+        tps_a=a.decode_tps, tps_b=b.decode_tps, tps_ratio=tps_ratio, acceptance_factor=acc,
+        step_time_factor=stf, findings=[f for f in b_findings if f.id not in ids_a],
+        new_findings=sorted(ids_b - ids_a), resolved_findings=sorted(ids_a - ids_b),
+        b_findings=b_findings,
+    )
+
+
+def parse_threshold(text: str) -> float:
+    """'10%' or '0.1' -> 0.10. Raises ValueError with a readable message."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"--fail-if-slower expects a percentage like 10% (got {text!r})") from None
+    if not 0 <= value < 1:
+        raise ValueError(f"--fail-if-slower must be between 0% and 100% (got {text!r})")
+    return value

@@ -1,0 +1,110 @@
+"""One call from inputs to a summary: the code path `specscope logs` and `diagnose` share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from specscope.telemetry.base import LineFormat
+from specscope.telemetry.custom import compile_pattern, custom_format
+from specscope.telemetry.formats import formats_for
+from specscope.telemetry.prefix import PrefixParser
+from specscope.telemetry.records import SpecRecord
+from specscope.telemetry.scan import DEFAULT_MAX_LINE, Scanner, ScanOptions
+from specscope.telemetry.sources import (
+    BLOCK_SIZE,
+    DEFAULT_COMMAND_TIMEOUT_S,
+    SourceLog,
+    command_chunks,
+    file_chunks,
+    stdin_chunks,
+    whole_lines,
+)
+from specscope.telemetry.summary import LogSummary
+
+
+@dataclass
+class LogQuery:
+    """What to read and which records to keep (mirrors the `specscope logs` flags)."""
+
+    paths: list[str] = field(default_factory=list)  # files, or "-" for stdin
+    logs_cmd: str | None = None
+    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
+    format: str = "auto"
+    pattern: str | None = None
+    rank: str | None = "TP0"  # None = all ranks
+    since: float | None = None
+    until: float | None = None
+    keep_records: bool = False
+    max_line: int = DEFAULT_MAX_LINE
+    block_size: int = BLOCK_SIZE
+
+
+@dataclass
+class LogResult:
+    summary: LogSummary
+    records: list[SpecRecord]
+
+
+def selected_formats(format_: str, pattern: str | None) -> list[LineFormat]:
+    """The formats a query reads; raises UnknownFormatError / PatternError on bad flags."""
+    formats = [] if format_ == "custom" else formats_for(format_)
+    if pattern is not None:
+        formats.insert(0, custom_format(compile_pattern(pattern)))
+    elif format_ == "custom":
+        from specscope.telemetry.custom import PatternError
+
+        raise PatternError("--format custom needs --pattern REGEX")
+    return formats
+
+
+def _sources(query: LogQuery, log: SourceLog) -> Iterator[tuple[str, Iterable[bytes]]]:
+    for path in query.paths:
+        if path == "-":
+            yield "-", stdin_chunks(log, query.block_size)
+        else:
+            yield path, file_chunks(path, log, query.block_size)
+    if query.logs_cmd:
+        yield query.logs_cmd, command_chunks(query.logs_cmd, log, query.command_timeout_s)
+
+
+def read_logs(query: LogQuery, prefixes: PrefixParser | None = None) -> LogResult:
+    """Read every source of `query` and return its summary (and records if asked).
+    Raises SourceError for unreadable input; warnings land in `summary.warnings`."""
+    scanner = Scanner(
+        ScanOptions(
+            formats=selected_formats(query.format, query.pattern),
+            rank=query.rank,
+            since=query.since,
+            until=query.until,
+            keep_records=query.keep_records,
+            max_line=query.max_line,
+        ),
+        prefixes,
+    )
+    log = SourceLog()
+    for name, chunks in _sources(query, log):
+        line_base = 0
+        for block in whole_lines(chunks, query.max_line, log):
+            line_base += scanner.feed(block, name, line_base)
+    scanner.summary.warnings.extend(log.warnings)
+    scanner.summary.oversized_lines += log.oversized_lines
+    return LogResult(scanner.summary, scanner.records)
+
+
+def parse_text(
+    text: str,
+    format_: str = "auto",
+    rank: str | None = None,
+    pattern: str | None = None,
+    source: str = "",
+) -> LogResult:
+    """Parse log text held in memory (all ranks by default): for tests, the twin's log, and
+    callers that already have the lines."""
+    scanner = Scanner(
+        ScanOptions(formats=selected_formats(format_, pattern), rank=rank, keep_records=True)
+    )
+    data = text.encode("utf-8", "replace")
+    if data:
+        scanner.feed(data, source)
+    return LogResult(scanner.summary, scanner.records)

@@ -1,0 +1,227 @@
+"""The block scanner: finds candidate lines by substring search over large byte blocks and
+parses only those.
+
+Why blocks and markers: a server journal is mostly lines no format cares about. Splitting a
+1 GB file into Python lines costs more than everything else together, so the scanner instead
+runs `bytes.find(marker)` (C speed) over multi-megabyte blocks, cuts out just the line around
+each hit, decodes and cleans it, and hands it to the format's parser. Formats without a marker
+(a user `--pattern`) fall back to a per-line loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from specscope.telemetry.base import LineFormat, Malformed, Parsed, to_record
+from specscope.telemetry.prefix import PrefixParser
+from specscope.telemetry.records import SpecRecord
+from specscope.telemetry.summary import LogSummary
+
+_CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
+_ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+DEFAULT_MAX_LINE = 1 << 20  # longer lines are skipped and counted (binary dumps, base64 blobs)
+MALFORMED_EXAMPLES = 5
+
+
+@dataclass
+class ScanOptions:
+    formats: list[LineFormat]
+    rank: str | None = "TP0"  # keep records of this rank (and those without a rank); None = all
+    since: float | None = None  # unix seconds, inclusive
+    until: float | None = None  # unix seconds, exclusive
+    keep_records: bool = False
+    max_line: int = DEFAULT_MAX_LINE
+
+
+def clean_bytes(raw: bytes) -> str:
+    """Decode one line and drop ANSI codes and control characters (the story's sed)."""
+    stripped = raw.translate(None, _CONTROL_BYTES)
+    if len(stripped) != len(raw):
+        if b"\x1b" in raw:
+            stripped = _ANSI_B.sub(b"", raw).translate(None, _CONTROL_BYTES)
+    return stripped.decode("utf-8", "replace")
+
+
+class Scanner:
+    """Feeds blocks of complete lines through the selected formats into a LogSummary (and,
+    when asked, a list of SpecRecords)."""
+
+    def __init__(self, options: ScanOptions, prefixes: PrefixParser | None = None) -> None:
+        self.options = options
+        self.prefixes = prefixes or PrefixParser()
+        self.summary = LogSummary()
+        self.records: list[SpecRecord] = []
+        self.on_record: Callable[[SpecRecord], None] | None = None
+        self._marked = [f for f in options.formats if f.markers]
+        self._fast = None
+        if not options.keep_records and any(f.name == "ddtree" for f in self._marked):
+            from specscope.telemetry.fastpath import FastDDTree
+
+            self._fast = FastDDTree(options, self.prefixes)
+        self._unmarked = [f for f in options.formats if not f.markers]
+
+    # -- public -------------------------------------------------------------------------
+    def feed(self, block: bytes, source: str = "", line_base: int = 0) -> int:
+        """Scan `block` (whole lines; the last may lack its newline). Returns its line count."""
+        n_lines = block.count(b"\n")
+        if block and not block.endswith(b"\n"):
+            n_lines += 1
+        self.summary.lines += n_lines
+        self.summary.bytes += len(block)
+        first_new = len(self.records)
+        for fmt in self._marked:
+            if fmt.name == "ddtree" and self._fast is not None and self.on_record is None:
+                self._scan_ddtree_fast(fmt, block, source, line_base)
+            elif len(fmt.markers) == 1:
+                self._scan_marker(fmt, fmt.markers[0], block, source, line_base, None)
+            else:
+                seen: set[int] = set()
+                for marker in fmt.markers:
+                    self._scan_marker(fmt, marker, block, source, line_base, seen)
+        for fmt in self._unmarked:
+            self._scan_all_lines(fmt, block, source, line_base)
+        if len(self.records) > first_new:
+            # Formats are scanned one after another; restore line order within the block.
+            self.records[first_new:] = sorted(
+                self.records[first_new:], key=lambda r: r.line_no or 0
+            )
+        return n_lines
+
+    def feed_lines(self, lines: Iterable[str], source: str = "") -> None:
+        """Convenience for callers holding text (tests, the twin's in-memory log)."""
+        text = "\n".join(line.rstrip("\n") for line in lines)
+        if text:
+            self.feed(text.encode("utf-8", "replace") + b"\n", source)
+
+    # -- internals ----------------------------------------------------------------------
+    def _scan_marker(
+        self,
+        fmt: LineFormat,
+        marker: bytes,
+        block: bytes,
+        source: str,
+        line_base: int,
+        seen: set[int] | None,
+    ) -> None:
+        find = block.find
+        rfind = block.rfind
+        pos = find(marker)
+        if pos < 0:
+            return
+        end = len(block)
+        max_line = self.options.max_line
+        parse = fmt.parse
+        prefixes = self.prefixes
+        handle = self._handle
+        # Line numbers are counted incrementally (hits come in order), and only when needed.
+        count_lines = self.options.keep_records
+        last_ls, last_no = 0, line_base
+        while pos >= 0:
+            ls = rfind(b"\n", 0, pos) + 1
+            le = find(b"\n", pos)
+            if le < 0:
+                le = end
+            if seen is not None:
+                if ls in seen:
+                    pos = find(marker, le)
+                    continue
+                seen.add(ls)
+            if le - ls > max_line:
+                self.summary.oversized_lines += 1
+            else:
+                line_no = None
+                if count_lines:
+                    last_no += block.count(b"\n", last_ls, ls)
+                    last_ls = ls
+                    line_no = last_no + 1
+                try:
+                    result = parse(clean_bytes(block[ls:le]), prefixes)
+                except Exception as exc:  # a parser bug must not lose the rest of the log
+                    result = Malformed(fmt.name, f"parser error: {type(exc).__name__}")
+                if result is not None:
+                    handle(result, block, ls, le, line_no, line_base, source)
+            pos = find(marker, le)
+
+    def _scan_ddtree_fast(self, fmt: LineFormat, block: bytes, source: str, line_base: int) -> None:
+        from specscope.telemetry.fastpath import MARKERS
+
+        assert self._fast is not None
+        handled = self._fast.scan(block, self.summary)
+        for marker in fmt.markers:
+            if handled is None and marker in MARKERS:
+                continue  # every line with this marker was canonical and is counted
+            self._scan_marker(fmt, marker, block, source, line_base, handled or set())
+
+    def _scan_all_lines(self, fmt: LineFormat, block: bytes, source: str, line_base: int) -> None:
+        parse, prefixes, max_line = fmt.parse, self.prefixes, self.options.max_line
+        ls = 0
+        for i, raw in enumerate(block.split(b"\n")):
+            le = ls + len(raw)
+            if raw and len(raw) <= max_line:
+                try:
+                    result = parse(clean_bytes(raw), prefixes)
+                except Exception as exc:
+                    result = Malformed(fmt.name, f"parser error: {type(exc).__name__}")
+                if result is not None:
+                    self._handle(result, block, ls, le, line_base + i + 1, line_base, source)
+            elif len(raw) > max_line:
+                self.summary.oversized_lines += 1
+            ls = le + 1
+
+    def _handle(
+        self,
+        result: Parsed | Malformed,
+        block: bytes,
+        ls: int,
+        le: int,
+        line_no: int | None,
+        line_base: int,
+        source: str,
+    ) -> None:
+        s = self.summary
+        if isinstance(result, Malformed):
+            s.malformed += 1
+            if len(s.malformed_examples) < MALFORMED_EXAMPLES:
+                if line_no is None:
+                    line_no = line_base + block.count(b"\n", 0, ls) + 1
+                s.malformed_examples.append(
+                    {
+                        "source": source,
+                        "line_no": line_no,
+                        "format": result.format,
+                        "reason": result.reason,
+                        "text": clean_bytes(block[ls:min(le, ls + 300)]),
+                    }
+                )
+            return
+        opts = self.options
+        rank = result.get("rank")
+        if opts.rank is not None and rank is not None and rank != opts.rank:
+            s.filtered_rank += 1
+            return
+        if opts.since is not None or opts.until is not None:
+            ts = result.get("ts")
+            if ts is None:
+                s.undated += 1
+                return
+            if (opts.since is not None and ts < opts.since) or (
+                opts.until is not None and ts >= opts.until
+            ):
+                s.filtered_time += 1
+                return
+        rec = None
+        if opts.keep_records or self.on_record is not None:
+            try:
+                rec = to_record(result, line_no, source)
+            except Exception as exc:  # a parser returned a value the record type refuses
+                s.malformed += 1
+                s.warnings.append(f"{source}:{line_no}: record rejected: {type(exc).__name__}")
+                return
+        s.add(result)
+        if rec is not None:
+            if opts.keep_records:
+                self.records.append(rec)
+            if self.on_record is not None:
+                self.on_record(rec)

@@ -1,0 +1,73 @@
+"""vLLM's periodic `SpecDecoding metrics:` log line (observability.md §2a).
+
+Fields are found one by one (not by position) because their order changed between releases:
+Sept-2025 builds start with `Draft acceptance rate: x%`, newer ones end with
+`Avg Draft acceptance rate: x%`. The per-position list may contain `…` where a report
+abbreviated it; those entries are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from specscope.telemetry.base import LineFormat, Malformed, Parsed, float_list, number
+from specscope.telemetry.prefix import PrefixParser
+
+MARKER = "SpecDecoding metrics"
+_PROCESS = re.compile(r"\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\)")
+_FIELDS = {
+    "mean_acceptance_length": re.compile(r"Mean acceptance length: (\S+?),?(?:\s|$)"),
+    "accepted_throughput": re.compile(r"Accepted throughput: (\S+?) tokens/s"),
+    "drafted_throughput": re.compile(r"Drafted throughput: (\S+?) tokens/s"),
+    "accepted_tokens": re.compile(r"\bAccepted: (\d+) tokens"),
+    "drafted_tokens": re.compile(r"\bDrafted: (\d+) tokens"),
+    "draft_acceptance_pct": re.compile(r"Draft acceptance rate: (\S+?)%"),
+}
+_PER_POSITION = re.compile(r"Per-position acceptance rate: ([^A-Za-z]*)")
+
+
+def parse_vllm_spec(line: str, prefixes: PrefixParser) -> Parsed | Malformed | None:
+    """One `SpecDecoding metrics:` line -> SpecRecord kwargs (format `vllm_spec`, interval)."""
+    at = line.find(MARKER)
+    if at < 0:
+        return None
+    body = line[at:]
+    fields: dict[str, object] = {}
+    for name, rx in _FIELDS.items():
+        m = rx.search(body)
+        if m:
+            value = number(m.group(1))
+            if value is not None:
+                fields[name] = int(value) if name.endswith("_tokens") else value
+    per_pos_m = _PER_POSITION.search(body)
+    per_position = float_list(per_pos_m.group(1)) if per_pos_m else None
+    mean_al = fields.pop("mean_acceptance_length", None)
+    pct = fields.pop("draft_acceptance_pct", None)
+    if mean_al is None and pct is None:
+        return Malformed("vllm_spec", "no 'Mean acceptance length' or 'Draft acceptance rate'")
+    accepted = fields.get("accepted_tokens")
+    n_steps = None
+    if isinstance(mean_al, float) and mean_al > 1.0 and isinstance(accepted, int):
+        # num_drafts = accepted / (AL - 1); AL is printed with 2 decimals, so this is rounded.
+        n_steps = round(accepted / (mean_al - 1.0))
+        fields["n_steps_estimated"] = True
+    proc = _PROCESS.search(line, 0, at)
+    if proc:
+        fields["process"] = proc.group("proc")
+        fields["pid"] = int(proc.group("pid"))
+    pre = prefixes(line[:at])
+    return {
+        "format": "vllm_spec",
+        "ts": pre.ts,
+        "rank": pre.rank,
+        "commit_len": mean_al,
+        "accepted_drafts": None if mean_al is None else mean_al - 1.0,  # type: ignore[operator]
+        "accept_rate": None if pct is None else pct / 100.0,  # type: ignore[operator]
+        "n_steps": n_steps,
+        "per_position": per_position or None,
+        "scope": "interval",
+        "fields": fields,
+    }
+
+
+VLLM_SPEC = LineFormat("vllm_spec", "vllm", (MARKER.encode(),), parse_vllm_spec)

@@ -1,0 +1,337 @@
+"""The twin's scenario and its pure simulation functions.
+
+A scenario (TOML) says how a speculative server behaves: how long a verify step takes (a linear
+model in context, verified tokens, batch and output position, times lognormal noise, plus rare
+spikes), how many tokens a step commits (a chain of per-depth acceptance probabilities that can
+decay with output position and drop once the context outgrows the drafter's window, or a replayed
+histogram), how long prefill takes, how the server streams, and which faults it injects.
+
+Everything here is pure: the functions take a scenario, numbers and a numpy Generator and return
+numbers. The live twin backend (`twin/backend.py`) and the virtual-time accuracy suite
+(`simulate_request`) share them, so a diagnosis can be checked against the exact truth.
+All times returned are already multiplied by `time_scale` (they are what a client would see).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SCENARIO_DIR = Path(str(resources.files("specscope.twin") / "scenarios"))
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded; the message names the file and the key."""
+
+
+class _Table(BaseModel):
+    # extra="forbid": a misspelt key is an error naming that key, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepTable(_Table):
+    """Verify-step time, seconds: s0 + per_context_token*context + per_verified_token*verified
+    + per_batch_request*(batch-1) + drift_per_output_token*output_pos, times lognormal noise."""
+
+    s0: float = Field(0.02, ge=0)
+    per_context_token: float = Field(0.0, ge=0)
+    per_verified_token: float = Field(0.0, ge=0)
+    per_batch_request: float = Field(0.0, ge=0)
+    drift_per_output_token: float = 0.0
+    noise_sigma: float = Field(0.0, ge=0, le=2)
+    spike_prob: float = Field(0.0, ge=0, le=1)
+    spike_s: float = Field(0.0, ge=0)
+
+
+class PrefillTable(_Table):
+    s0: float = Field(0.01, ge=0)
+    per_prompt_token: float = Field(0.0, ge=0)
+
+
+class AcceptanceTable(_Table):
+    """Chain acceptance: draft at depth d is accepted with probability depth_probs[d-1] given
+    depths 1..d-1 were accepted. An empty list means no speculation (every step commits 1)."""
+
+    depth_probs: list[float] = Field(default_factory=list)
+    decay_per_output_token: float = Field(0.0, ge=0)
+    decay_floor: float = Field(0.0, ge=0, le=1)
+    window: int = Field(0, ge=0)
+    window_penalty: float = Field(1.0, ge=0, le=1)
+    # Replay: index k = weight of steps that accepted exactly k drafts (SGLang histogram order).
+    replay_histogram: list[float] = Field(default_factory=list)
+    # Tokens the target verifies per step (tree budget + 1); 0 = num_draft_tokens.
+    verify_width: int = Field(0, ge=0)
+    algorithm: str = "DDTREE"
+
+    @model_validator(mode="after")
+    def _check(self) -> AcceptanceTable:
+        if any(not 0.0 <= p <= 1.0 for p in self.depth_probs):
+            raise ValueError("depth_probs: every probability must be within [0, 1]")
+        hist = self.replay_histogram
+        if hist and (any(w < 0 for w in hist) or sum(hist) <= 0):
+            raise ValueError("replay_histogram: weights must be >= 0 with a positive sum")
+        return self
+
+    @property
+    def max_drafts(self) -> int:
+        if self.replay_histogram:
+            return len(self.replay_histogram) - 1
+        return len(self.depth_probs)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """SGLang's speculative_num_draft_tokens (drafts + the current token); 0 = no speculation."""
+        return self.max_drafts + 1 if self.max_drafts > 0 else 0
+
+    @property
+    def verified_tokens(self) -> int:
+        return self.verify_width or max(1, self.num_draft_tokens)
+
+
+class StreamingTable(_Table):
+    stream_interval: int = Field(1, ge=1)
+    per_token_events: bool = False
+
+
+class FaultsTable(_Table):
+    disconnect_prob: float = Field(0.0, ge=0, le=1)
+    error_5xx_prob: float = Field(0.0, ge=0, le=1)
+    error_status: int = Field(503, ge=500, le=599)
+    stall_prob: float = Field(0.0, ge=0, le=1)
+    stall_s: float = Field(0.0, ge=0)
+
+
+class Scenario(_Table):
+    name: str = "unnamed"
+    description: str = ""
+    model: str = "specscope-twin"
+    max_context: int = Field(32768, ge=16)
+    max_batch: int = Field(256, ge=1)
+    seed: int = 0
+    time_scale: float = Field(1.0, gt=0)
+    step: StepTable = Field(default_factory=StepTable)
+    prefill: PrefillTable = Field(default_factory=PrefillTable)
+    acceptance: AcceptanceTable = Field(default_factory=AcceptanceTable)
+    streaming: StreamingTable = Field(default_factory=StreamingTable)
+    faults: FaultsTable = Field(default_factory=FaultsTable)
+    # Overrides (same tables as above) for a variant, e.g. the no-speculation baseline.
+    baseline: dict[str, Any] = Field(default_factory=dict)
+
+    def variant(self, name: str) -> Scenario:
+        """The scenario with a variant table merged in (only "baseline" exists)."""
+        if name != "baseline":
+            raise ScenarioError(f"scenario {self.name}: unknown variant {name!r} (known: baseline)")
+        if not self.baseline:
+            raise ScenarioError(f"scenario {self.name}: has no [baseline] table")
+        data = _deep_merge(self.model_dump(exclude={"baseline"}), self.baseline)
+        data["name"] = f"{self.name}:baseline"
+        return _validate(data, f"{self.name} [baseline]")
+
+    def scaled(self, time_scale: float) -> Scenario:
+        """A copy with another time scale (all simulated times multiplied by it)."""
+        return self.model_copy(update={"time_scale": time_scale})
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _validate(data: dict[str, Any], origin: str) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ScenarioError(f"{origin}: key {key}: {first['msg']}") from None
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+
+
+def resolve_scenario_path(name_or_path: str | Path) -> Path:
+    """A path to an existing file, or the name of a shipped scenario (with or without .toml)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SCENARIO_DIR / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    bare_name = str(name_or_path) in (path.name, path.stem)
+    if bare_name and shipped.is_file():
+        return shipped
+    raise ScenarioError(
+        f"{name_or_path}: no such scenario file (shipped scenarios: {', '.join(scenario_names())})"
+    )
+
+
+def load_scenario(name_or_path: str | Path, variant: str | None = None) -> Scenario:
+    """Load and validate a scenario; `NAME:baseline` or variant="baseline" picks the variant."""
+    text = str(name_or_path)
+    if variant is None and ":" in text and not Path(text).exists():
+        text, variant = text.rsplit(":", 1)
+    path = resolve_scenario_path(text)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+    data.setdefault("name", path.stem)
+    scenario = _validate(data, str(path))
+    return scenario.variant(variant) if variant else scenario
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure simulation functions
+
+
+def expected_step_s(
+    sc: Scenario, context_len: int, verified_tokens: int, batch_size: int, output_pos: int
+) -> float:
+    """The noiseless step time (already time-scaled): the step-time model's mean."""
+    st = sc.step
+    s = (
+        st.s0
+        + st.per_context_token * context_len
+        + st.per_verified_token * verified_tokens
+        + st.per_batch_request * max(0, batch_size - 1)
+        + st.drift_per_output_token * output_pos
+    )
+    return max(0.0, s) * sc.time_scale
+
+
+def step_time(
+    sc: Scenario,
+    context_len: int,
+    verified_tokens: int,
+    batch_size: int,
+    output_pos: int,
+    rng: np.random.Generator,
+) -> float:
+    """One step's simulated duration. Noise is mean-preserving lognormal (exp(sigma*z -
+    sigma^2/2)), so `expected_step_s` stays the true mean; a spike adds `spike_s`."""
+    s = expected_step_s(sc, context_len, verified_tokens, batch_size, output_pos)
+    sigma = sc.step.noise_sigma
+    if sigma > 0:
+        s *= math.exp(sigma * float(rng.standard_normal()) - sigma * sigma / 2)
+    if sc.step.spike_prob > 0 and float(rng.random()) < sc.step.spike_prob:
+        s += sc.step.spike_s * sc.time_scale
+    return s
+
+
+def acceptance_multiplier(sc: Scenario, output_pos: int, context_len: int) -> float:
+    """How much every depth's acceptance is scaled at this point of a generation: the easy-early
+    decay exp(-decay*pos) (never below decay_floor) times the window penalty once the context
+    exceeds the drafter's window."""
+    acc = sc.acceptance
+    m = 1.0
+    if acc.decay_per_output_token > 0:
+        m = max(acc.decay_floor, math.exp(-acc.decay_per_output_token * output_pos))
+    if acc.window > 0 and context_len > acc.window:
+        m *= acc.window_penalty
+    return m
+
+
+def accepted_drafts(
+    sc: Scenario, output_pos: int, context_len: int, rng: np.random.Generator
+) -> int:
+    """Drafts accepted in one verify step (commit length = this + 1)."""
+    acc = sc.acceptance
+    mult = acceptance_multiplier(sc, output_pos, context_len)
+    if acc.replay_histogram:
+        weights = np.asarray(acc.replay_histogram, dtype=float)
+        k = int(rng.choice(len(weights), p=weights / weights.sum()))
+        # The multiplier thins a replayed step: each accepted draft survives with prob `mult`.
+        if mult < 1.0:
+            kept = 0
+            while kept < k and float(rng.random()) < mult:
+                kept += 1
+            k = kept
+        return k
+    k = 0
+    for p in acc.depth_probs:
+        if float(rng.random()) >= p * mult:
+            break
+        k += 1
+    return k
+
+
+def commit_length(
+    sc: Scenario, output_pos: int, context_len: int, rng: np.random.Generator
+) -> int:
+    return accepted_drafts(sc, output_pos, context_len, rng) + 1
+
+
+def expected_commit_length(sc: Scenario, output_pos: int, context_len: int) -> float:
+    """Mean commit length at this point (exact for chains; replay ignores thinning order)."""
+    acc = sc.acceptance
+    mult = acceptance_multiplier(sc, output_pos, context_len)
+    if acc.replay_histogram:
+        w = np.asarray(acc.replay_histogram, dtype=float)
+        w = w / w.sum()
+        return 1.0 + float(sum(w[k] * sum(mult**j for j in range(1, k + 1)) for k in range(len(w))))
+    total, prob = 1.0, 1.0
+    for p in acc.depth_probs:
+        prob *= p * mult
+        total += prob
+    return total
+
+
+def prefill_time(sc: Scenario, prompt_tokens: int) -> float:
+    return (sc.prefill.s0 + sc.prefill.per_prompt_token * prompt_tokens) * sc.time_scale
+
+
+@dataclass(frozen=True)
+class SimStep:
+    """One simulated verify step of a request at concurrency 1."""
+
+    commit_len: int
+    step_s: float
+    accepted_drafts: int
+    context_len: int
+    output_pos: int
+
+
+def request_rngs(sc: Scenario, request_seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """(acceptance rng, timing rng) for one request: independent streams from one seed, so the
+    live twin at concurrency 1 and `simulate_request` draw the same numbers."""
+    acc_seq, time_seq = np.random.SeedSequence([sc.seed, request_seed]).spawn(2)
+    return np.random.default_rng(acc_seq), np.random.default_rng(time_seq)
+
+
+def simulate_request_steps(
+    sc: Scenario, prompt_tokens: int, max_tokens: int, seed: int = 0
+) -> Iterator[SimStep]:
+    """Every verify step of one request run alone (batch 1), in order. The last step is cut to
+    the tokens left (its accepted_drafts keeps what the drafter really got)."""
+    acc_rng, time_rng = request_rngs(sc, seed)
+    verified = sc.acceptance.verified_tokens
+    out = 0
+    while out < max_tokens:
+        context = prompt_tokens + out
+        k = accepted_drafts(sc, out, context, acc_rng)
+        commit = min(k + 1, max_tokens - out)
+        s = step_time(sc, context, verified, 1, out, time_rng)
+        yield SimStep(commit, s, k, context, out)
+        out += commit
+
+
+def simulate_request(
+    sc: Scenario, prompt_tokens: int, max_tokens: int, seed: int = 0
+) -> Iterator[tuple[int, float]]:
+    """(commit_len, step_s) per verify step of one request at concurrency 1 (virtual time)."""
+    for st in simulate_request_steps(sc, prompt_tokens, max_tokens, seed):
+        yield st.commit_len, st.step_s

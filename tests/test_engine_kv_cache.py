@@ -1,0 +1,122 @@
+"""Paged KV cache bookkeeping, and the model's forward API that speculation builds on, with a
+tiny random-weight model of the same architecture (fast; the real weights are tested in
+test_engine_model.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.loader import build_model
+from specscope.engine.model import ForwardBatch, ModelConfig, NewTokens
+from specscope.serve.backend import BackendError
+
+pytestmark = pytest.mark.engine
+
+TINY = ModelConfig(
+    vocab_size=97, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+    num_kv_heads=2, head_dim=8, rope_theta=10000.0, max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
+
+
+def cache(num_pages=16, page_size=4, policy="contiguous", seed=0) -> KVCache:
+    return KVCache(num_layers=TINY.num_layers, num_kv_heads=TINY.num_kv_heads, head_dim=TINY.head_dim,
+                   num_pages=num_pages, page_size=page_size, policy=policy, seed=seed)
+
+
+def test_contiguous_pages_are_adjacent_and_scattered_are_not():
+    kv = cache(num_pages=64, page_size=1, policy="contiguous")
+    seq = kv.admit("a", 40)
+    slots = kv.alloc_slots(seq, 40)
+    assert slots.tolist() == list(range(40))
+    kv2 = cache(num_pages=64, page_size=1, policy="scattered", seed=3)
+    seq2 = kv2.admit("a", 40)
+    slots2 = kv2.alloc_slots(seq2, 40).tolist()
+    assert len(set(slots2)) == 40
+    assert sum(b == a + 1 for a, b in zip(slots2, slots2[1:], strict=False)) < 10
+
+
+def test_slots_follow_the_page_table():
+    kv = cache(num_pages=8, page_size=4, policy="scattered", seed=1)
+    seq = kv.admit("a", 10)
+    slots = kv.alloc_slots(seq, 10).tolist()
+    assert len(seq.pages) == 3
+    assert slots == [seq.pages[r // 4] * 4 + r % 4 for r in range(10)]
+
+
+def test_admission_reserves_and_refuses_without_side_effects():
+    kv = cache(num_pages=4, page_size=4)
+    a = kv.admit("a", 12)  # 3 pages promised, none taken yet
+    with pytest.raises(BackendError, match="KV pool exhausted") as err:
+        kv.admit("b", 8)
+    assert err.value.status == 503 and "b" not in kv.seqs
+    kv.admit("c", 4)
+    kv.alloc_slots(a, 12)
+    with pytest.raises(BackendError):  # "a" may not eat "c"'s promised page
+        kv.alloc_slots(a, 1)
+    kv.release("a")
+    kv.release("a")
+    assert kv.free_pages == 4
+    kv.admit("b", 8)
+
+
+def test_truncate_frees_pages_and_move_rows_copies_all_layers():
+    kv = cache(num_pages=8, page_size=2)
+    seq = kv.admit("a", 16)
+    slots = kv.alloc_slots(seq, 7)
+    kv.k[:, slots] = torch.arange(7, dtype=torch.float32)[None, :, None, None]
+    kv.move_rows(slots[[4, 6]], slots[[1, 2]])
+    assert kv.k[1, slots[[1, 2]], 0, 0].tolist() == [4.0, 6.0]
+    kv.truncate(seq, 3)
+    assert len(seq.pages) == 2 and seq.num_rows == 3 and kv.free_pages == 6
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return build_model(TINY, None, "cpu", torch.float32, seed=0)
+
+
+def run(model, kv, seq, tokens, positions, mask=None):
+    slots = kv.alloc_slots(seq, len(tokens))
+    batch = ForwardBatch.pack([NewTokens(tokens, positions, slots, kv.context_slots(seq), mask)], "cpu", kv.pad_slot)
+    return model(batch, kv)[0], slots
+
+
+def test_tree_mask_equals_running_each_branch_alone(tiny_model):
+    """Tree verification API: root r, children a and b (both depth 1), a's child c (depth 2).
+    With the tree mask, every node's logits equal a plain causal run of its own path."""
+    prompt = [5, 9, 11, 2]
+    kv = cache(num_pages=64, page_size=1, policy="scattered")
+    seq = kv.admit("t", 64)
+    _, slots = run(tiny_model, kv, seq, prompt, list(range(4)))
+    kv.commit(seq, slots)
+    r, a, b, c = 7, 13, 17, 19
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    tree_logits, _ = run(tiny_model, kv, seq, [r, a, b, c], [4, 5, 5, 6], mask)
+
+    def path_logits(path):
+        kv2 = cache(num_pages=32, page_size=4)
+        s2 = kv2.admit("p", 16)
+        logits, _ = run(tiny_model, kv2, s2, prompt + path, list(range(4 + len(path))))
+        return logits[4:]
+
+    torch.testing.assert_close(tree_logits[[0, 1, 3]], path_logits([r, a, c]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tree_logits[2], path_logits([r, b])[1], rtol=1e-5, atol=1e-5)
+
+
+def test_padded_batch_does_not_touch_other_requests(tiny_model):
+    kv = cache(num_pages=32, page_size=2)
+    s1, s2 = kv.admit("a", 20), kv.admit("b", 20)
+    w1, w2 = kv.alloc_slots(s1, 5), kv.alloc_slots(s2, 2)
+    batch = ForwardBatch.pack([NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, s1.context),
+                               NewTokens([6, 7], [0, 1], w2, s2.context)], "cpu", kv.pad_slot)
+    logits = tiny_model(batch, kv)
+    alone_kv = cache(num_pages=32, page_size=2)
+    s3 = alone_kv.admit("b", 20)
+    alone, _ = run(tiny_model, alone_kv, s3, [6, 7], [0, 1])
+    torch.testing.assert_close(logits[1, :2], alone, rtol=1e-5, atol=1e-5)
+    used = set(w1.tolist()) | set(w2.tolist()) | {kv.pad_slot}
+    untouched = [s for s in range(kv.pad_slot) if s not in used]
+    assert kv.k[:, untouched].abs().sum() == 0

@@ -1,0 +1,171 @@
+"""llama.cpp's real server (xllamacpp) in three speculation modes, checked over plain HTTP.
+
+These pin down the facts specscope's probe and telemetry rely on, straight from the server:
+per-request `timings.draft_n/draft_n_accepted` equal the `/metrics` `llamacpp:spec_decode_*`
+deltas; every verify step commits 1 + accepted tokens; streaming sends one event per token.
+Real weights, real server on 127.0.0.1; no mocks. Bounded: short generations, one server per mode.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("xllamacpp")
+
+from specscope.peers.llamacpp import MODES, LlamaCppServer, PeerServerError
+from specscope.peers.models import PeerModelError, ensure_peer_models
+
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / ".cache" / "peer-models"
+# Repetitive text, so that n-gram lookup finds something to draft from (SmolLM2 keeps repeating it).
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
+N_PREDICT = 48
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as response:
+        return json.loads(response.read())
+
+
+def _metrics(url: str) -> dict[str, float]:
+    """`llamacpp:*` samples by full name (labels included)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            samples[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+    return samples
+
+
+def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    return after.get(name, 0.0) - before.get(name, 0.0)
+
+
+@pytest.fixture(scope="module")
+def models_ready() -> Path:
+    try:
+        ensure_peer_models(MODELS_DIR, log=lambda _line: None)
+    except PeerModelError as exc:
+        pytest.skip(str(exc))
+    return MODELS_DIR
+
+
+@pytest.fixture(scope="module", params=MODES)
+def server(request: pytest.FixtureRequest, models_ready: Path) -> Iterator[LlamaCppServer]:
+    with LlamaCppServer(request.param, models_dir=models_ready) as srv:
+        yield srv
+
+
+def test_timings_agree_with_metrics_and_steps_commit_one_plus_accepted(
+    server: LlamaCppServer,
+) -> None:
+    before = _metrics(server.url)
+    reply = _post(
+        f"{server.url}/completion",
+        {"prompt": PROMPT, "n_predict": N_PREDICT, "temperature": 0, "ignore_eos": True},
+    )
+    after = _metrics(server.url)
+    timings = reply["timings"]
+    predicted = timings["predicted_n"]
+    assert predicted == N_PREDICT
+    assert _delta(before, after, "llamacpp:tokens_predicted_total") == predicted
+
+    drafted = _delta(before, after, "llamacpp:spec_decode_num_draft_tokens_total")
+    accepted = _delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
+    drafts = _delta(before, after, "llamacpp:spec_decode_num_drafts_total")
+    per_pos = [
+        _delta(
+            before,
+            after,
+            f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}',
+        )
+        for i in range(8)
+    ]
+    # n_decode counts target decode calls: one for the prompt batch, then one per verify step.
+    steps = _delta(before, after, "llamacpp:n_decode_total") - 1
+
+    if server.mode == "none":
+        assert "draft_n" not in timings  # the server omits the fields when nothing was drafted
+        assert drafted == accepted == drafts == 0
+        assert steps == predicted - 1  # plain decoding: one token per step (the first from prefill)
+        return
+
+    assert timings["draft_n"] == drafted > 0
+    assert timings["draft_n_accepted"] == accepted
+    assert 0 < drafts <= steps
+    assert sum(per_pos) == accepted
+    assert per_pos == sorted(per_pos, reverse=True)  # acceptance at depth d needs all before it
+    # Each verify step commits its accepted drafts plus one token of its own.
+    assert steps + accepted == predicted - 1
+    if server.mode == "draft":
+        assert drafts == steps  # a draft model proposes at every step
+
+
+def test_stream_sends_one_event_per_token(server: LlamaCppServer) -> None:
+    req = urllib.request.Request(
+        f"{server.url}/completion",
+        data=json.dumps(
+            {"prompt": PROMPT, "n_predict": 24, "temperature": 0, "ignore_eos": True,
+             "stream": True, "timings_per_token": True}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    events: list[dict] = []
+    deadline = time.monotonic() + 120
+    with urllib.request.urlopen(req, timeout=60) as response:
+        for raw in response:
+            assert time.monotonic() < deadline
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: ") :]))
+    token_events = [e for e in events if e.get("content")]
+    final = events[-1]
+    assert final["stop"] is True
+    assert len(token_events) == final["timings"]["predicted_n"] == 24
+    if server.mode != "none":
+        assert "draft_n" in final["timings"]
+
+
+def test_exit_stops_the_server_and_frees_the_port(models_ready: Path) -> None:
+    with LlamaCppServer("none", models_dir=models_ready) as srv:
+        url, proc = srv.url, srv._proc
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
+            assert response.status == 200
+        log = srv.log_path
+        assert log.is_file()
+    assert proc is not None and proc.returncode is not None
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"{url}/health", timeout=5)
+    assert not log.exists()  # the temporary log folder is removed with the server
+
+
+def test_missing_models_fail_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(PeerModelError, match="make peer-models"):
+        LlamaCppServer("draft", models_dir=tmp_path).start()
+
+
+def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path) -> None:
+    bogus = tmp_path / "models"
+    bogus.mkdir()
+    (bogus / "SmolLM2-135M-Instruct.F16.gguf").write_bytes(b"not a gguf")
+    server = LlamaCppServer("none", models_dir=bogus, start_timeout_s=60)
+    with pytest.raises(PeerServerError, match=r"exited with .*log"), server:
+        pass
+    assert server._proc is None  # stopped and reaped even though start failed

@@ -1,0 +1,58 @@
+"""The run index: rebuilt from run dirs, survives junk, and `specscope runs` / `compare` read it."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from specscope.cli import app
+from specscope.store import RunIndex
+from specscope.store.compare import parse_threshold
+from specscope.trace import RunDirWriter, RunInfo
+
+
+def _run_dir(path, tps, commit, step, status="complete", findings=()):
+    w = RunDirWriter(path, RunInfo(kind="diagnose", endpoint="http://127.0.0.1:9"))
+    w.write_analysis({"decode_tps": tps, "mean_commit_len": commit, "mean_step_s": step,
+                      "findings": [{"id": f, "summary": f, "confidence": 0.5} for f in findings]})
+    w.close(status)
+    return path
+
+
+def test_rescan_indexes_run_dirs_and_drops_deleted_ones(tmp_path):
+    home = tmp_path / "home"
+    a = _run_dir(home / "a", 100.0, 5.0, 0.05)
+    _run_dir(home / "b", 50.0, 2.5, 0.05, status="partial")
+    (home / "junk").mkdir()
+    (home / "junk" / "run.json").write_text("{not json")
+    idx = RunIndex(home)
+    assert idx.rescan() == 2
+    rows = {r.path.rsplit("/", 1)[-1]: r for r in idx.list()}
+    assert set(rows) == {"a", "b"}
+    assert rows["a"].decode_tps == 100.0 and rows["b"].status == "partial"
+    for f in a.iterdir():
+        f.unlink()
+    a.rmdir()
+    idx.rescan()
+    assert [r.path.rsplit("/", 1)[-1] for r in idx.list()] == ["b"]
+
+
+def test_runs_command_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSCOPE_HOME", str(tmp_path))
+    _run_dir(tmp_path / "r1", 80.0, 4.0, 0.05)
+    res = CliRunner().invoke(app, ["runs", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["runs"][0]["decode_tps"] == 80.0 and obj["runs"][0]["kind"] == "diagnose"
+
+
+def test_threshold_parsing():
+    assert parse_threshold("10%") == 0.10
+    assert parse_threshold("0.25") == 0.25
+    for bad in ("ten", "150%", "-5%"):
+        try:
+            parse_threshold(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
