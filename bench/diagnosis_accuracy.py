@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t0
 
     print(
-        f"{'scenario':22} {'cases':>5} {'top right':>9} {'attr err p50':>12} {'attr err max':>12} {'false':>5}"
+        f"{'scenario':22} {'cases':>5} {'top right':>9} {'attr err p50':>12} {'attr err max':>12} "
+        f"{'cause err p50':>13} {'false':>5}"
     )
     all_out = [o for v in results.values() for o in v]
     for name, outs in sorted(results.items()):
@@ -63,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         false = sum(bool(o.false_findings) for o in outs)
         p50 = f"{np.median(errs):.2%}" if errs else "-"
         mx = f"{max(errs):.2%}" if errs else "-"
-        print(f"{name:22} {len(outs):5d} {right / len(outs):9.0%} {p50:>12} {mx:>12} {false:5d}")
+        ce = [e for o in outs for e in o.cause_errors.values()]
+        cp50 = f"{np.median(ce):.2%}" if ce else "-"
+        print(
+            f"{name:22} {len(outs):5d} {right / len(outs):9.0%} {p50:>12} {mx:>12} {cp50:>13} {false:5d}"
+        )
     for o in misses[:10]:
         got = [f.id for f in o.analysis.findings]
         print(

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specscope.analysis import acceptance as acc
 from specscope.telemetry.records import SpecRecord
 
 # The story's `uniq -c` table: count, avg_accepted_drafts, avg_commit_len
-STORY = [(67, 1, 2), (63, 2, 3), (40, 3, 4), (34, 0, 1), (20, 4, 5), (10, 5, 6), (2, 6, 7), (1, 1, 1)]
+STORY = [
+    (67, 1, 2),
+    (63, 2, 3),
+    (40, 3, 4),
+    (34, 0, 1),
+    (20, 4, 5),
+    (10, 5, 6),
+    (2, 6, 7),
+    (1, 1, 1),
+]
 
 
 def test_story_histogram_and_mean():
@@ -111,8 +122,18 @@ def test_per_step_telemetry_wins_and_keeps_one_rank():
     for i, (n, a, c) in enumerate(STORY):
         for j in range(n):
             for rank in ("TP0", "TP1"):
-                recs.append(SpecRecord(format="ddtree", rank=rank, request_id="r1", step=i * 100 + j,
-                                       commit_len=c, accepted_drafts=a, n_steps=1, scope="step"))
+                recs.append(
+                    SpecRecord(
+                        format="ddtree",
+                        rank=rank,
+                        request_id="r1",
+                        step=i * 100 + j,
+                        commit_len=c,
+                        accepted_drafts=a,
+                        n_steps=1,
+                        scope="step",
+                    )
+                )
     recs.append(SpecRecord(format="sglang_decode", commit_len=9.0, n_steps=40, scope="interval"))
     sa = acc.from_telemetry(recs)
     assert sa.per_step and sa.n_steps == 237
@@ -130,4 +151,32 @@ def test_summaries_are_weighted_by_steps_and_lifetime_skipped():
     sa = acc.from_telemetry(recs)
     assert not sa.per_step
     assert sa.mean_commit_len == pytest.approx((4 * 300 + 2 * 100) / 400)
-    assert acc.from_telemetry([SpecRecord(format="server_info", commit_len=7.0, scope="lifetime")]) is None
+    assert (
+        acc.from_telemetry([SpecRecord(format="server_info", commit_len=7.0, scope="lifetime")])
+        is None
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            SpecRecord,
+            format=st.sampled_from(
+                ["ddtree", "sglang_decode", "vllm_spec", "prometheus", "server_info"]
+            ),
+            rank=st.sampled_from([None, "TP0", "TP1"]),
+            request_id=st.sampled_from([None, "a", "b"]),
+            step=st.one_of(st.none(), st.integers(-3, 50)),
+            commit_len=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+            accepted_drafts=st.one_of(st.none(), st.floats(-5, 20)),
+            n_steps=st.one_of(st.none(), st.integers(-2, 1000)),
+            scope=st.sampled_from(["step", "interval", "lifetime", "run_delta"]),
+        ),
+        max_size=30,
+    )
+)
+def test_from_telemetry_never_raises_and_stays_physical(recs):
+    sa = acc.from_telemetry(recs)
+    if sa is not None and sa.mean_commit_len is not None:
+        assert 1 <= sa.mean_commit_len <= 1024

@@ -15,13 +15,20 @@ def _requests(rng, prompts, gen, *, s0=0.012, a=7e-6, d=0.0, noise=0.05, commit=
         pos = np.arange(0, n, commit, dtype=float)
         ctx = p + pos
         s = (s0 + a * ctx + d * pos) * rng.lognormal(-(noise**2) / 2, noise, size=pos.size)
-        s_all.append(s), ctx_all.append(ctx), pos_all.append(pos), rid_all.append(np.full(pos.size, i))
+        (
+            s_all.append(s),
+            ctx_all.append(ctx),
+            pos_all.append(pos),
+            rid_all.append(np.full(pos.size, i)),
+        )
     return (np.concatenate(x) for x in (s_all, ctx_all, pos_all, rid_all))
 
 
 def test_recovers_context_slope_and_drift_when_prompts_vary():
     rng = np.random.default_rng(0)
-    s, ctx, pos, rid = _requests(rng, [512, 1024, 2048, 3072, 4096, 2701], [128] * 5 + [1500], d=6e-5)
+    s, ctx, pos, rid = _requests(
+        rng, [512, 1024, 2048, 3072, 4096, 2701], [128] * 5 + [1500], d=6e-5
+    )
     fit = stm.fit_step_time(s, ctx, pos, request_ids=rid)
     assert fit.identifiable
     assert fit.per_context_token == pytest.approx(7e-6, rel=0.1)
@@ -36,7 +43,9 @@ def test_no_drift_on_pure_noise():
     present = 0
     for seed in range(20):
         rng = np.random.default_rng(seed)
-        s, ctx, pos, rid = _requests(rng, [512, 2048, 4096, 2701], [128, 128, 128, 1500], noise=0.15)
+        s, ctx, pos, rid = _requests(
+            rng, [512, 2048, 4096, 2701], [128, 128, 128, 1500], noise=0.15
+        )
         fit = stm.fit_step_time(s, ctx, pos, request_ids=rid)
         dt = stm.drift_test(fit, span_tokens=1500, mean_step_s=float(s.mean()))
         present += dt.present

@@ -4,6 +4,8 @@ test_engine_model.py)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -15,15 +17,29 @@ from specscope.serve.backend import BackendError
 pytestmark = pytest.mark.engine
 
 TINY = ModelConfig(
-    vocab_size=97, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
-    num_kv_heads=2, head_dim=8, rope_theta=10000.0, max_position_embeddings=256,
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    rope_theta=10000.0,
+    max_position_embeddings=256,
     tie_word_embeddings=False,
 )
 
 
 def cache(num_pages=16, page_size=4, policy="contiguous", seed=0) -> KVCache:
-    return KVCache(num_layers=TINY.num_layers, num_kv_heads=TINY.num_kv_heads, head_dim=TINY.head_dim,
-                   num_pages=num_pages, page_size=page_size, policy=policy, seed=seed)
+    return KVCache(
+        num_layers=TINY.num_layers,
+        num_kv_heads=TINY.num_kv_heads,
+        head_dim=TINY.head_dim,
+        num_pages=num_pages,
+        page_size=page_size,
+        policy=policy,
+        seed=seed,
+    )
 
 
 def test_contiguous_pages_are_adjacent_and_scattered_are_not():
@@ -35,7 +51,7 @@ def test_contiguous_pages_are_adjacent_and_scattered_are_not():
     seq2 = kv2.admit("a", 40)
     slots2 = kv2.alloc_slots(seq2, 40).tolist()
     assert len(set(slots2)) == 40
-    assert sum(b == a + 1 for a, b in zip(slots2, slots2[1:], strict=False)) < 10
+    assert sum(b == a + 1 for a, b in itertools.pairwise(slots2)) < 10
 
 
 def test_slots_follow_the_page_table():
@@ -80,7 +96,9 @@ def tiny_model():
 
 def run(model, kv, seq, tokens, positions, mask=None):
     slots = kv.alloc_slots(seq, len(tokens))
-    batch = ForwardBatch.pack([NewTokens(tokens, positions, slots, kv.context_slots(seq), mask)], "cpu", kv.pad_slot)
+    batch = ForwardBatch.pack(
+        [NewTokens(tokens, positions, slots, kv.context_slots(seq), mask)], "cpu", kv.pad_slot
+    )
     return model(batch, kv)[0], slots
 
 
@@ -110,8 +128,14 @@ def test_padded_batch_does_not_touch_other_requests(tiny_model):
     kv = cache(num_pages=32, page_size=2)
     s1, s2 = kv.admit("a", 20), kv.admit("b", 20)
     w1, w2 = kv.alloc_slots(s1, 5), kv.alloc_slots(s2, 2)
-    batch = ForwardBatch.pack([NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, s1.context),
-                               NewTokens([6, 7], [0, 1], w2, s2.context)], "cpu", kv.pad_slot)
+    batch = ForwardBatch.pack(
+        [
+            NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, s1.context),
+            NewTokens([6, 7], [0, 1], w2, s2.context),
+        ],
+        "cpu",
+        kv.pad_slot,
+    )
     logits = tiny_model(batch, kv)
     alone_kv = cache(num_pages=32, page_size=2)
     s3 = alone_kv.admit("b", 20)

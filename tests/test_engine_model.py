@@ -31,7 +31,9 @@ def lm() -> LoadedModel:
     return load_model("smollm2", device="cpu")
 
 
-def make_backend(lm: LoadedModel, page_size: int, policy: str, pool_tokens: int = 2048, seed: int = 7):
+def make_backend(
+    lm: LoadedModel, page_size: int, policy: str, pool_tokens: int = 2048, seed: int = 7
+):
     cfg = lm.config
     kv = KVCache(
         num_layers=cfg.num_layers,
@@ -45,7 +47,9 @@ def make_backend(lm: LoadedModel, page_size: int, policy: str, pool_tokens: int 
     return EngineBackend(lm, kv, max_batch=8)
 
 
-def run_to_end(backend: EngineBackend, prompts: dict[str, list[int]], max_tokens: int) -> dict[str, list[int]]:
+def run_to_end(
+    backend: EngineBackend, prompts: dict[str, list[int]], max_tokens: int
+) -> dict[str, list[int]]:
     """Admit every prompt, step them together until all finish (bounded), return their tokens."""
     for rid, ids in prompts.items():
         backend.prefill_sync(rid, ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
@@ -78,7 +82,9 @@ def hf_reference(lm: LoadedModel):
         tie_word_embeddings=c.tie_word_embeddings,
     )
     hf = transformers.LlamaForCausalLM(hc)
-    state = {k if k == "lm_head.weight" else f"model.{k}": v for k, v in lm.model.state_dict().items()}
+    state = {
+        k if k == "lm_head.weight" else f"model.{k}": v for k, v in lm.model.state_dict().items()
+    }
     hf.load_state_dict(state, strict=False)
     hf.tie_weights()
     return hf.eval()
@@ -105,7 +111,9 @@ def test_logits_match_transformers_on_prefill_and_decode(lm):
 def test_model_answers_sensibly(lm):
     """Guards the GGUF Q/K un-permutation, which a same-tensors comparison cannot see."""
     backend = make_backend(lm, 16, "contiguous")
-    ids = backend.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    ids = backend.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}]
+    )
     backend.prefill_sync("q", ids, SamplingParams(max_tokens=12))
     text: list[int] = []
     for _ in range(12):
@@ -189,7 +197,9 @@ def test_sampling_is_reproducible_with_a_seed(lm):
 
     def sampled(seed: int) -> list[int]:
         backend = make_backend(lm, 16, "contiguous")
-        params = SamplingParams(max_tokens=4, temperature=1.0, top_p=0.9, seed=seed, ignore_eos=True)
+        params = SamplingParams(
+            max_tokens=4, temperature=1.0, top_p=0.9, seed=seed, ignore_eos=True
+        )
         backend.prefill_sync("s", ids, params)
         out: list[int] = []
         for _ in range(4):

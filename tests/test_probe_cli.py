@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
+
+from specscope.cli import app
+from specscope.trace import load_run
 from test_probe_support import (
     LoopbackServer,
     Schedule,
@@ -18,10 +22,6 @@ from test_probe_support import (
     openai_app,
     sglang_app,
 )
-from typer.testing import CliRunner
-
-from specscope.cli import app
-from specscope.trace import load_run
 
 runner = CliRunner()
 
@@ -223,7 +223,7 @@ def test_prompt_file_and_local_tokenizer(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     vocab = {"[UNK]": 0, "tok": 1, **{w: i + 2 for i, w in enumerate(
-        "the river light water stone green house world".split())}}
+        ["the", "river", "light", "water", "stone", "green", "house", "world"])}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok_path = tmp_path / "tokenizer.json"

@@ -7,7 +7,6 @@ import asyncio
 import json
 
 import pytest
-from test_probe_support import FAULTS, LoopbackServer, fault_app, free_port
 from typer.testing import CliRunner
 
 from specscope.cli import app
@@ -15,6 +14,7 @@ from specscope.probe.client import ProbeClient, Timeouts
 from specscope.probe.flavors import make_flavor
 from specscope.trace import load_run
 from specscope.trace.model import RequestSpec
+from test_probe_support import FAULTS, LoopbackServer, fault_app, free_port
 
 runner = CliRunner()
 
@@ -99,3 +99,25 @@ def test_cli_records_failures_continues_and_exits_1(tmp_path, mode):
     run = load_run(tmp_path / "run")
     assert len(run.requests) == 4 and len(run.errors) == 2
     assert run.info.status == "complete" and "2 of 4" in run.info.status_reason
+
+
+def test_interrupted_workload_hands_over_in_flight_requests():
+    from specscope.probe.workload import run_workload
+
+    seen = []
+
+    async def go(url):
+        flavor = make_flavor("vllm", model="test-model")
+        async with ProbeClient(url, flavor, timeouts=Timeouts(between_chunks=10.0)) as client:
+            specs = [RequestSpec(prompt="hi", max_tokens=4) for _ in range(4)]
+            task = asyncio.create_task(run_workload(client, specs, 2, seen.append))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    with LoopbackServer(fault_app("stall", hang_s=3.0)) as srv:
+        asyncio.run(go(srv.url))
+    # Both in-flight requests are recorded, cancelled, with the chunk they had received.
+    assert sorted(t.index for t in seen) == [0, 1]
+    assert all(t.error.kind == "cancelled" and t.tokens_received == 1 for t in seen)

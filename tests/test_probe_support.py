@@ -9,6 +9,7 @@ loaded machine does not accumulate into the measured rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -62,10 +63,8 @@ class LoopbackServer:
     def __exit__(self, *exc: object) -> None:
         if self._runner is not None:
             fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
-            try:
+            with contextlib.suppress(Exception):
                 fut.result(10)
-            except Exception:
-                pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 

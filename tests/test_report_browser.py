@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from report_fixtures import PLOT_KEYS, full_analysis, hostile_info
 
+from report_fixtures import PLOT_KEYS, full_analysis, hostile_info
 from specscope.report import ReportContext, write_html
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 from report_fixtures import HOSTILE, HOSTILE_ERROR, PLOT_KEYS, full_analysis, hostile_info
-
 from specscope.analysis.model import Analysis
 from specscope.report import ReportContext, render_html, render_markdown
 from specscope.report.context import RequestError

@@ -4,10 +4,14 @@ info endpoints, /metrics, validation."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 
 import aiohttp
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from specscope.serve.runner import ServerHandle
@@ -196,3 +200,47 @@ async def test_validation_errors_are_openai_style_400s(twin_url, path, body, par
 async def test_bad_json_is_a_400(twin_url, raw) -> None:
     status, got = await _post(twin_url + "/v1/completions", None, raw=raw)
     assert status == 400 and got["error"]["type"] == "invalid_request_error"
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**13), 10**13) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+_bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt": st.text(max_size=30) | st.lists(st.integers(-3, 200), max_size=5) | _json_values,
+        "max_tokens": st.integers(-5, 12) | st.integers(10**4, 10**13) | _json_values,
+        "stream": st.booleans() | _json_values,
+        "temperature": st.floats(-1, 3) | _json_values,
+        "stream_options": st.fixed_dictionaries(
+            {}, optional={"include_usage": st.booleans(), "bad": st.integers()}) | _json_values,
+        "n": st.integers(0, 3),
+        "seed": st.integers(-5, 5) | _json_values,
+    },
+) | st.dictionaries(st.text(max_size=12), _json_values, max_size=5)
+
+
+def test_random_bodies_get_200_or_400_never_a_crash(twin_server) -> None:
+    """Fuzz: whatever JSON arrives, the answer is a success or an OpenAI-style 4xx."""
+    srv = twin_server("healthy", time_scale=0.001)
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(body=_bodies, path=st.sampled_from(["/v1/completions", "/generate", "/tokenize"]))
+    def check(body: dict, path: str) -> None:
+        req = urllib.request.Request(srv.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                status, payload = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, payload = e.code, e.read()
+        assert status in (200, 400), (status, payload[:300])
+        if status == 400:
+            assert set(json.loads(payload)["error"]) == {"message", "type", "param", "code"}
+
+    check()
+    assert srv.app.state.ctx.scheduler.running == {}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_store_index import _run_dir
 from typer.testing import CliRunner
 
 from specscope.cli import app
+from test_store_index import _run_dir
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from specscope.twin.model import (
     ScenarioError,
-    accepted_drafts,
     acceptance_multiplier,
+    accepted_drafts,
     expected_commit_length,
     expected_step_s,
     load_scenario,

@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from specscope.telemetry.records import SpecRecord
 
@@ -38,7 +37,7 @@ MIN_SIDE = 20  # steps on each side of a change point
 # EARLY_POS): requests that start above W commit less from their first tokens on. Within one
 # generation a cliff and a decay are the same curve; only this cross-request contrast tells them
 # apart, so an unconfirmed cliff is not reported (|t| >= CONFIRM_T, >= MIN_EARLY steps a side).
-EARLY_POS = 256
+EARLY_POS = 128
 CONFIRM_T = 3.0
 MIN_EARLY = 10
 COARSE_CUTS = 40
@@ -184,13 +183,18 @@ def _gap_range(values: np.ndarray, cut: float) -> tuple[float, float]:
 
 
 def _confirm_window(y: np.ndarray, ctx: np.ndarray, pos: np.ndarray, cut: float) -> float | None:
-    """Welch t of early-step commit length above vs below the cut; None when not a confirmed
-    drop (too few early steps on a side, or |t| < CONFIRM_T, or not a drop)."""
+    """t of the cliff among early steps only, with output position as a covariate (so that a
+    decay over the early positions, mixed differently on each side, is not read as a cliff).
+    None when not a confirmed drop (too few early steps on a side, or t > -CONFIRM_T)."""
     early = pos < EARLY_POS
-    above, below = y[early & (ctx > cut)], y[early & (ctx <= cut)]
-    if above.size < MIN_EARLY or below.size < MIN_EARLY:
+    above = early & (ctx > cut)
+    below = early & (ctx <= cut)
+    if above.sum() < MIN_EARLY or below.sum() < MIN_EARLY:
         return None
-    t = float(stats.ttest_ind(above, below, equal_var=False).statistic)
+    ye = y[early]
+    x = np.column_stack([np.ones(ye.size), pos[early] / KTOK, (ctx[early] > cut).astype(float)])
+    beta, _, se = _ols(x, ye)
+    t = float(beta[2] / se[2]) if se[2] > 0 else 0.0
     return t if t <= -CONFIRM_T else None
 
 
@@ -384,11 +388,15 @@ STEP_FORMATS = ("ddtree", "avg_commit")
 
 
 def _commit_of(r: SpecRecord) -> float | None:
+    """Commit length of a record; None when absent or impossible (< 1, not finite, absurd)."""
+    v = None
     if r.commit_len is not None:
-        return r.commit_len
-    if r.accepted_drafts is not None and (r.n_steps == 1 or r.scope == "step"):
-        return r.accepted_drafts + 1
-    return None
+        v = r.commit_len
+    elif r.accepted_drafts is not None and (r.n_steps == 1 or r.scope == "step"):
+        v = r.accepted_drafts + 1
+    if v is None or not np.isfinite(v) or v < 1 or v > 1024:
+        return None
+    return float(v)
 
 
 def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
@@ -422,7 +430,9 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
     summaries = [r for r in recs if r.scope != "lifetime"]
     if not summaries:
         return None
-    w = np.asarray([float(r.n_steps) if r.n_steps else 1.0 for r in summaries])
+    w = np.asarray(
+        [float(r.n_steps) if r.n_steps is not None and r.n_steps > 0 else 1.0 for r in summaries]
+    )
     v = np.asarray([float(_commit_of(r)) for r in summaries])
     formats = sorted({r.format for r in summaries})
     weighting = (

@@ -48,6 +48,8 @@ class Outcome:
     top: str | None
     top_right: bool
     false_findings: list[str] = field(default_factory=list)
+    # per cause found (decay, window, drift): |estimated factor / true cost - 1|
+    cause_errors: dict[str, float] = field(default_factory=dict)
 
     @property
     def attribution_error(self) -> float | None:
@@ -66,6 +68,7 @@ def _run(sc: tw.Scenario, seed: int, two_point: bool) -> virtual.VirtualRun:
         prefill=lambda p: tw.prefill_time(sc, p),
         seed=seed,
         stream_interval=sc.streaming.stream_interval,
+        per_token_events=sc.streaming.per_token_events,
         run_id=f"{sc.name}-{seed}",
     )
 
@@ -141,6 +144,12 @@ def evaluate(case: Case) -> Outcome:
     acc_err = abs(at.acceptance_factor / true_acc - 1) if at and at.acceptance_factor else None
     st_err = abs(at.step_time_factor / true_st - 1) if at and at.step_time_factor else None
     exp = expected_top(case, obs)
+    causes: dict[str, float] = {}
+    if case.scenario.streaming.stream_interval == 1 and case.name != "speculation-overhead":
+        truth = _true_costs(case.scenario, obs)
+        for f in an.findings:
+            if f.id in truth and f.factor and truth[f.id] > 1.05:
+                causes[f.id] = abs(f.factor / truth[f.id] - 1)
     top = an.findings[0].id if an.findings else None
     ids = {f.id for f in an.findings}
     false = sorted(ids & HEALTHY_FORBIDDEN) if case.name in ("healthy", "coalescing") else []
@@ -155,6 +164,7 @@ def evaluate(case: Case) -> Outcome:
         top=top,
         top_right=(top or "(none)") in exp,
         false_findings=false,
+        cause_errors=causes,
     )
 
 
@@ -178,6 +188,12 @@ def randomised_cases(
                 noise = float(rng.uniform(0.02, 0.15))
                 s = _upd(s, step={"noise_sigma": noise})
                 label = f"noise {noise:.2f}"
+                if rng.random() < 0.3:  # rare long stalls (GC, scheduler): robustness
+                    s = _upd(s, step={"spike_prob": 0.01, "spike_s": 0.25})
+                    label += ", 1% spikes of 250 ms"
+                if name != "coalescing" and rng.random() < 0.25:  # llama.cpp-style token events
+                    s = _upd(s, streaming={"per_token_events": True})
+                    label += ", per-token events"
                 if name == "seed-regression":
                     fd, fa = float(rng.uniform(0.5, 1.5)), float(rng.uniform(0.5, 1.5))
                     s = _upd(

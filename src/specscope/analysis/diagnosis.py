@@ -31,7 +31,9 @@ from specscope.telemetry.records import SpecRecord
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
+CALIBRATION_TAG = "calibration"  # experiments.diagnosis_plan's short sizing request
 HONEYMOON_DEFAULT_WINDOW = 200  # the story's two-point window (~200 tokens) when none was run
+EARLY_START = 128  # "the first tokens": acceptance before any decay, for the decay's cost
 DISAGREEMENT = 0.05  # client vs server commit length: more than 5% apart is worth a note
 
 
@@ -41,6 +43,9 @@ class Reconstruction:
     reliable: bool
     reason: str = ""
     method: str = "chunk"
+    # False when commit lengths are exact but step times are not (server per-step lists spread
+    # over the decode window because chunk and step counts differ): no step-time fit from them
+    timing_reliable: bool = True
 
 
 def _prompt_len(tr: RequestTrace) -> int:
@@ -85,22 +90,38 @@ def _fallback_steps(tr: RequestTrace) -> Reconstruction:
     return Reconstruction(steps, not reasons, "; ".join(reasons))
 
 
-def reconstruct(tr: RequestTrace) -> Reconstruction:
+def max_commit_from(server_info: dict) -> int | None:
+    """The largest possible commit length (drafts + 1) when the server says it."""
+    for key in ("speculative_num_draft_tokens", "num_draft_tokens", "speculative_num_steps"):
+        v = server_info.get(key)
+        if isinstance(v, int) and v > 0:
+            return v + (1 if key == "speculative_num_steps" else 0)
+    return None
+
+
+def reconstruct(tr: RequestTrace, *, max_commit_len: int | None = None) -> Reconstruction:
     """PROBE's reconstruct_steps when available (bursts, coalescing detection, server merge),
     else the chunk-per-step fallback. Context is filled from the prompt when missing."""
     try:
         from specscope.analysis.steps import reconstruct_steps  # PROBE's module
 
-        r = reconstruct_steps(tr)
-        steps = list(r.steps)
+        r = reconstruct_steps(tr, max_commit_len=max_commit_len)
+        reason = str(getattr(r, "reason", "") or "")
         rec = Reconstruction(
-            steps,
+            list(r.steps),
             bool(r.reliable),
-            str(getattr(r, "reason", "") or ""),
+            reason,
             str(getattr(r, "method", "")),
+            timing_reliable="spread evenly" not in reason,
         )
     except (ImportError, AttributeError, TypeError):
         rec = _fallback_steps(tr)
+    bad = [s for s in rec.steps if not (s.step_s >= 0 and np.isfinite(s.step_s))]
+    if bad:  # clock went backwards or garbage: keep the request out of timing analysis
+        bad_ids = {id(s) for s in bad}
+        rec.steps = [s for s in rec.steps if id(s) not in bad_ids]
+        rec.reliable = False
+        rec.reason = "; ".join(x for x in (rec.reason, f"{len(bad)} steps with negative time") if x)
     prompt = _prompt_len(tr)
     for s in rec.steps:
         if s.context_len is None:
@@ -185,9 +206,12 @@ def _server_commit(reqs: list[RequestTrace]) -> tuple[float | None, float, str]:
 
 def _measure(run: Run, telemetry: list[SpecRecord] | None) -> _Measured:
     ok = [r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks)]
-    recs = {r.index: reconstruct(r) for r in ok}
+    mcl = max_commit_from(run.info.server_info)
+    recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
     full = [r for r in ok if tags.split(r.spec.tag)[0] == tags.FULL_GENERATION]
-    main, label = (full, "full_generation") if full else (ok, "all requests")
+    # without a full generation, every request but the diagnose command's calibration request
+    rest = [r for r in ok if r.spec.tag != CALIBRATION_TAG] or ok
+    main, label = (full, "full_generation") if full else (rest, "all requests")
     m = _Measured(run=run, ok=ok, recs=recs, main=main, main_label=label)
     if not main:
         return m
@@ -197,7 +221,7 @@ def _measure(run: Run, telemetry: list[SpecRecord] | None) -> _Measured:
     steps = [s for rc in main_recs for s in rc.steps]
     server_steps = acc.from_telemetry(telemetry or []) if telemetry else None
     main_ids = {r.request_id for r in main if r.request_id}
-    if m.reliable and steps:
+    if m.reliable and steps and sum(s.step_s for s in steps) > 0:
         t = StepTable.of(steps)
         m.headline = dec.decompose(t.commit, t.step_s)
         m.commit_len_source = f"client chunks ({m.main_label})"
@@ -227,7 +251,7 @@ def _measure(run: Run, telemetry: list[SpecRecord] | None) -> _Measured:
         L, src = float(np.mean(vals)), server_steps.source
     if L is None and server_steps and server_steps.mean_commit_len:
         L, src = server_steps.mean_commit_len, server_steps.source + " (whole log window)"
-    if not tokens or not seconds:
+    if tokens <= 0 or seconds <= 0:
         m.notes.append("no decode window: fewer than two token-bearing chunks in the main requests")
         return m
     if L is None:
@@ -248,6 +272,87 @@ def _measure(run: Run, telemetry: list[SpecRecord] | None) -> _Measured:
         f"mean step time derived as commit length / decode tps (commit length from {src})"
     )
     return m
+
+
+def _acceptance_shape(
+    facts: Facts, out: Analysis, table: StepTable, mt: StepTable | None, *, source: str
+) -> None:
+    """Decay / window model search over `table` (every request), costs over `mt` (main)."""
+    # the last step of a request cut by max_tokens commits only the tokens left: it says
+    # nothing about the drafter, so the acceptance fit leaves it out
+    keep = np.ones(table.n, dtype=bool)
+    last_of = {int(r): i for i, r in enumerate(table.rid)}
+    keep[list(last_of.values())] = False
+    a_fit = acc.fit_acceptance(table.commit[keep], table.context[keep], table.pos[keep])
+    facts.acc_fit = a_fit
+    facts.acceptance_source = source
+    if a_fit is None or mt is None or not mt.n:
+        return
+    L_main = float(mt.commit.mean())
+    if a_fit.window_present and a_fit.window is not None and L_main > 0:
+        w = a_fit.window
+        lifted = mt.commit - w.coef * (mt.context >= (w.at or 0))
+        facts.window_cost = float(lifted.mean() / L_main)
+    if a_fit.decay_present and a_fit.decay is not None and L_main > 0:
+        # what the main requests would commit without decay: the acceptance of the first
+        # tokens (pooled over every request, below any window), over the main mean with the
+        # window cliff already lifted (so decay x window = the total shape cost)
+        early = keep & (table.pos < EARLY_START)
+        if a_fit.window_present and a_fit.window is not None:
+            early &= table.context < (a_fit.window.at or 0)
+        start = a_fit.decay.before
+        if early.sum() >= 20:
+            # extrapolated to position 0: the decay has already begun in the first tokens
+            x = np.column_stack([np.ones(int(early.sum())), table.pos[early]])
+            beta, *_ = np.linalg.lstsq(x, table.commit[early], rcond=None)
+            start = float(max(beta[0], table.commit[early].mean()))
+        facts.decay_cost = start / (L_main * (facts.window_cost or 1.0))
+    out.notes.extend(a_fit.notes)
+
+
+def _server_step_tables(
+    reqs: list[RequestTrace], main: list[RequestTrace], server: acc.ServerAcceptance
+) -> tuple[StepTable | None, StepTable | None]:
+    """Per-step server records of these requests (matched by request id) as step tables; the
+    server's steps start at output position 0 (prefill's token is not a verify step there)."""
+
+    def build(rs: list[RequestTrace]) -> StepTable | None:
+        k, ctx, pos, rid = [], [], [], []
+        for r in rs:
+            commits = server.by_request.get(r.request_id or "")
+            if not commits:
+                continue
+            o = 0
+            for c in commits:
+                k.append(c), ctx.append(_prompt_len(r) + o), pos.append(o), rid.append(r.index)
+                o += c
+        if not k:
+            return None
+        return StepTable(
+            commit=np.asarray(k, float),
+            step_s=np.full(len(k), np.nan),
+            context=np.asarray(ctx, float),
+            pos=np.asarray(pos, float),
+            rid=np.asarray(rid, int),
+        )
+
+    return build(reqs), build(main)
+
+
+def _records(items: list | None) -> list[SpecRecord] | None:
+    """SpecRecords from records or their dicts (run.telemetry holds dicts); malformed skipped."""
+    if not items:
+        return None
+    out: list[SpecRecord] = []
+    for d in items:
+        if isinstance(d, SpecRecord):
+            out.append(d)
+            continue
+        try:
+            out.append(SpecRecord.model_validate(d))
+        except (ValueError, TypeError):  # a malformed record is skipped, the rest still counts
+            continue
+    return out or None
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -318,13 +423,7 @@ def analyze(
     seed: int = 0,
 ) -> Analysis:
     """Diagnose one run (optionally against a baseline run, with server telemetry records)."""
-    if telemetry is None and run.telemetry:
-        telemetry = []
-        for d in run.telemetry:
-            try:
-                telemetry.append(SpecRecord.model_validate(d))
-            except Exception:  # a malformed record is skipped, the rest still counts
-                continue
+    telemetry = _records(telemetry if telemetry is not None else run.telemetry)
     m = _measure(run, telemetry)
     out = Analysis(
         run_dir=None,
@@ -364,7 +463,11 @@ def analyze(
     facts.client_commit_len = out.mean_commit_len
 
     # --- all reliable steps at concurrency 1: the fits ----------------------------------------
-    c1 = [r for r in m.ok if _concurrency_of(r) == 1 and m.recs[r.index].reliable]
+    c1 = [
+        r
+        for r in m.ok
+        if _concurrency_of(r) == 1 and m.recs[r.index].reliable and m.recs[r.index].timing_reliable
+    ]
     all_steps = [s for r in c1 for s in m.recs[r.index].steps]
     main_steps = [s for r in m.main if m.recs[r.index].reliable for s in m.recs[r.index].steps]
     table = StepTable.of(all_steps) if all_steps else None
@@ -416,27 +519,17 @@ def analyze(
                     )
                     out.step_time_model["excess_step_s_mean"] = float((mt.step_s - expected).mean())
 
-        # the last step of a request cut by max_tokens commits only the tokens left: it says
-        # nothing about the drafter, so the acceptance fit leaves it out
-        keep = np.ones(table.n, dtype=bool)
-        last_of = {int(r): i for i, r in enumerate(table.rid)}
-        keep[list(last_of.values())] = False
-        a_fit = acc.fit_acceptance(table.commit[keep], table.context[keep], table.pos[keep])
-        facts.acc_fit = a_fit
-        if a_fit is not None and mt is not None and mt.n:
-            L_main = float(mt.commit.mean())
-            if a_fit.decay_present and a_fit.decay is not None and L_main > 0:
-                facts.decay_cost = a_fit.decay.before / L_main
-            if a_fit.window_present and a_fit.window is not None and L_main > 0:
-                w = a_fit.window
-                lifted = mt.commit - w.coef * (mt.context >= (w.at or 0))
-                facts.window_cost = float(lifted.mean() / L_main)
-            for n in a_fit.notes:
-                out.notes.append(n)
+        _acceptance_shape(facts, out, table, mt, source=f"client steps, {m.main_label}")
 
     # --- server telemetry ------------------------------------------------------------------
     server = acc.from_telemetry(telemetry) if telemetry else None
     facts.server = server
+    if server is not None and server.per_step and server.by_request and not m.reliable:
+        # client steps cannot be trusted: the decay / window search runs on the server's steps
+        st_all, st_main = _server_step_tables(m.ok, m.main, server)
+        if st_all is not None and st_all.n:
+            _acceptance_shape(facts, out, st_all, st_main, source=server.source)
+            out.notes.append(f"acceptance shape from {server.source} (client steps unreliable)")
     if (
         server
         and server.mean_commit_len
@@ -457,6 +550,15 @@ def analyze(
         win = [s for s in n2_steps if s.output_pos >= tp.n1]
         if win:
             facts.two_point_window_step_s = float(np.mean([s.step_s for s in win]))
+    if tp is not None and facts.step_fit is not None and mt is not None and mt.n:
+        # the two-point may sit at another context than the full generation: what the context
+        # term alone predicts for the ratio of their step times (not a bias; allowed for)
+        fit = facts.step_fit
+        tp_ctx = (tp.prompt_tokens or 0) + (tp.n1 + tp.n2) / 2
+        s_tp = fit.s0 + fit.per_context_token * tp_ctx
+        s_full = fit.s0 + fit.per_context_token * float(mt.context.mean())
+        if s_tp > 0 and s_full > 0:
+            facts.two_point_context_factor = s_full / s_tp
     if mt is not None and mt.n:
         start, width = (tp.n1, tp.n2 - tp.n1) if tp else (0, HONEYMOON_DEFAULT_WINDOW)
         facts.honeymoon = acc.honeymoon(
@@ -510,6 +612,8 @@ def analyze(
     # --- series --------------------------------------------------------------------------------
     _fill_series(out, m, facts, mt, server)
 
+    out.step_time_model = _plain(out.step_time_model)
+    out.series = _plain(out.series)
     out.findings = build_findings(facts)
     if not out.findings:
         out.no_finding_reason = _no_finding_reason(facts)
@@ -576,9 +680,24 @@ def _fill_series(out: Analysis, m: _Measured, facts: Facts, mt: StepTable | None
         }
 
 
+def _plain(x):
+    """numpy scalars/arrays to plain Python, so that analysis.json serialises."""
+    if isinstance(x, dict):
+        return {(_plain(k) if isinstance(k, np.generic) else k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
 def _no_finding_reason(f: Facts) -> str:
     parts = []
-    if f.headline is not None:
+    if f.headline is not None and f.headline.decode_tps and f.headline.mean_step_s:
         parts.append(
             f"decode {f.headline.decode_tps:.1f} tok/s = {f.headline.mean_commit_len:.2f} tokens/step / "
             f"{(f.headline.mean_step_s or 0) * 1e3:.1f} ms/step"

@@ -44,6 +44,8 @@ class StepReconstruction:
     cross_check: str | None = None
     burst_threshold_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Step times are measured client gaps (False: server steps spread over the decode window).
+    timed_by_client: bool = True
 
     @property
     def total_commit(self) -> int:
@@ -68,13 +70,15 @@ def _token_events(trace: RequestTrace) -> list[tuple[int, int]]:
 
 
 def _merge_same_read(events: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
-    """Events stamped by the same read arrived together: one group. Returns (groups, merges)."""
+    """Events stamped by the same read arrived together: one group. Returns (groups, merges),
+    not counting merges into the first group (the prefill chunk is no step, so a step merged
+    into it is lost but no reported step is wrong)."""
     groups: list[tuple[int, int]] = []
     merges = 0
     for t, n in events:
         if groups and groups[-1][0] == t:
             groups[-1] = (t, groups[-1][1] + n)
-            merges += 1
+            merges += len(groups) > 1
         else:
             groups.append((t, n))
     return groups, merges
@@ -105,20 +109,30 @@ def _multiple_of_base(gaps: list[float]) -> float | None:
     return None
 
 
-def _chunk_steps(groups: list[tuple[int, int]], prompt: int | None, request_index: int
-                 ) -> list[Step]:
+def _chunk_steps(
+    groups: list[tuple[int, int]], prompt: int | None, request_index: int
+) -> list[Step]:
     steps: list[Step] = []
     pos = groups[0][1]
     for (t_prev, _), (t, n) in itertools.pairwise(groups):
-        steps.append(Step(t_end_ns=t, commit_len=n, step_s=(t - t_prev) / 1e9,
-                          context_len=_context(prompt, pos), output_pos=pos, source="chunk",
-                          request_index=request_index))
+        steps.append(
+            Step(
+                t_end_ns=t,
+                commit_len=n,
+                step_s=(t - t_prev) / 1e9,
+                context_len=_context(prompt, pos),
+                output_pos=pos,
+                source="chunk",
+                request_index=request_index,
+            )
+        )
         pos += n
     return steps
 
 
-def _burst_steps(events: list[tuple[int, int]], prompt: int | None, max_commit: int,
-                 request_index: int) -> tuple[list[Step], float, bool, str]:
+def _burst_steps(
+    events: list[tuple[int, int]], prompt: int | None, max_commit: int, request_index: int
+) -> tuple[list[Step], float, bool, str]:
     gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(events)]
     k = max(1, math.ceil(len(gaps) / max_commit))
     top = sorted(gaps)[-k:]
@@ -135,35 +149,50 @@ def _burst_steps(events: list[tuple[int, int]], prompt: int | None, max_commit: 
     pos = sum(n for _, n in bursts[0])
     for prev, cur in itertools.pairwise(bursts):
         n = sum(x for _, x in cur)
-        steps.append(Step(t_end_ns=cur[-1][0], commit_len=n, step_s=(cur[0][0] - prev[0][0]) / 1e9,
-                          context_len=_context(prompt, pos), output_pos=pos, source="burst",
-                          request_index=request_index))
+        steps.append(
+            Step(
+                t_end_ns=cur[-1][0],
+                commit_len=n,
+                step_s=(cur[0][0] - prev[0][0]) / 1e9,
+                context_len=_context(prompt, pos),
+                output_pos=pos,
+                source="burst",
+                request_index=request_index,
+            )
+        )
         pos += n
     near = [g for g in gaps if 0.5 * threshold < g < 2 * threshold]
     ambiguous = len(near) > 0.1 * len(gaps)
-    why = (f"{len(near)} of {len(gaps)} gaps lie near the burst threshold {threshold * 1e3:.2f} ms"
-           if ambiguous else "")
+    why = (
+        f"{len(near)} of {len(gaps)} gaps lie near the burst threshold {threshold * 1e3:.2f} ms"
+        if ambiguous
+        else ""
+    )
     return steps, threshold, not ambiguous, why
 
 
-def _client(trace: RequestTrace, max_commit_len: int | None, prompt: int | None
-            ) -> StepReconstruction:
+def _client(
+    trace: RequestTrace, max_commit_len: int | None, prompt: int | None
+) -> StepReconstruction:
     events = _token_events(trace)
     if len(events) < 2:
         return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
     idx = trace.index
     if _is_per_token(trace, events):
-        steps, threshold, ok, why = _burst_steps(events, prompt,
-                                                 max_commit_len or DEFAULT_MAX_COMMIT, idx)
+        steps, threshold, ok, why = _burst_steps(
+            events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, idx
+        )
         reasons = [why] if why else []
         if max_commit_len is not None:
             big = [s.commit_len for s in steps if s.commit_len > max_commit_len]
             if big:
                 ok = False
-                reasons.append(f"a burst of {max(big)} tokens exceeds the max commit length "
-                               f"{max_commit_len}")
-        reason = "; ".join(reasons) or (f"per-token events grouped into bursts (threshold "
-                                        f"{threshold * 1e3:.2f} ms)")
+                reasons.append(
+                    f"a burst of {max(big)} tokens exceeds the max commit length {max_commit_len}"
+                )
+        reason = "; ".join(reasons) or (
+            f"per-token events grouped into bursts (threshold {threshold * 1e3:.2f} ms)"
+        )
         return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold)
 
     groups, merges = _merge_same_read(events)
@@ -175,28 +204,38 @@ def _client(trace: RequestTrace, max_commit_len: int | None, prompt: int | None
     if max_commit_len is not None:
         big = [n for _, n in groups[1:] if n > max_commit_len]
         if big:
-            problems.append(f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
-                            f"commit length {max_commit_len}: chunks merge steps")
+            problems.append(
+                f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
+                f"commit length {max_commit_len}: chunks merge steps"
+            )
     if merges:
         msg = f"{merges} events arrived in the same read as another (merged)"
         (problems if merges > 0.05 * len(events) else notes).append(msg)
     middle = [n for _, n in groups[1:-1]]
-    if len(middle) >= 5 and len(set(middle)) == 1 and middle[0] > 1 and (
-        max_commit_len is None or middle[0] < max_commit_len
+    if (
+        len(middle) >= 5
+        and len(set(middle)) == 1
+        and middle[0] > 1
+        and (max_commit_len is None or middle[0] < max_commit_len)
     ):
-        problems.append(f"every chunk carries exactly {middle[0]} tokens: the server streams every "
-                        f"{middle[0]} tokens (stream interval > 1) or accepts every draft; "
-                        "give the max commit length to tell")
+        problems.append(
+            f"every chunk carries exactly {middle[0]} tokens: the server streams every "
+            f"{middle[0]} tokens (stream interval > 1) or accepts every draft; "
+            "give the max commit length to tell"
+        )
     base = _multiple_of_base([s.step_s for s in steps])
     if base is not None:
-        problems.append(f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps")
+        problems.append(
+            f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps"
+        )
     if problems:
         return StepReconstruction(steps, False, "chunk", "; ".join(problems), notes=notes)
     return StepReconstruction(steps, True, "chunk", "one chunk per verify step", notes=notes)
 
 
-def _server(trace: RequestTrace, accepted: list[int], client: StepReconstruction,
-            prompt: int | None) -> StepReconstruction:
+def _server(
+    trace: RequestTrace, accepted: list[int], client: StepReconstruction, prompt: int | None
+) -> StepReconstruction:
     commits = [a + 1 for a in accepted]
     events = _token_events(trace)
     first_tokens = events[0][1] if events else 1
@@ -211,25 +250,44 @@ def _server(trace: RequestTrace, accepted: list[int], client: StepReconstruction
         per = (window[1] / len(commits)) if window and commits else 0.0
         times = [(t0 + int(per * 1e9 * (i + 1)), per) for i in range(len(commits))]
     for c, (t_end, step_s) in zip(commits, times, strict=False):
-        steps.append(Step(t_end_ns=t_end, commit_len=c, step_s=step_s,
-                          context_len=_context(prompt, pos), output_pos=pos, source="server",
-                          request_index=trace.index))
+        steps.append(
+            Step(
+                t_end_ns=t_end,
+                commit_len=c,
+                step_s=step_s,
+                context_len=_context(prompt, pos),
+                output_pos=pos,
+                source="server",
+                request_index=trace.index,
+            )
+        )
         pos += c
     check = None
     if client.steps:
         cl = [s.commit_len for s in client.steps]
         if same_count:
             equal = sum(a == b for a, b in zip(cl, commits, strict=False))
-            check = (f"client steps agree with the server's ({equal}/{len(commits)} equal)"
-                     if equal >= 0.9 * len(commits) else
-                     f"client steps disagree with the server's: {equal}/{len(commits)} equal")
+            check = (
+                f"client steps agree with the server's ({equal}/{len(commits)} equal)"
+                if equal >= 0.9 * len(commits)
+                else f"client steps disagree with the server's: {equal}/{len(commits)} equal"
+            )
         else:
-            check = (f"client reconstruction disagrees with the server: {len(cl)} client steps vs "
-                     f"{len(commits)} server steps (mean commit {sum(cl) / len(cl):.2f} vs "
-                     f"{sum(commits) / len(commits):.2f})")
+            check = (
+                f"client reconstruction disagrees with the server: {len(cl)} client steps vs "
+                f"{len(commits)} server steps (mean commit {sum(cl) / len(cl):.2f} vs "
+                f"{sum(commits) / len(commits):.2f})"
+            )
     timing = "client chunk times" if same_count else "decode window spread evenly"
-    return StepReconstruction(steps, True, "server", f"server per-step data ({timing})",
-                              cross_check=check, notes=client.notes)
+    return StepReconstruction(
+        steps,
+        True,
+        "server",
+        f"server per-step data ({timing})",
+        cross_check=check,
+        notes=client.notes,
+        timed_by_client=same_count,
+    )
 
 
 def server_mean_commit_len(trace: RequestTrace) -> float | None:
@@ -249,8 +307,9 @@ def server_mean_commit_len(trace: RequestTrace) -> float | None:
     return None
 
 
-def reconstruct_steps(trace: RequestTrace, *, max_commit_len: int | None = None,
-                      prompt_tokens: int | None = None) -> StepReconstruction:
+def reconstruct_steps(
+    trace: RequestTrace, *, max_commit_len: int | None = None, prompt_tokens: int | None = None
+) -> StepReconstruction:
     """Steps of one request, the method used, and whether to trust them (with the reason)."""
     prompt = prompt_tokens
     if prompt is None:
@@ -266,9 +325,8 @@ def reconstruct_steps(trace: RequestTrace, *, max_commit_len: int | None = None,
     if server_l is not None and client.steps and client.mean_commit_len:
         cl = client.mean_commit_len
         rel = abs(cl - server_l) / server_l
-        client.cross_check = (
-            f"client mean commit {cl:.2f} vs server {server_l:.2f}"
-            + (" (agree)" if rel <= CROSS_CHECK_TOLERANCE else " (disagree)")
+        client.cross_check = f"client mean commit {cl:.2f} vs server {server_l:.2f}" + (
+            " (agree)" if rel <= CROSS_CHECK_TOLERANCE else " (disagree)"
         )
         if rel > CROSS_CHECK_TOLERANCE and client.reliable:
             client.reliable = False

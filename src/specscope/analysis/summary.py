@@ -29,7 +29,8 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
 
 
-def _round(v: float | None, nd: int = 6) -> float | None:
+def _round(v: float | None, nd: int = 12) -> float | None:
+    """Trim float noise only; consumers get full precision."""
     return None if v is None else round(v, nd)
 
 
@@ -48,14 +49,21 @@ def _server_steps(trace: RequestTrace) -> float | None:
     return None
 
 
-def summarize(traces: Sequence[RequestTrace], *, max_commit_len: int | None = None,
-              reconstructions: Sequence[StepReconstruction] | None = None) -> dict[str, Any]:
+def summarize(
+    traces: Sequence[RequestTrace],
+    *,
+    max_commit_len: int | None = None,
+    reconstructions: Sequence[StepReconstruction] | None = None,
+) -> dict[str, Any]:
     """Summary of a probe run. `reconstructions` (aligned with `traces`) may be passed in when
     the caller already computed them."""
     ok = [t for t in traces if t.ok]
     failed = [t for t in traces if not t.ok]
-    recs = list(reconstructions) if reconstructions is not None else [
-        reconstruct_steps(t, max_commit_len=max_commit_len) for t in traces]
+    recs = (
+        list(reconstructions)
+        if reconstructions is not None
+        else [reconstruct_steps(t, max_commit_len=max_commit_len) for t in traces]
+    )
     ok_recs = [r for t, r in zip(traces, recs, strict=False) if t.ok]
 
     ttfts = [v for t in ok if (v := t.ttft_s) is not None]
@@ -92,8 +100,7 @@ def summarize(traces: Sequence[RequestTrace], *, max_commit_len: int | None = No
     else:
         mean_commit, commit_src = None, None
 
-    timed = [s.step_s for r in reliable for s in r.steps
-             if r.method != "server" or "client chunk times" in r.reason]
+    timed = [s.step_s for r in reliable if r.timed_by_client for s in r.steps]
     if timed and all(v > 0 for v in timed):
         mean_step, step_src = sum(timed) / len(timed), "client"
     elif mean_commit is not None and decode_tps:
@@ -111,8 +118,11 @@ def summarize(traces: Sequence[RequestTrace], *, max_commit_len: int | None = No
             "sources": sorted({f.source for f in spec if f.source}),
             "accepted_drafts": sum(accepted) if accepted else None,
             "proposed_drafts": sum(proposed) if proposed else None,
-            "accept_rate": (sum(accepted) / sum(proposed)
-                            if accepted and proposed and sum(proposed) > 0 else None),
+            "accept_rate": (
+                sum(accepted) / sum(proposed)
+                if accepted and proposed and sum(proposed) > 0
+                else None
+            ),
             "verify_ct": sum(f.verify_ct for f in spec if f.verify_ct) or None,
             "per_step_data": any(f.per_step_accepted for f in spec),
         }
@@ -128,13 +138,15 @@ def summarize(traces: Sequence[RequestTrace], *, max_commit_len: int | None = No
         "ttft_s_p99": _round(_pct(ttfts, 99)),
         "e2e_s_p50": _round(_pct(e2es, 50)),
         "e2e_s_p99": _round(_pct(e2es, 99)),
-        "decode_tps": _round(decode_tps, 3),
-        "decode_tps_p50": _round(_pct(per_req_tps, 50), 3),
+        "decode_tps": _round(decode_tps),
+        "decode_tps_p50": _round(_pct(per_req_tps, 50)),
         "completion_tokens": sum(t.completion_tokens or 0 for t in ok),
         "chunk_gap_s_p50": _round(_pct(gaps, 50)),
         "chunk_gap_s_p99": _round(_pct(gaps, 99)),
-        "tokens_per_chunk_mean": _round(sum(chunk_sizes) / len(chunk_sizes), 4) if chunk_sizes else None,
-        "mean_commit_len": _round(mean_commit, 4),
+        "tokens_per_chunk_mean": _round(sum(chunk_sizes) / len(chunk_sizes))
+        if chunk_sizes
+        else None,
+        "mean_commit_len": _round(mean_commit),
         "mean_commit_len_source": commit_src,
         "mean_step_s": _round(mean_step),
         "mean_step_s_source": step_src,

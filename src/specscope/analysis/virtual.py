@@ -60,9 +60,12 @@ def trace_from_steps(
     prefill_s: float,
     stream_interval: int = 1,
     server_fields: bool = True,
+    per_token_events: bool = False,
+    event_gap_s: float = 20e-6,
 ) -> RequestTrace:
     """What a client records for these steps. The first chunk arrives after prefill plus the
-    first verify step (TTFT); later chunks at cumulative step ends."""
+    first verify step (TTFT); later chunks at cumulative step ends. With `per_token_events` a
+    step's tokens arrive one event each, `event_gap_s` apart (llama.cpp-style bursts)."""
     t = float(t_send_ns) + prefill_s * 1e9
     cum = 0
     pending = 0
@@ -72,7 +75,11 @@ def trace_from_steps(
         cum += k
         pending += k
         last = i == len(steps) - 1
-        if stream_interval <= 1 or cum % stream_interval == 0 or last:
+        if per_token_events:
+            for j in range(k):
+                chunks.append(Chunk(t_ns=round(t + j * event_gap_s * 1e9), n_tokens=1, n_chars=4))
+            pending = 0
+        elif stream_interval <= 1 or cum % stream_interval == 0 or last:
             chunks.append(Chunk(t_ns=round(t), n_tokens=pending, n_chars=4 * pending))
             pending = 0
     server = None
@@ -92,12 +99,12 @@ def trace_from_steps(
         spec=spec,
         t_send_ns=t_send_ns,
         chunks=chunks,
-        token_count_source="meta_info",
+        token_count_source="events" if per_token_events else "meta_info",
         completion_tokens=cum,
         prompt_tokens_reported=spec.prompt_tokens,
         finish_reason="length",
         server_spec=server,
-        t_end_ns=round(t) + 1000,
+        t_end_ns=(chunks[-1].t_ns if chunks else round(t)) + 1000,
     )
 
 
@@ -126,6 +133,7 @@ def virtual_run(
     seed: int = 0,
     stream_interval: int = 1,
     server_fields: bool = True,
+    per_token_events: bool = False,
     run_id: str = "virtual",
 ) -> VirtualRun:
     """Simulate every request of the plan one after another (concurrency 1) on a virtual clock."""
@@ -150,6 +158,7 @@ def virtual_run(
                 prefill_s=prefill(item.prompt_tokens),
                 stream_interval=stream_interval,
                 server_fields=server_fields,
+                per_token_events=per_token_events,
             )
             requests.append(tr)
             true_steps[index] = steps

@@ -7,6 +7,7 @@ each integration point with another layer is one small function here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shlex
 import time
@@ -149,7 +150,18 @@ async def open_target(url: str, flavor: str = "auto", api: str | None = None,
 DEFAULT_SCENARIO = "seed-regression"
 # Speculation settings asked of the engine for the embedded default (ENGINE2's options);
 # the engine is used only when the backend it builds really speculates.
-ENGINE_SPEC_OPTIONS: dict[str, Any] = {"spec": "ngram", "num_draft_tokens": 4}
+ENGINE_SPEC_OPTIONS: dict[str, Any] = {"drafter": "ngram", "verify": "tree", "num_draft_tokens": 4}
+
+
+def _engine_is_practical() -> bool:
+    """The engine is the embedded default only where it decodes at a useful speed (a GPU);
+    the demo and `--quick` promise about a minute."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
 
 
 def _engine_backend() -> tuple[Any, str]:
@@ -168,8 +180,9 @@ def embedded_server(scenario: str | None = None, time_scale: float | None = None
                     ) -> Iterator[tuple[str, str, list[str]]]:
     """Start the default server on 127.0.0.1 in a thread; yield (base URL, description, notes).
 
-    Default: the engine with a speculative configuration when it builds and speculates, else
-    the twin with the seed-regression scenario. Its log goes to `log_file` (read as evidence).
+    Default: the engine with a speculative configuration (n-gram drafter, tree verify) when it
+    has a GPU, builds and really speculates; else the twin with the seed-regression scenario.
+    Its log goes to `log_file` (read as evidence).
     """
     from specscope.serve.options import ServeOptions
     from specscope.serve.runner import run_server, start_twin_server
@@ -178,7 +191,11 @@ def embedded_server(scenario: str | None = None, time_scale: float | None = None
     handle = None
     description = ""
     try:
-        if backend == "engine" or (backend is None and scenario is None):
+        if backend is None and scenario is None and not _engine_is_practical():
+            notes.append("embedded default: the twin (seed-regression), because the engine has no "
+                         "GPU here (on CPU it decodes ~10 tok/s, so the plan would take many minutes); "
+                         "pass --backend engine to diagnose the engine anyway")
+        elif backend == "engine" or (backend is None and scenario is None):
             try:
                 be, description = _engine_backend()
                 handle = run_server(be, ServeOptions(log_file=log_file, log_to_stderr=False))
@@ -208,12 +225,12 @@ async def scrape_metrics(url: str | None) -> Any:
     """A Prometheus scrape before the run (None without --metrics-url or when it fails)."""
     if not url:
         return None
-    try:
-        from specscope.telemetry import prometheus
+    from specscope.telemetry.prometheus import MetricsError, scrape_metrics
 
-        return await prometheus.scrape(url)
-    except Exception:  # the after-scrape reports the failure; a run is not stopped for it
-        return None
+    try:
+        return await asyncio.to_thread(scrape_metrics, url)
+    except MetricsError as e:  # reported in the notes after the run; a run is not stopped for it
+        return e
 
 
 def collect_telemetry(args: dict[str, Any], info: RunInfo,
@@ -243,18 +260,18 @@ def collect_telemetry(args: dict[str, Any], info: RunInfo,
             notes.append(f"server logs ({what}) not read: {e}")
     url = args.get("metrics_url")
     if url:
-        try:
-            from specscope.telemetry import prometheus
+        from specscope.telemetry.prometheus import MetricsError, metrics_delta, scrape_metrics
 
-            after = prometheus.scrape_sync(url)
-            if metrics_before is None:
-                notes.append(f"--metrics-url {url}: no scrape before the run; delta unavailable")
-            else:
-                recs = prometheus.delta_records(metrics_before, after, source=url)
+        if metrics_before is None or isinstance(metrics_before, Exception):
+            notes.append(f"metrics {url}: no scrape before the run ({metrics_before}); no delta")
+        else:
+            try:
+                recs = metrics_delta(metrics_before, scrape_metrics(url))
                 records += recs
-                notes.append(f"--metrics-url {url}: {len(recs)} run-scoped delta record(s)")
-        except Exception as e:
-            notes.append(f"--metrics-url {url}: scrape failed ({e.__class__.__name__}: {e})")
+                notes.append(f"metrics {url}: {len(recs)} run-scoped delta record(s) "
+                             "(server-wide counters: other traffic is included)")
+            except MetricsError as e:
+                notes.append(f"metrics {url}: scrape after the run failed ({e})")
     return records, notes
 
 

@@ -36,7 +36,7 @@ from specscope.commands.common import (
     print_json,
 )
 from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
-from specscope.probe.detect import detect
+from specscope.probe.detect import detect, max_commit_len_from
 from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import (
     PromptError,
@@ -103,6 +103,10 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
             raise _Usage(str(e)) from None
         info.api = flavor.api
         notes: list[str] = [f"flavor {flavor.name}: {det.evidence}"]
+        if max_commit_len is None:
+            max_commit_len = max_commit_len_from(det.server_info)
+            if max_commit_len is not None:
+                notes.append(f"max commit length {max_commit_len} (from the server's info)")
 
         # Prompts: the server's tokenizer when it has one, else the local one, else an error.
         found = await server_counter(session, url, flavor.tokenize_endpoints,

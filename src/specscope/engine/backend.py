@@ -149,7 +149,9 @@ class EngineBackend:
         rows = min(len(prompt_ids) + max(params.max_tokens, 1), self.max_context)
         seq = self.kv.admit(request_id, rows + self.kv_headroom_tokens)
         seed = params.seed if params.seed is not None else self.seed
-        req = Request(request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed))
+        req = Request(
+            request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed)
+        )
         try:
             known = prompt_ids[:-1]
             for start in range(0, len(known), PREFILL_CHUNK):
@@ -198,7 +200,9 @@ class EngineBackend:
             timing["verify"] = t1 - t0
             for i, r in enumerate(live):
                 p = r.params
-                new_tokens[r.request_id] = [sample(logits[i, 0], p.temperature, p.top_p, r.generator)]
+                new_tokens[r.request_id] = [
+                    sample(logits[i, 0], p.temperature, p.top_p, r.generator)
+                ]
         outputs = [self.accept_tokens(r, new_tokens.get(r.request_id, [])) for r in reqs]
         step_s = time.perf_counter() - t0
         if live:

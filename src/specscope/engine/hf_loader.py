@@ -20,7 +20,9 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral")  # same block; mistral's sliding wi
 def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
     model_type = raw.get("model_type", "llama")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"unsupported model_type {model_type!r} (supported: {SUPPORTED_MODEL_TYPES})")
+        raise ValueError(
+            f"unsupported model_type {model_type!r} (supported: {SUPPORTED_MODEL_TYPES})"
+        )
     heads = int(raw["num_attention_heads"])
     hidden = int(raw["hidden_size"])
     return ModelConfig(
@@ -32,7 +34,9 @@ def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
         num_kv_heads=int(raw.get("num_key_value_heads") or heads),
         head_dim=int(raw.get("head_dim") or hidden // heads),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        rope_theta=float(raw.get("rope_theta", (raw.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
+        rope_theta=float(
+            raw.get("rope_theta", (raw.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        ),
         rope_scaling=raw.get("rope_scaling"),
         max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
@@ -49,7 +53,9 @@ def load_hf_folder(folder: Path, with_weights: bool = True):
     if with_weights:
         files = sorted(folder.glob("*.safetensors"))
         if not files:
-            raise FileNotFoundError(f"{folder}: no *.safetensors file (pickle checkpoints are refused)")
+            raise FileNotFoundError(
+                f"{folder}: no *.safetensors file (pickle checkpoints are refused)"
+            )
         weights = {}
         for f in files:
             for name, t in load_file(str(f)).items():

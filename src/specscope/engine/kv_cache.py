@@ -180,3 +180,11 @@ class KVCache:
             self._where[p] = len(self._free)
             self._free.append(p)
         del seq.pages[keep:]
+
+    def rewind(self, seq: SeqKV, length: int) -> None:
+        """Keep only the first `length` committed tokens, for a request whose context occupies
+        rows 0..len-1 in order (plain decode, or compacted speculation); frees the rest."""
+        if length > seq.context_len:
+            raise ValueError(f"cannot rewind {seq.context_len} tokens to {length}")
+        seq.context = seq.context[:length]
+        self.truncate(seq, length)

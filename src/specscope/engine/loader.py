@@ -80,7 +80,9 @@ def build_model(
         return model.to(device=device, dtype=dtype).eval()
     with torch.device("meta"):
         model = Transformer(cfg)
-    state = {k: v for k, v in weights.items() if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
+    state = {
+        k: v for k, v in weights.items() if not (cfg.tie_word_embeddings and k == "lm_head.weight")
+    }
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
@@ -94,9 +96,50 @@ def build_model(
     return model.to(device=device, dtype=dtype).eval()
 
 
-def load_model(model: str | Path = "smollm2", device: str = "cpu", dtype: torch.dtype | None = None) -> LoadedModel:
+def load_model(
+    model: str | Path = "smollm2", device: str = "cpu", dtype: torch.dtype | None = None
+) -> LoadedModel:
     path = resolve(model)
     cfg, weights, codec = load_checkpoint(path)
     dev = torch.device(device)
     dtype = dtype or default_dtype(dev)
     return LoadedModel(path.stem, cfg, build_model(cfg, weights, dev, dtype), codec, dtype, dev)
+
+
+# SmolLM2-135M's architecture, for speed-only runs with random weights where the GGUF (98 MB)
+# cannot travel (e.g. a GPU machine reached through a 64 MiB transfer).
+SMOLLM2_CONFIG = ModelConfig(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_layers=30,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+)
+
+
+def random_model(
+    cfg: ModelConfig = SMOLLM2_CONFIG,
+    device: str = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+) -> LoadedModel:
+    """The architecture with random weights and an empty tokenizer: token ids in, ids out."""
+    from tokenizers import Tokenizer, models
+
+    dev = torch.device(device)
+    dtype = dtype or default_dtype(dev)
+    codec = TextCodec(Tokenizer(models.BPE()), None, set())
+    return LoadedModel(
+        "random-" + str(cfg.num_layers) + "L",
+        cfg,
+        build_model(cfg, None, dev, dtype, seed),
+        codec,
+        dtype,
+        dev,
+    )

@@ -239,7 +239,9 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, kv: Any, compute_logits: bool = True) -> torch.Tensor | None:
+    def forward(
+        self, batch: ForwardBatch, kv: Any, compute_logits: bool = True
+    ) -> torch.Tensor | None:
         """Run the new tokens of `batch` against the pool of `kv` (a KVCache: `.k[layer]`,
         `.v[layer]` are [slots, kv_heads, head_dim]). Returns float32 logits [B, Q, vocab],
         or None when `compute_logits` is False (prefill chunks whose logits nobody reads)."""

@@ -29,7 +29,9 @@ def probabilities(logits: torch.Tensor, temperature: float, top_p: float) -> tor
     return probs
 
 
-def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
+def sample(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
+) -> int:
     """One token id from a [vocab] logits row."""
     if temperature <= 0.0:
         return int(logits.argmax())

@@ -77,7 +77,9 @@ class TextCodec:
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
 
-    def render_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render_chat(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> str:
         if not self.chat_template:
             # No template shipped: a plain transcript keeps the endpoint usable.
             lines = [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages]

@@ -21,5 +21,5 @@ def plan(prompt_tokens: int, max_tokens: int, repeat: int = 1,
                                         context_skip_reason(prompt_tokens, max_tokens, max_context or 0)))
         return out
     out.steps.append(PlanStep(tags.FULL_GENERATION, None, prompt_tokens, max_tokens, repeat=repeat,
-                              purpose="the user's case: TTFT, decode tps, per-step trace"))
+                              purpose="the user's case: TTFT, decode rate, steps"))
     return out

@@ -32,5 +32,5 @@ def plan(prompt_tokens: int, n1: int = 64, n2: int = 256, repeat: int = 3,
     for _ in range(repeat):
         for point, n in (("n1", n1), ("n2", n2)):
             out.steps.append(PlanStep(tags.TWO_POINT, point, prompt_tokens, n, repeat=1, group=group,
-                                      purpose=f"two-point decode rate over tokens {n1}..{n2}"))
+                                      purpose=f"decode rate over tokens {n1}..{n2}, prefill cancelled"))
     return out

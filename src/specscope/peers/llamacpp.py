@@ -93,7 +93,13 @@ def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int) -> No
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server = xlc.Server(build_params(mode, models, host=host, port=port))
+    try:
+        server = xlc.Server(build_params(mode, models, host=host, port=port))
+    except RuntimeError as exc:
+        print(f"error: llama.cpp server did not start: {exc}", file=sys.stderr, flush=True)
+        # A failed init can leave llama.cpp's native threads running, which would keep the
+        # interpreter alive forever; leave at once instead.
+        os._exit(1)
     print(f"{URL_LINE_PREFIX}{server.listening_address}", flush=True)
     try:
         while not stop.wait(0.5):
@@ -182,7 +188,9 @@ class LlamaCppServer:
                         break
                     continue
                 line = self._proc.stdout.readline()
-                if not line:  # EOF: the child died
+                if not line:  # EOF: the child is exiting; reap it so that its status is known
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self._proc.wait(timeout=10)
                     break
                 if line.startswith(URL_LINE_PREFIX):
                     return line[len(URL_LINE_PREFIX) :].strip()

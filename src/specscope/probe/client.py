@@ -91,6 +91,9 @@ class ProbeClient:
         self._api_key = api_key
         self._session = session
         self._own_session = session is None
+        #: Traces of requests in flight, by index: on Ctrl-C the workload records them as
+        #: cancelled (with what they received so far) instead of losing them.
+        self.in_flight: dict[int, RequestTrace] = {}
 
     async def __aenter__(self) -> ProbeClient:
         if self._session is None:
@@ -106,6 +109,12 @@ class ProbeClient:
         """Run one streamed request to completion or failure; never raises (but cancellation)."""
         trace = RequestTrace(index=index, spec=spec, t_send_ns=time.perf_counter_ns(),
                              concurrency_slot=slot)
+        self.in_flight[index] = trace
+        await self._send(trace)  # on cancellation the trace stays in `in_flight` for the caller
+        self.in_flight.pop(index, None)
+        return trace
+
+    async def _send(self, trace: RequestTrace) -> None:
         variant = self.flavor.variant
         while True:
             try:
@@ -125,7 +134,6 @@ class ProbeClient:
                 break
         if trace.t_end_ns is None:
             trace.t_end_ns = time.perf_counter_ns()
-        return trace
 
     # -- one attempt -----------------------------------------------------------------------
 

@@ -125,16 +125,34 @@ async def build_prompt(count: AsyncCounter, n_tokens: int, seed: int = 0) -> Bui
         calls += 1
         return await count(" ".join(ws))
 
-    w = max(1, n_tokens)
+    w = min(len(words), max(1, n_tokens))
     got = await c(words[:w])
     best = (abs(got - n_tokens), w, got)
+    lo: tuple[int, int] | None = None  # (words, tokens) with tokens < target
+    hi: tuple[int, int] | None = None  # (words, tokens) with tokens > target
     while got != n_tokens and calls < _MAX_CALLS // 2:
-        step = n_tokens - got
-        w = max(1, min(len(words), w + step))
+        if got < n_tokens:
+            lo = (w, got)
+        else:
+            hi = (w, got)
+        if lo and hi:
+            if hi[0] - lo[0] <= 1:
+                break  # one word jumps over the target: fixed below
+            guess = lo[0] + round((n_tokens - lo[1]) * (hi[0] - lo[0]) / (hi[1] - lo[1]))
+            w = min(max(guess, lo[0] + 1), hi[0] - 1)
+        elif lo:
+            if lo[0] >= len(words):
+                break
+            per_word = max(lo[1] / lo[0], 0.25)
+            w = min(len(words), lo[0] + max(1, round((n_tokens - lo[1]) / per_word)))
+        else:
+            assert hi is not None
+            if hi[0] <= 1:
+                break
+            per_word = max(hi[1] / hi[0], 0.25)
+            w = max(1, hi[0] - max(1, round((hi[1] - n_tokens) / per_word)))
         got = await c(words[:w])
         best = min(best, (abs(got - n_tokens), w, got))
-        if step in (1, -1) and got != n_tokens:
-            break
     _, w, got = best
     text_words = words[:w]
     if got != n_tokens:

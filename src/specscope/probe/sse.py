@@ -50,6 +50,19 @@ class SSEParser:
             return []
         events: list[SSEEvent] = []
         buf = self._buf
+        if not self._skip_lf and b"\r" not in chunk:
+            # Fast path (almost every server): LF-only line ends, one split per read.
+            lines = chunk.split(b"\n")
+            if len(lines) == 1:
+                buf += chunk
+                return events
+            buf += lines[0]
+            self._line(bytes(buf), events)
+            buf.clear()
+            for raw in lines[1:-1]:
+                self._line(raw, events)
+            buf += lines[-1]
+            return events
         start = 0
         n = len(chunk)
         if self._skip_lf:

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from specscope.probe.client import ProbeClient
-from specscope.trace.model import RequestSpec, RequestTrace
+from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace
 
 MAX_CONCURRENCY = 1024
 
@@ -36,7 +36,16 @@ async def run_workload(client: ProbeClient, specs: Sequence[RequestSpec], concur
                 on_done(trace)
 
     n_workers = min(concurrency, len(specs))
-    async with asyncio.TaskGroup() as tg:
-        for slot in range(n_workers):
-            tg.create_task(worker(slot))
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for slot in range(n_workers):
+                tg.create_task(worker(slot))
+    except asyncio.CancelledError:
+        # Ctrl-C: hand over what the requests in flight received, marked cancelled.
+        for trace in list(client.in_flight.values()):
+            if trace.error is None:
+                trace.error = ErrorInfo(kind="cancelled", message="run interrupted")
+            if on_done is not None:
+                on_done(trace)
+        raise
     return [r for r in results if r is not None]

@@ -61,16 +61,26 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
 
 
 def render_plan(plan: Plan, console: Console, target: str) -> None:
-    """What will be sent, before anything is: steps, token counts, estimated time."""
-    t = Table(title=f"Plan for {target}", title_justify="left")
-    for col in ("experiment", "prompt tok", "max tok", "requests", "est. s", "why"):
-        t.add_column(col)
+    """What will be sent, before anything is: steps, token counts, estimated time. Steps of one
+    tag (two-point's alternating rounds) are shown as one row."""
+    t = Table(title=Text(f"Plan for {target}"), title_justify="left")
+    t.add_column("experiment", no_wrap=True)
+    t.add_column("prompt tok", justify="right")
+    t.add_column("max tok", justify="right")
+    t.add_column("requests", justify="right")
+    t.add_column("est. s", justify="right")
+    t.add_column("why", overflow="fold")
     d, p = plan.decode_tps_assumed, plan.prefill_tps_assumed
+    rows: dict[str, list] = {}
     for s in plan.steps:
-        t.add_row(s.tag, str(s.prompt_tokens), str(s.max_tokens), str(s.requests),
-                  f"{s.estimate_s(d, p):.1f}", s.purpose)
+        row = rows.setdefault(s.tag, [s, 0, 0.0])
+        row[1] += s.requests
+        row[2] += s.estimate_s(d, p)
+    for tag, (s, n, est) in rows.items():
+        t.add_row(tag, str(s.prompt_tokens), str(s.max_tokens), str(n), f"{est:.1f}", Text(s.purpose))
     console.print(t)
-    basis = "measured by a calibration request" if plan.rates_measured else "assumed"
+    basis = ("from a short calibration request; short windows read fast, so expect longer"
+             if plan.rates_measured else "assumed; nothing measured yet")
     console.print(Text(f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
                        f"{plan.total_generated_tokens} generated tokens, about {plan.estimate_s():.0f} s "
                        f"at {d:.1f} tok/s ({basis})."))

@@ -45,6 +45,9 @@ class ServeContext:
                  param: str = "max_tokens") -> SamplingParams:
         """Sampling parameters, or a 400 when the request cannot fit the context."""
         limit = self.backend.info.max_context
+        if prompt_len >= limit:
+            raise ApiError(f"the prompt is {prompt_len} tokens; this model's maximum context "
+                           f"length is {limit} tokens", param="prompt")
         n = max_tokens if max_tokens is not None else min(DEFAULT_MAX_TOKENS, limit - prompt_len)
         if prompt_len + n > limit:
             raise ApiError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from specscope.serve.scheduler import RequestState
@@ -144,3 +145,37 @@ def meta_info(state: RequestState, completion_tokens: int, finish_reason: str | 
 def error_body_abort() -> dict[str, Any]:
     return {"error": {"message": "request aborted by the server", "type": "server_error",
                       "param": None, "code": 500}}
+
+
+class TextStream:
+    """Incremental detokenization: the text delta of newly committed ids.
+
+    Detokenizing each step's ids on its own breaks real tokenizers (multi-byte characters and
+    leading-space rules span tokens), so the full text is re-rendered and the new suffix sent; a
+    trailing U+FFFD (an incomplete character) is held back until the next ids complete it.
+    """
+
+    def __init__(self, detokenize: Callable[[list[int]], str]):
+        self._detokenize = detokenize
+        self._ids: list[int] = []
+        self._sent = ""
+
+    def add(self, ids: list[int], final: bool = False) -> str:
+        self._ids += ids
+        text = self._detokenize(self._ids)
+        if not final:
+            text = text.rstrip("\ufffd")
+        if not text.startswith(self._sent):  # the tokenizer re-rendered earlier text
+            common = 0
+            for a, b in zip(text, self._sent, strict=False):
+                if a != b:
+                    break
+                common += 1
+            self._sent = self._sent[:common]
+        delta = text[len(self._sent):]
+        self._sent = text
+        return delta
+
+    @property
+    def text(self) -> str:
+        return self._sent

@@ -43,12 +43,12 @@ def build_router(ctx: ServeContext) -> APIRouter:
                     "index": 0}
 
         async def frames() -> AsyncIterator[str]:
-            text = ""  # SGLang streams the cumulative text
+            text = fmt.TextStream(ctx.backend.detokenize)  # SGLang streams the cumulative text
             async for em in emissions(state, first, ctx.metrics, interval, ctx.per_token_events):
                 if em.finish_reason == "abort":
                     return  # simulated mid-stream disconnect
-                text += ctx.backend.detokenize(em.tokens)
-                yield fmt.sse(body(text, em.completion_tokens, em.finish_reason if em.finished
+                text.add(em.tokens, em.finished)
+                yield fmt.sse(body(text.text, em.completion_tokens, em.finish_reason if em.finished
                                    else None, em.finished))
             yield fmt.SSE_DONE
 
@@ -64,13 +64,14 @@ def build_router(ctx: ServeContext) -> APIRouter:
 
         async def collect() -> dict | None:
             last = None
-            text = ""
+            ids: list[int] = []
             async for em in emissions(state, first, ctx.metrics):
-                text += ctx.backend.detokenize(em.tokens)
+                ids += em.tokens
                 last = em
             if last is None or last.finish_reason == "abort":
                 return None
-            return body(text, last.completion_tokens, last.finish_reason, True)
+            return body(ctx.backend.detokenize(ids), last.completion_tokens, last.finish_reason,
+                        True)
 
         task = asyncio.ensure_future(collect())
         try:

@@ -87,7 +87,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
             ems = await _full(ctx, request, state, first)
             if isinstance(ems, Response):
                 return ems
-            text = "".join(ctx.backend.detokenize(e.tokens) for e in ems)
+            text = ctx.backend.detokenize([t for e in ems for t in e.tokens])
             done = ems[-1].completion_tokens if ems else 0
             return JSONResponse(fmt.completion_full(rid, created, model, text, ems[-1].finish_reason,
                                                     fmt.usage(n_prompt, done)))
@@ -95,6 +95,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
 
         async def frames() -> AsyncIterator[str]:
             done = 0
+            text = fmt.TextStream(ctx.backend.detokenize)
             async for em in emissions(state, first, ctx.metrics, ctx.stream_interval,
                                       ctx.per_token_events):
                 if em.finish_reason == "abort":
@@ -102,7 +103,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
                 done = em.completion_tokens
                 u = fmt.usage(n_prompt, done) if continuous else None
                 yield fmt.sse(fmt.completion_chunk(rid, created, model,
-                                                   ctx.backend.detokenize(em.tokens),
+                                                   text.add(em.tokens, em.finished),
                                                    em.finish_reason if em.finished else None, u))
             if include_usage:
                 yield fmt.sse(fmt.usage_chunk(rid, created, model, "text_completion",
@@ -129,7 +130,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
             ems = await _full(ctx, request, state, first)
             if isinstance(ems, Response):
                 return ems
-            text = "".join(ctx.backend.detokenize(e.tokens) for e in ems)
+            text = ctx.backend.detokenize([t for e in ems for t in e.tokens])
             done = ems[-1].completion_tokens if ems else 0
             return JSONResponse(fmt.chat_full(rid, created, model, text, ems[-1].finish_reason,
                                               fmt.usage(n_prompt, done)))
@@ -140,13 +141,14 @@ def build_router(ctx: ServeContext) -> APIRouter:
             yield fmt.sse(fmt.chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
                                          None, u0))
             done = 0
+            text = fmt.TextStream(ctx.backend.detokenize)
             async for em in emissions(state, first, ctx.metrics, ctx.stream_interval,
                                       ctx.per_token_events):
                 if em.finish_reason == "abort":
                     return
                 done = em.completion_tokens
                 u = fmt.usage(n_prompt, done) if continuous else None
-                delta = {"content": ctx.backend.detokenize(em.tokens)}
+                delta = {"content": text.add(em.tokens, em.finished)}
                 yield fmt.sse(fmt.chat_chunk(rid, created, model, delta,
                                              em.finish_reason if em.finished else None, u))
             if include_usage:

@@ -178,6 +178,12 @@ class Scheduler:
                 self.metrics.num_aborted.inc()
                 state.events.put_nowait(ErrorEvent(str(exc), exc.status))
                 continue
+            except Exception as exc:  # a backend bug fails this request, not the server
+                self.log.info(f"Prefill error: {type(exc).__name__}: {exc}")
+                self.backend.release(state.request_id)
+                self.metrics.num_aborted.inc()
+                state.events.put_nowait(ErrorEvent(f"internal error: {type(exc).__name__}", 500))
+                continue
             self.running[state.request_id] = state
             self.metrics.prompt_tokens.inc(len(state.prompt_ids))
         self.metrics.num_running_reqs.set(len(self.running))

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from specscope.serve.metrics import ServeMetrics
 from specscope.serve.scheduler import ErrorEvent, RequestState, StepEvent
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -87,12 +90,15 @@ async def emissions(
         event = await state.events.get()
 
 
-async def wait_or_disconnect(coro_result: asyncio.Future, is_disconnected, poll_s: float = 0.1):
-    """Await a future, but return None early when the client disconnects (non-streaming)."""
+async def wait_or_disconnect(
+    future: asyncio.Future[T], is_disconnected: Callable[[], Awaitable[bool]], poll_s: float = 0.1
+) -> T | None:
+    """Await a future, but return None early when the client disconnects. Starlette cancels a
+    streaming body on disconnect by itself; a handler still waiting has to look."""
     while True:
-        done, _ = await asyncio.wait({coro_result}, timeout=poll_s)
+        done, _ = await asyncio.wait({future}, timeout=poll_s)
         if done:
-            return coro_result.result()
+            return future.result()
         if await is_disconnected():
-            coro_result.cancel()
+            future.cancel()
             return None

@@ -8,7 +8,7 @@ commonly send; fields the server cannot honour (n > 1) are rejected explicitly.
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -70,8 +70,11 @@ class _Sampling(_Body):
     rid: str | None = None
 
 
+TokenId = Annotated[int, Field(ge=0)]
+
+
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[TokenId] | list[str]
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -114,7 +117,7 @@ class NativeSamplingParams(_Body):
 
 class GenerateRequest(_Body):
     text: str | None = None
-    input_ids: list[int] | None = None
+    input_ids: list[TokenId] | None = None
     sampling_params: NativeSamplingParams = Field(default_factory=NativeSamplingParams)
     stream: bool = False
     rid: str | None = None

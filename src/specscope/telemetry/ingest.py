@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from specscope.telemetry.base import LineFormat
+from specscope.telemetry.base import LineFormat, Malformed, to_record
 from specscope.telemetry.custom import compile_pattern, custom_format
 from specscope.telemetry.formats import formats_for
-from specscope.telemetry.prefix import PrefixParser
+from specscope.telemetry.prefix import PrefixParser, clean_line
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.scan import DEFAULT_MAX_LINE, Scanner, ScanOptions
 from specscope.telemetry.sources import (
@@ -108,3 +108,21 @@ def parse_text(
     if data:
         scanner.feed(data, source)
     return LogResult(scanner.summary, scanner.records)
+
+
+def parse_line(
+    line: str, format_: str = "auto", pattern: str | None = None, source: str = ""
+) -> SpecRecord | Malformed | None:
+    """One line -> its record (first format that recognises it), a Malformed, or None."""
+    prefixes = PrefixParser()
+    cleaned = clean_line(line.rstrip("\n"))
+    malformed: Malformed | None = None
+    for fmt in selected_formats(format_, pattern):
+        if fmt.markers and not any(m.decode() in cleaned for m in fmt.markers):
+            continue
+        result = fmt.parse(cleaned, prefixes)
+        if isinstance(result, Malformed):
+            malformed = malformed or result
+        elif result is not None:
+            return to_record(result, None, source)
+    return malformed

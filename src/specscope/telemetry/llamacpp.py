@@ -146,5 +146,5 @@ LLAMACPP_LOG = LineFormat(
     "llamacpp_log", "llamacpp", (b"draft acceptance", b"#calls"), parse_llamacpp_log
 )
 LLAMACPP_TIMINGS = LineFormat(
-    "llamacpp_timings", "llamacpp", (b'"timings"', b'"draft_n"'), parse_timings_line
+    "llamacpp_timings", "llamacpp", (b'"draft_n"',), parse_timings_line
 )

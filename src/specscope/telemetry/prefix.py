@@ -9,6 +9,7 @@ cached per prefix string because consecutive lines usually share the same second
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from datetime import datetime
@@ -40,7 +41,7 @@ _VLLM = re.compile(
 )
 _RANK_TAG = re.compile(r"TP\d+")
 
-_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+_MONTHS = {m: i for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1)}
 
 
 class Prefix(NamedTuple):
@@ -110,12 +111,10 @@ def _parse_prefix(prefix: str, now: float) -> Prefix:
                 ts = _local_unix(y, mo, d, iso.group("time"))
                 tz = iso.group("tz")
                 if ts is not None and tz:
-                    try:
+                    with contextlib.suppress(ValueError):
                         ts = datetime.fromisoformat(
                             f"{iso.group('date')}T{iso.group('time')}{'+00:00' if tz == 'Z' else tz}"
                         ).timestamp()
-                    except ValueError:
-                        pass
             else:
                 v = _VLLM.search(prefix)
                 if v:

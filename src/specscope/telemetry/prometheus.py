@@ -30,13 +30,19 @@ _COUNTERS = {
         "llamacpp:spec_decode_num_draft_tokens_total",
         "llamacpp:n_drafted_total",
         "llamacpp:n_draft_total",
+        "sglang:spec_proposed_drafts_total",
     ),
     "accepted_tokens": (
         "vllm:spec_decode_num_accepted_tokens_total",
         "llamacpp:spec_decode_num_accepted_tokens_total",
         "llamacpp:n_drafted_accepted_total",
         "llamacpp:n_draft_accepted_total",
+        "sglang:spec_accepted_drafts_total",
     ),
+    # specscope's own server (serve/metrics.py) also counts SGLang-style verify steps and
+    # committed tokens (bonus included); upstream SGLang only has the two gauges.
+    "verify_steps": ("sglang:spec_verify_steps_total",),
+    "commit_tokens": ("sglang:spec_accept_tokens_total",),
 }
 _PER_POS = (
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",
@@ -97,7 +103,7 @@ def scrape_metrics(url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
     """GET `url` (a /metrics endpoint) and parse it. Raises MetricsError with one line."""
     t = time.time()
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - user URL
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             body = resp.read(MAX_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise MetricsError(f"{url}: HTTP {exc.code}") from None
@@ -134,7 +140,11 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> list[SpecR
         drafts = delta.get("drafts")
         accepted = delta.get("accepted_tokens")
         draft_tokens = delta.get("draft_tokens")
-        commit = 1.0 + accepted / drafts if drafts and accepted is not None else None
+        if not drafts and delta.get("verify_steps"):
+            drafts = delta["verify_steps"]
+            commit = delta["commit_tokens"] / drafts if "commit_tokens" in delta else None
+        else:
+            commit = 1.0 + accepted / drafts if drafts and accepted is not None else None
         per_pos = None
         if drafts and after.per_position:
             per_pos = [

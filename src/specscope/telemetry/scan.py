@@ -21,6 +21,10 @@ from specscope.telemetry.summary import LogSummary
 
 _CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
 _ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+# Markers found by one shared, cheaper pass: vLLM's and llama.cpp's acceptance lines both
+# contain "acceptance".
+SCAN_ALIASES = {b"SpecDecoding metrics": b"acceptance", b"draft acceptance": b"acceptance"}
+_TAG_BEFORE = re.compile(rb"(TP\d+)(?: [A-Z]+\d+)*\] $")
 DEFAULT_MAX_LINE = 1 << 20  # longer lines are skipped and counted (binary dumps, base64 blobs)
 MALFORMED_EXAMPLES = 5
 
@@ -38,9 +42,8 @@ class ScanOptions:
 def clean_bytes(raw: bytes) -> str:
     """Decode one line and drop ANSI codes and control characters (the story's sed)."""
     stripped = raw.translate(None, _CONTROL_BYTES)
-    if len(stripped) != len(raw):
-        if b"\x1b" in raw:
-            stripped = _ANSI_B.sub(b"", raw).translate(None, _CONTROL_BYTES)
+    if len(stripped) != len(raw) and b"\x1b" in raw:
+        stripped = _ANSI_B.sub(b"", raw).translate(None, _CONTROL_BYTES)
     return stripped.decode("utf-8", "replace")
 
 
@@ -61,6 +64,12 @@ class Scanner:
 
             self._fast = FastDDTree(options, self.prefixes)
         self._unmarked = [f for f in options.formats if not f.markers]
+        # One pass over the block per scan key: markers that share an alias are found together
+        # and told apart on the (short) hit line.
+        self._plan: dict[bytes, list[tuple[LineFormat, bytes]]] = {}
+        for fmt in self._marked:
+            for marker in fmt.markers:
+                self._plan.setdefault(SCAN_ALIASES.get(marker, marker), []).append((fmt, marker))
 
     # -- public -------------------------------------------------------------------------
     def feed(self, block: bytes, source: str = "", line_base: int = 0) -> int:
@@ -71,15 +80,20 @@ class Scanner:
         self.summary.lines += n_lines
         self.summary.bytes += len(block)
         first_new = len(self.records)
-        for fmt in self._marked:
-            if fmt.name == "ddtree" and self._fast is not None and self.on_record is None:
-                self._scan_ddtree_fast(fmt, block, source, line_base)
-            elif len(fmt.markers) == 1:
-                self._scan_marker(fmt, fmt.markers[0], block, source, line_base, None)
+        seen: dict[str, set[int]] = {}
+        fast_done: set[bytes] = set()
+        if self._fast is not None and self.on_record is None:
+            handled = self._fast.scan(block, self.summary)
+            if handled is None:
+                from specscope.telemetry.fastpath import MARKERS
+
+                fast_done = set(MARKERS)  # every such line is accounted for
             else:
-                seen: set[int] = set()
-                for marker in fmt.markers:
-                    self._scan_marker(fmt, marker, block, source, line_base, seen)
+                seen["ddtree"] = handled
+        for key, entries in self._plan.items():
+            todo = [e for e in entries if e[1] not in fast_done]
+            if todo:
+                self._scan_key(key, todo, block, source, line_base, seen)
         for fmt in self._unmarked:
             self._scan_all_lines(fmt, block, source, line_base)
         if len(self.records) > first_new:
@@ -96,25 +110,25 @@ class Scanner:
             self.feed(text.encode("utf-8", "replace") + b"\n", source)
 
     # -- internals ----------------------------------------------------------------------
-    def _scan_marker(
+    def _scan_key(
         self,
-        fmt: LineFormat,
-        marker: bytes,
+        key: bytes,
+        entries: list[tuple[LineFormat, bytes]],
         block: bytes,
         source: str,
         line_base: int,
-        seen: set[int] | None,
+        seen: dict[str, set[int]],
     ) -> None:
         find = block.find
         rfind = block.rfind
-        pos = find(marker)
+        pos = find(key)
         if pos < 0:
             return
         end = len(block)
         max_line = self.options.max_line
-        parse = fmt.parse
         prefixes = self.prefixes
         handle = self._handle
+        shared = len(entries) > 1 or entries[0][1] != key
         # Line numbers are counted incrementally (hits come in order), and only when needed.
         count_lines = self.options.keep_records
         last_ls, last_no = 0, line_base
@@ -123,36 +137,47 @@ class Scanner:
             le = find(b"\n", pos)
             if le < 0:
                 le = end
-            if seen is not None:
-                if ls in seen:
-                    pos = find(marker, le)
-                    continue
-                seen.add(ls)
             if le - ls > max_line:
                 self.summary.oversized_lines += 1
-            else:
-                line_no = None
-                if count_lines:
-                    last_no += block.count(b"\n", last_ls, ls)
-                    last_ls = ls
-                    line_no = last_no + 1
+                pos = find(key, le)
+                continue
+            line_no = None
+            if count_lines:
+                last_no += block.count(b"\n", last_ls, ls)
+                last_ls = ls
+                line_no = last_no + 1
+            for fmt, marker in entries:
+                if shared:
+                    at = find(marker, ls, le)
+                    if at < 0:
+                        continue
+                else:
+                    at = pos
+                if len(fmt.markers) > 1:
+                    done = seen.setdefault(fmt.name, set())
+                    if ls in done:
+                        continue
+                    done.add(ls)
+                if (
+                    fmt.name == "ddtree"
+                    and self.options.rank
+                    and self._other_rank(block, max(ls, at - 64), at)
+                ):
+                    self.summary.filtered_rank += 1
+                    continue
                 try:
-                    result = parse(clean_bytes(block[ls:le]), prefixes)
+                    result = fmt.parse(clean_bytes(block[ls:le]), prefixes)
                 except Exception as exc:  # a parser bug must not lose the rest of the log
                     result = Malformed(fmt.name, f"parser error: {type(exc).__name__}")
                 if result is not None:
                     handle(result, block, ls, le, line_no, line_base, source)
-            pos = find(marker, le)
+            pos = find(key, le)
 
-    def _scan_ddtree_fast(self, fmt: LineFormat, block: bytes, source: str, line_base: int) -> None:
-        from specscope.telemetry.fastpath import MARKERS
-
-        assert self._fast is not None
-        handled = self._fast.scan(block, self.summary)
-        for marker in fmt.markers:
-            if handled is None and marker in MARKERS:
-                continue  # every line with this marker was canonical and is counted
-            self._scan_marker(fmt, marker, block, source, line_base, handled or set())
+    def _other_rank(self, block: bytes, start: int, pos: int) -> bool:
+        """A DDTREE line tagged `TPn ...] ` right before its marker, n not the wanted rank: it is
+        skipped before parsing (like the story's grep), so other ranks never count as malformed."""
+        m = _TAG_BEFORE.search(block, start, pos)
+        return m is not None and m.group(1).decode() != self.options.rank
 
     def _scan_all_lines(self, fmt: LineFormat, block: bytes, source: str, line_base: int) -> None:
         parse, prefixes, max_line = fmt.parse, self.prefixes, self.options.max_line

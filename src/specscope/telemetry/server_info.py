@@ -69,7 +69,7 @@ def fetch_server_info(base_url: str, timeout_s: float = 5.0) -> list[SpecRecord]
     for path in PATHS:
         url = base_url.rstrip("/") + path
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 body = resp.read(8 << 20)
         except urllib.error.HTTPError as exc:
             last = f"{url}: HTTP {exc.code}"

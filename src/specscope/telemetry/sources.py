@@ -8,6 +8,7 @@ missing file, a command that does not exist) raise `SourceError` with a one-line
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import shlex
@@ -200,10 +201,8 @@ def command_chunks(
         sel.close()
         if proc.poll() is None:
             proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         proc.stdout.close()
         proc.stderr.close()
     err_line = err_tail.decode("utf-8", "replace").strip().splitlines()

@@ -17,7 +17,7 @@ import json
 import threading
 import time
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,8 @@ class TwinBackend:
         self._clock_end = 0.0
         self._truth_file = truth_file
         self._truth_lock = threading.Lock()
+        # (scheduled_s, actual_s, batch_size) of recent batch steps, for bench/twin_fidelity.py.
+        self.step_log: deque[tuple[float, float, int]] = deque(maxlen=100_000)
 
     # -- tokens ------------------------------------------------------------------------------
     def tokenize(self, text_: str) -> list[int]:
@@ -197,6 +199,8 @@ class TwinBackend:
                 r.truth["fault"] = "disconnect"
             outputs.append(out)
         actual = await self._sleep_on_clock(s + stall_s)
+        self.step_log.append((s + stall_s, actual, batch))
+        t_end_unix = time.time()  # wall clock, to align with the server log's timestamps
         for r, k, commit, ctx, pos in planned:
             r.truth["steps"].append(
                 {
@@ -208,6 +212,7 @@ class TwinBackend:
                     "batch_size": batch,
                     "context_len": ctx,
                     "output_pos": pos,
+                    "t_end_unix": t_end_unix,
                 }
             )
         for out in outputs:
@@ -249,6 +254,15 @@ class TwinBackend:
         if request_id in self._requests:
             return dict(self._requests[request_id].truth, finish_reason=None)
         return self._truth.get(request_id)
+
+    def truth_ids(self) -> list[str]:
+        """Request ids with finished truth, oldest first."""
+        return list(self._truth)
+
+    @property
+    def active_requests(self) -> int:
+        """Requests prefilled and not yet finished or released (a leak shows here)."""
+        return len(self._requests)
 
     def describe(self) -> dict[str, Any]:
         return self.scenario.model_dump()

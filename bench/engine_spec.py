@@ -1,0 +1,229 @@
+"""Speculative decoding in specscope's engine vs transformers, same weights, device and run.
+
+Configurations (batch 1, greedy, each prompt decoded to --max-new-tokens):
+- engine: no speculation; n-gram chain; model chain (early-exit draft = the target's first
+  --draft-layers layers, and the target drafting for itself); model tree (DDTree) at budgets
+  --budgets;
+- transformers `generate` on a LlamaForCausalLM holding OUR tensors: plain, prompt lookup
+  (`prompt_lookup_num_tokens`), and assisted generation (`assistant_model` = the same
+  early-exit model as a separate LlamaForCausalLM sharing the weights).
+Two prompt sets: code completion (repetitive, n-gram friendly) and chat (chat template).
+tok/s = generated tokens / wall time of the generation (prefill included, same for all rows);
+mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
+rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.
+
+    .venv/bin/python bench/engine_spec.py                        # CPU, SmolLM2 from the GGUF
+    .venv/bin/python bench/engine_spec.py --max-new-tokens 32 --prompts 1 --budgets 4,16
+    python bench/engine_spec.py --device cuda --random-weights   # speed only (acceptance meaningless)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from specscope.engine.backend import EngineBackend
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.loader import LoadedModel, load_model, random_model
+from specscope.engine.spec.setup import attach_speculation
+from specscope.serve.backend import SamplingParams
+
+CODE_PROMPTS = [
+    "def add(a, b):\n    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n\n\n"
+    "def multiply(a, b):\n    return a * b\n\n\ndef divide(a, b):\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+    "    def __repr__(self):\n        return f\"Point({self.x}, {self.y})\"\n\n"
+    "class Point3D:\n    def __init__(self, x, y, z):\n",
+    "for i in range(10):\n    print(i)\nfor j in range(20):\n    print(j)\nfor k in range(30):\n",
+]
+CHAT_PROMPTS = [
+    "What are three tips for staying productive when working from home?",
+    "Explain in simple words why the sky is blue.",
+    "Write a short poem about the sea.",
+]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def engine_run(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, spec: dict) -> dict:
+    cfg = lm.config
+    page = 16
+    rows = max(len(p) for p in prompts) + new_tokens + 80
+    kv = KVCache(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                 num_pages=-(-rows // page) + 1, page_size=page, dtype=lm.dtype, device=lm.device)
+    backend = EngineBackend(lm, kv, max_batch=1)
+    attach_speculation(backend, **spec)
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    tokens = steps = 0
+    secs = 0.0
+    split: dict[str, float] = {}
+    outputs = []
+    for i, prompt in enumerate(prompts):
+        sync(lm.device)
+        t0 = time.perf_counter()
+        backend.prefill_sync(f"r{i}", prompt, params)
+        out: list[int] = []
+        while not backend.requests[f"r{i}"].finished and steps < 100_000:
+            step = backend.step_sync([f"r{i}"])
+            out.extend(step.outputs[0].tokens)
+            steps += 1
+            for k, v in step.timing.items():
+                split[k] = split.get(k, 0.0) + v
+        sync(lm.device)
+        secs += time.perf_counter() - t0
+        backend.release(f"r{i}")
+        tokens += len(out)
+        outputs.append(out)
+    return {"tok_s": tokens / secs, "commit": tokens / max(steps, 1), "tokens": tokens,
+            "split": {k: round(v / max(steps, 1) * 1e3, 2) for k, v in split.items()}, "outputs": outputs}
+
+
+def hf_models(lm: LoadedModel, draft_layers: int):
+    import transformers
+
+    c = lm.config
+
+    def build(n_layers: int):
+        hc = transformers.LlamaConfig(
+            vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+            num_hidden_layers=n_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
+            head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta,
+            max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
+        )
+        with torch.device("meta"):
+            hf = transformers.LlamaForCausalLM(hc)
+        state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v
+                 for k, v in lm.model.state_dict().items()
+                 if not k.startswith("layers.") or int(k.split(".")[1]) < n_layers}
+        if c.tie_word_embeddings:
+            state["lm_head.weight"] = lm.model.embed_tokens.weight
+        hf.load_state_dict(state, strict=False, assign=True)
+        hf.model.rotary_emb = type(hf.model.rotary_emb)(config=hc, device=lm.device)
+        return hf.to(device=lm.device, dtype=lm.dtype).eval()
+
+    return build(c.num_layers), build(draft_layers)
+
+
+def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, **kw) -> dict:
+    tokens, secs = 0, 0.0
+    outputs = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt], device=device)
+        sync(device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                              min_new_tokens=new_tokens, do_sample=False, pad_token_id=0, **kw)
+        sync(device)
+        secs += time.perf_counter() - t0
+        gen = out[0, len(prompt):].tolist()
+        tokens += len(gen)
+        outputs.append(gen)
+    return {"tok_s": tokens / secs, "tokens": tokens, "outputs": outputs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--random-weights", action="store_true", help="same architecture, random weights (speed only)")
+    ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per set (<= 3)")
+    ap.add_argument("--num-draft-tokens", type=int, default=4)
+    ap.add_argument("--tree-depth", type=int, default=6)
+    ap.add_argument("--budgets", default="4,16,64")
+    ap.add_argument("--draft-layers", type=int, default=8)
+    ap.add_argument("--sets", default="code,chat")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--skip-self", action="store_true", help="skip the self-drafting row (slow by design)")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args()
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
+    if args.random_weights:
+        lm = random_model(device=args.device, dtype=dtype)
+        text_lm = load_model(args.model, device="cpu") if not args.random_weights else None
+    else:
+        lm = load_model(args.model, device=args.device, dtype=dtype)
+        text_lm = lm
+    torch.manual_seed(0)
+
+    def encode(text: str, chat: bool) -> list[int]:
+        if text_lm is None:  # random weights: deterministic pseudo-prompts of similar length
+            g = torch.Generator().manual_seed(len(text))
+            base = torch.randint(0, lm.config.vocab_size, (24,), generator=g).tolist()
+            return (base * 4)[: max(16, len(text) // 4)]
+        return text_lm.codec.chat_ids([{"role": "user", "content": text}]) if chat else text_lm.codec.encode(text)
+
+    sets = {"code": [encode(p, False) for p in CODE_PROMPTS[: args.prompts]],
+            "chat": [encode(p, True) for p in CHAT_PROMPTS[: args.prompts]]}
+    k, depth = args.num_draft_tokens, args.tree_depth
+    draft = f"layers:{args.draft_layers}"
+    configs: list[tuple[str, dict]] = [
+        ("engine plain", {}),
+        (f"engine ngram chain k={k}", {"drafter": "ngram", "verify": "chain", "num_draft_tokens": k}),
+        (f"engine ngram chain k={2 * k}", {"drafter": "ngram", "verify": "chain", "num_draft_tokens": 2 * k}),
+        (f"engine model({draft}) chain k={k}", {"drafter": draft, "verify": "chain", "num_draft_tokens": k}),
+    ]
+    if not args.skip_self:
+        configs.append((f"engine model(self) chain k={k}", {"drafter": "model:" + args.model, "verify": "chain",
+                                                             "num_draft_tokens": k}))
+    for b in [int(x) for x in args.budgets.split(",") if x]:
+        configs.append((f"engine model({draft}) tree d={depth} B={b}",
+                        {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b}))
+    if args.random_weights and not args.skip_self:  # model:PATH would load real weights
+        configs = [c for c in configs if "self" not in c[0]]
+    hf = hf_draft = None
+    if not args.skip_hf:
+        hf, hf_draft = hf_models(lm, args.draft_layers)
+
+    results: dict[str, dict[str, dict]] = {}
+    print(f"device={args.device} model={lm.name} dtype={lm.dtype} weights={'random' if args.random_weights else 'real'} "
+          f"new_tokens={args.max_new_tokens} prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
+          file=sys.stderr)
+    for set_name in [s for s in args.sets.split(",") if s]:
+        prompts = sets[set_name]
+        rows: dict[str, dict] = {}
+        for name, spec in configs:
+            rows[name] = engine_run(lm, prompts, args.max_new_tokens, spec)
+            print(f"  {set_name:4s} {name:40s} {rows[name]['tok_s']:7.1f} tok/s commit {rows[name]['commit']:.2f} "
+                  f"ms/step {rows[name]['split']}", file=sys.stderr)
+        if hf is not None:
+            rows["hf plain"] = hf_run(hf, prompts, args.max_new_tokens, lm.device)
+            rows[f"hf prompt lookup k={k}"] = hf_run(hf, prompts, args.max_new_tokens, lm.device,
+                                                     prompt_lookup_num_tokens=k)
+            rows[f"hf assisted ({draft})"] = hf_run(hf, prompts, args.max_new_tokens, lm.device,
+                                                    assistant_model=hf_draft)
+        results[set_name] = rows
+
+    for set_name, rows in results.items():
+        base_e = rows["engine plain"]["tok_s"]
+        base_h = rows.get("hf plain", {}).get("tok_s")
+        ref = rows["engine plain"]["outputs"]
+        print(f"\n[{set_name}] {'configuration':42s} {'tok/s':>8s} {'commit':>7s} {'vs plain':>9s} {'vs hf plain':>11s} same-as-plain")
+        for name, r in rows.items():
+            base = base_h if name.startswith("hf") else base_e
+            vs_hf = f"{r['tok_s'] / base_h:10.2f}x" if base_h else "         -"
+            commit = f"{r['commit']:7.2f}" if "commit" in r else "      -"
+            same = "yes" if r["outputs"] == ref else "no"
+            print(f"[{set_name}] {name:42s} {r['tok_s']:8.1f} {commit} {r['tok_s'] / base:8.2f}x {vs_hf} {same}")
+    if args.json:
+        for rows in results.values():
+            for r in rows.values():
+                r.pop("outputs", None)
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

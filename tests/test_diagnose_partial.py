@@ -1,0 +1,89 @@
+"""Stopping early keeps what was measured: Ctrl-C (SIGINT to the real CLI) and a server that
+dies mid-run both end in a partial run dir with its analysis and a report that says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from test_diagnose_twin import specscope
+
+WAIT_S = 90
+
+
+def _start(args: list[str], home: Path) -> subprocess.Popen:
+    env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
+    return subprocess.Popen([sys.executable, "-m", "specscope.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_requests(run_dir: Path, n: int, proc: subprocess.Popen) -> None:
+    """Until the run dir holds n finished requests (bounded by WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    path = run_dir / "requests.jsonl"
+    while time.monotonic() < deadline:
+        if path.is_file() and len(path.read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"no {n} requests within {WAIT_S} s")
+
+
+def test_ctrl_c_keeps_what_was_measured_and_reports_partial(twin_server, tmp_path):
+    srv = twin_server("healthy", time_scale=1.0)
+    run_dir = tmp_path / "run"
+    proc = _start(["diagnose", srv.url, "--out", str(run_dir), "--prompt-tokens", "512",
+                   "--max-tokens", "1500"], tmp_path)
+    try:
+        _wait_for_requests(run_dir, 2, proc)  # calibration + the full generation
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "partial" and "Ctrl-C" in info["status_reason"]
+    kept = (run_dir / "requests.jsonl").read_text().splitlines()
+    assert len(kept) >= 2
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    assert analysis["partial"] is True and analysis["requests"] == len(kept)
+    assert "Partial run." in (run_dir / "report.html").read_text()
+    assert "PARTIAL RUN" in out
+
+
+def test_server_dying_mid_run_reports_what_was_measured_plus_errors(twin_server, tmp_path):
+    srv = twin_server("healthy", time_scale=1.0)
+    run_dir = tmp_path / "run"
+    proc = _start(["diagnose", srv.url, "--json", "--out", str(run_dir), "--prompt-tokens", "512",
+                   "--max-tokens", "1500"], tmp_path)
+    try:
+        _wait_for_requests(run_dir, 2, proc)
+        srv.stop()
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err
+    obj = json.loads(out)
+    assert obj["partial"] is True and obj["errors"]
+    assert obj["decode_tps"] is not None  # the full generation was measured before the stop
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "partial" and "server stopped answering" in info["status_reason"]
+    html = (run_dir / "report.html").read_text()
+    assert "Partial run." in html and "<h2>Errors</h2>" in html
+
+    # `specscope report` re-renders the partial run, re-analysing without analysis.json
+    (run_dir / "analysis.json").unlink()
+    md, page = tmp_path / "r.md", tmp_path / "r.html"
+    rep = specscope("report", str(run_dir), "--html", str(page), "--markdown", str(md), home=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert "Partial run" in md.read_text() and "Partial run." in page.read_text()

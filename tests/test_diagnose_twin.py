@@ -1,0 +1,210 @@
+"""`specscope diagnose` end to end: the real CLI (a subprocess) against the twin behind a real
+HTTP server on 127.0.0.1, one scenario per story. Each run is bounded by the plan (a fixed
+number of requests) and by the subprocess timeout; time_scale keeps the twin fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+CONTRACT_KEYS = ("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s", "findings",
+                 "attribution", "run_dir")
+FINDING_KEYS = ("id", "summary", "confidence", "factor", "evidence", "next")
+HOSTILE = "<script>alert(1)</script>"
+TIMEOUT_S = 240
+
+
+def specscope(*args: str, home: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
+    return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, check=False)
+
+
+def diagnose_json(url: str | None, out: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
+    args = ["diagnose", *([url] if url else []), "--json", "--out", str(out), *extra]
+    proc = specscope(*args, home=out.parent)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    obj = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return obj, proc
+
+
+def finding_ids(obj: dict) -> list[str]:
+    return [f["id"] for f in obj["findings"]]
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.scripts = 0
+        self.text: list[str] = []
+        self._script = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "script":
+            self.scripts += 1
+            self._script = True
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._script = False
+
+    def handle_data(self, data):
+        if not self._script:
+            self.text.append(data)
+
+
+def parse_page(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+def check_contract(obj: dict) -> None:
+    for key in CONTRACT_KEYS:
+        assert key in obj, key
+    for f in obj["findings"]:
+        for key in FINDING_KEYS:
+            assert key in f, (f["id"], key)
+        assert 0.0 <= f["confidence"] <= 1.0
+        assert f["evidence"], f["id"]  # a finding is only reported with its evidence
+
+
+def test_seed_regression_embedded_default_finds_the_story(tmp_path):
+    """No URL: the embedded twin (seed-regression) is started, diagnosed and stopped; its log
+    and /metrics are read as server evidence."""
+    out = tmp_path / "seed"
+    obj, proc = diagnose_json(None, out, "--scenario", "seed-regression", "--time-scale", "0.3",
+                              "--prompt-tokens", "1000", "--max-tokens", "1000")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_contract(obj)
+    ids = finding_ids(obj)
+    assert {"acceptance_decay", "step_time_drift", "two_point_bias"} <= set(ids), ids
+    assert "chunk_coalescing" not in ids
+    assert obj["attribution"] is None
+    assert obj["decode_tps"] > 0 and 2.0 < obj["mean_commit_len"] < 5.0
+    run_dir = Path(obj["run_dir"])
+    for name in ("run.json", "requests.jsonl", "analysis.json", "report.html", "server.log"):
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / "telemetry.jsonl").stat().st_size > 0  # the server's DDTREE lines
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete" and run["args"]["plan"]["steps"]
+    tags = {json.loads(line)["spec"]["tag"] for line in (run_dir / "requests.jsonl").open()}
+    assert {"full_generation", "two_point:n1", "two_point:n2", "context_sweep:256",
+            "output_sweep:1000"} <= tags
+    page = parse_page(run_dir / "report.html")
+    series = json.loads((run_dir / "analysis.json").read_text())["series"]
+    assert {"commit_len_histogram", "commit_len_by_position", "step_time_by_position",
+            "two_point_vs_full"} <= set(series)
+    for key in series:  # every series the analysis produced is drawn
+        assert f"plot-{key}" in page.ids, key
+    assert "embedded server: twin scenario seed-regression" in proc.stderr
+    assert "HTML report:" in proc.stderr
+    # the run is in the history
+    runs = json.loads(specscope("runs", "--json", home=tmp_path).stdout)
+    assert any(r["path"] == str(run_dir.resolve()) for r in runs["runs"])
+
+
+def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path):
+    srv = twin_server("healthy", time_scale=1.0, log_file=tmp_path / "server.log")
+    obj, proc = diagnose_json(srv.url, tmp_path / "healthy", "--quick", "--prompt-tokens", "512",
+                              "--max-tokens", "600", "--logs", str(tmp_path / "server.log"),
+                              "--metrics-url", srv.url + "/metrics")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_contract(obj)
+    ids = finding_ids(obj)
+    for wrong in ("acceptance_decay", "acceptance_low", "step_time_drift", "chunk_coalescing",
+                  "draft_window"):
+        assert wrong not in ids, ids
+    assert obj["mean_commit_len"] > 4.0
+    assert (Path(obj["run_dir"]) / "telemetry.jsonl").stat().st_size > 0
+
+
+def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
+    srv = twin_server("coalescing", time_scale=1.0)
+    obj, proc = diagnose_json(srv.url, tmp_path / "coal", "--quick", "--prompt-tokens", "512",
+                              "--max-tokens", "600")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "chunk_coalescing" in finding_ids(obj)
+    analysis = json.loads((Path(obj["run_dir"]) / "analysis.json").read_text())
+    assert analysis["steps_reliable"] is False
+
+
+def test_draft_window_is_named(twin_server, tmp_path):
+    srv = twin_server("draft-window", time_scale=1.0)
+    obj, proc = diagnose_json(srv.url, tmp_path / "dw", "--prompt-tokens", "1500",
+                              "--max-tokens", "1200", "--quick")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ids = finding_ids(obj)
+    assert "draft_window" in ids, ids
+
+
+def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_server, tmp_path):
+    base_srv = twin_server("speculation-overhead:baseline", time_scale=0.5)
+    spec_srv = twin_server("speculation-overhead", time_scale=0.5)
+    shape = ("--quick", "--prompt-tokens", "512", "--max-tokens", "400")
+    base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
+    assert proc_a.returncode == 0, proc_a.stderr[-3000:]
+    obj, proc_b = diagnose_json(spec_srv.url, tmp_path / "spec", *shape, "--baseline", base["run_dir"])
+    assert proc_b.returncode == 0, proc_b.stderr[-3000:]
+    check_contract(obj)
+    assert "speculation_overhead" in finding_ids(obj)
+    at = obj["attribution"]
+    assert at is not None and at["acceptance_factor"] and at["step_time_factor"]
+    # the plain baseline commits 1 token/step: speculation wins on acceptance, loses on step time
+    assert at["acceptance_factor"] < 1.0 < at["step_time_factor"]
+
+    cmp = specscope("compare", base["run_dir"], obj["run_dir"], "--json", home=tmp_path)
+    assert cmp.returncode == 0, cmp.stderr
+    c = json.loads(cmp.stdout)
+    for key in ("tps_ratio", "acceptance_factor", "step_time_factor", "findings"):
+        assert key in c
+    assert c["tps_ratio"] > 1.0  # the speculative run is slower
+    assert c["acceptance_factor"] * c["step_time_factor"] == pytest.approx(c["tps_ratio"], rel=1e-6)
+    gate = specscope("compare", base["run_dir"], obj["run_dir"], "--fail-if-slower", "10%", home=tmp_path)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert specscope("compare", obj["run_dir"], base["run_dir"], "--fail-if-slower", "10%",
+                     home=tmp_path).returncode == 0
+    assert specscope("compare", base["run_dir"], str(tmp_path / "nope"), home=tmp_path).returncode == 2
+
+
+def test_server_strings_are_escaped_in_the_written_report(twin_server, tmp_path):
+    srv = twin_server("healthy", time_scale=1.0, served_model_name=HOSTILE)
+    obj, proc = diagnose_json(srv.url, tmp_path / "esc", "--quick", "--prompt-tokens", "256",
+                              "--max-tokens", "200")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (Path(obj["run_dir"]) / "report.html").read_text()
+    assert HOSTILE not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert HOSTILE in "".join(parse_page(Path(obj["run_dir"]) / "report.html").text)
+    md = tmp_path / "r.md"
+    rep = specscope("report", obj["run_dir"], "--markdown", str(md), "--html", str(tmp_path / "r.html"),
+                    home=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert HOSTILE not in md.read_text() and (tmp_path / "r.html").is_file()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    for args in (["--baseline", str(tmp_path / "missing")], ["--logs", str(tmp_path / "no.log")],
+                 ["--prompt-tokens", "0"], ["--repeat", "0"], ["--concurrency", "1,x"]):
+        proc = specscope("diagnose", "http://127.0.0.1:9", *args, home=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+
+
+def test_unreachable_server_exits_1_without_traceback(tmp_path):
+    proc = specscope("diagnose", "http://127.0.0.1:9", "--quick", "--out", str(tmp_path / "x"),
+                     home=tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "not reachable" in proc.stderr

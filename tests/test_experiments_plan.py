@@ -1,0 +1,121 @@
+"""Experiments: plans are bounded and state every skip; the executor sends exactly the plan to a
+real twin server, tags each request, shares one prompt across a two-point pair, appends every
+request to the run dir, and stops a run against a dead server instead of hanging."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from specscope.commands.diagnose_support import TargetError, open_target
+from specscope.experiments import (
+    Executor,
+    concurrency_sweep,
+    context_sweep,
+    diagnosis_plan,
+    full_generation,
+    output_sweep,
+    two_point,
+)
+from specscope.trace import RunDirWriter, RunInfo, load_run
+
+
+def test_default_plan_is_the_seed_method_at_the_users_shape():
+    plan = diagnosis_plan.build(2700, 1500)
+    tags = [s.tag for s in plan.steps]
+    assert tags[0] == "full_generation"
+    assert plan.steps[0].prompt_tokens == 2700 and plan.steps[0].max_tokens == 1500
+    assert tags.count("two_point:n1") == tags.count("two_point:n2") == 3
+    assert any(t.startswith("context_sweep:") for t in tags)
+    assert "output_sweep:1500" in tags
+    # context sweep spans the range the generation covers (prompt .. prompt + output)
+    ctx = sorted(int(t.split(":")[1]) for t in tags if t.startswith("context_sweep:"))
+    assert ctx[0] < 2700 < ctx[-1] and ctx[-1] == 4200
+    assert plan.total_requests == len(plan.steps) and plan.estimate_s() > 0
+    assert plan.skipped == []
+
+
+def test_points_beyond_the_context_are_skipped_with_the_reason_not_shrunk():
+    plan = diagnosis_plan.build(2700, 1500, max_context=4096)
+    assert "full_generation" not in [s.tag for s in plan.steps]
+    skipped = {k.experiment + (":" + k.point if k.point else "") for k in plan.skipped}
+    assert "full_generation" in skipped and "context_sweep:4200" in skipped
+    assert all("exceeds the server's context of 4096" in k.reason for k in plan.skipped)
+    assert all(s.prompt_tokens + s.max_tokens <= 4096 for s in plan.steps)
+    assert plan.to_dict()["skipped"]
+
+
+def test_quick_plan_states_its_trims():
+    quick = diagnosis_plan.build(2700, 1500, quick=True)
+    assert quick.steps[0].max_tokens == 1500  # the user's case is never trimmed
+    assert any("--quick" in n for n in quick.notes)
+    assert quick.total_generated_tokens < diagnosis_plan.build(2700, 1500).total_generated_tokens
+
+
+def test_experiment_modules_validate_their_parameters():
+    with pytest.raises(ValueError, match="n2 > n1"):
+        two_point.plan(100, n1=64, n2=64)
+    with pytest.raises(ValueError):
+        concurrency_sweep.plan([0], 128, 64)
+    assert [s.concurrency for s in concurrency_sweep.plan([1, 2, 4], 128, 64).steps] == [1, 2, 4]
+    assert full_generation.plan(100, 50, repeat=3).steps[0].requests == 3
+    assert context_sweep.plan([100, 200], 16, max_context=150).skipped[0].point == "200"
+    assert output_sweep.plan([64]).steps[0].prompt_tokens == output_sweep.SHORT_PROMPT_TOKENS
+
+
+def test_executor_runs_the_plan_against_a_real_server(twin_server, tmp_path):
+    srv = twin_server("healthy", time_scale=0.5)
+    plan = two_point.plan(200, n1=16, n2=48, repeat=2)
+    plan.extend(concurrency_sweep.plan([2], prompt_tokens=64, max_tokens=16))
+    events = []
+
+    async def go():
+        async with open_target(srv.url) as target:
+            desc = target.describe()
+            writer = RunDirWriter(tmp_path / "run", RunInfo(kind="two_point", endpoint=srv.url))
+            result = await Executor(target, writer, on_progress=events.append).run(plan)
+            writer.close("complete")
+            return desc, result
+
+    desc, result = asyncio.run(go())
+    assert desc["flavor"] == "sglang" and desc["max_context"] == 32768
+    assert result.complete and not result.errors
+    assert len(result.traces) == plan.total_requests == 6
+    run = load_run(tmp_path / "run")
+    assert [r.index for r in run.requests] == list(range(6))
+    assert [r.spec.tag for r in run.requests][:4] == ["two_point:n1", "two_point:n2"] * 2
+    pair = run.by_tag("two_point")
+    assert len({r.spec.prompt for r in pair}) == 1  # one prompt for the whole pair
+    assert all(r.completion_tokens == r.spec.max_tokens for r in run.requests)
+    assert sorted(r.concurrency_slot for r in run.by_tag("concurrency_sweep")) == [0, 1]
+    done = [e for e in events if e.last is not None]
+    assert len(done) == 6 and done[-1].requests_done == 6
+    assert done[-1].tokens_done == plan.total_generated_tokens
+
+
+def test_executor_stops_against_a_dead_server(twin_server, tmp_path):
+    srv = twin_server("healthy", time_scale=0.5)
+    plan = full_generation.plan(64, 16, repeat=10)
+
+    async def go():
+        async with open_target(srv.url) as target:
+            ex = Executor(target, None, max_consecutive_errors=3)
+            first = await ex.run_step(replace(plan.steps[0], repeat=1))
+            srv.stop()  # the prompt is built and cached; now every request fails
+            return first, await ex.run(plan)
+
+    first, result = asyncio.run(go())
+    assert first[0].error is None
+    assert not result.complete and "server stopped answering" in (result.stopped_reason or "")
+    assert len(result.traces) == 3 and all(t.error is not None for t in result.traces)
+
+
+def test_unreachable_target_is_a_clear_error():
+    async def go():
+        async with open_target("http://127.0.0.1:9"):
+            pass
+
+    with pytest.raises(TargetError, match="not reachable"):
+        asyncio.run(go())

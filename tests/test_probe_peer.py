@@ -1,0 +1,49 @@
+"""Probe llama.cpp's real server (xllamacpp, SmolLM2 drafting for its F16 self) and check the
+burst reconstruction against the server's own counts: every verify step commits 1 + accepted
+drafts, and the first token comes from prefill, so steps + accepted == tokens - 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("xllamacpp")
+
+from typer.testing import CliRunner
+
+from specscope.analysis.steps import reconstruct_steps
+from specscope.cli import app
+from specscope.peers.llamacpp import LlamaCppServer
+from specscope.peers.models import PeerModelError, ensure_peer_models
+from specscope.trace import load_run
+
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
+
+MODELS_DIR = Path(__file__).resolve().parents[1] / ".cache" / "peer-models"
+
+
+def test_probe_real_llamacpp_bursts_match_server_counts(tmp_path):
+    try:
+        ensure_peer_models(MODELS_DIR, log=lambda _line: None)
+    except PeerModelError as exc:
+        pytest.skip(str(exc))
+    n = 40
+    with LlamaCppServer("draft", models_dir=MODELS_DIR) as srv:
+        res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
+                                       "--prompt-tokens", "24", "--max-tokens", str(n)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    s = out["summary"]
+    assert out["flavor"] == "llamacpp" and s["errors"] == 0
+    assert s["decode_tps"] > 0 and s["ttft_s_p50"] > 0
+    trace = load_run(tmp_path / "run").requests[0]
+    assert trace.completion_tokens == n and trace.token_count_source == "events"
+    accepted = trace.server_spec.accepted_drafts
+    assert accepted is not None
+    rec = reconstruct_steps(trace)
+    assert rec.method == "burst"
+    commits = [st.commit_len for st in rec.steps]
+    assert sum(commits) == n - 1
+    assert len(commits) + accepted == n - 1, (commits, accepted, rec.reason)

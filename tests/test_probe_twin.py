@@ -1,0 +1,74 @@
+"""Probe our own twin server (serve + twin, real HTTP) and check against its ground truth."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from typer.testing import CliRunner
+
+from specscope.analysis.steps import reconstruct_steps
+from specscope.cli import app
+from specscope.trace import load_run
+
+
+def _truth(url: str, request_id: str) -> dict:
+    with urllib.request.urlopen(f"{url}/twin/truth/{request_id}", timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.parametrize("api", ["native", "completions"])
+def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, api):
+    srv = twin_server(fast_scenario)
+    res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
+                                   "--prompt-tokens", "16", "--max-tokens", "48", "--api", api])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    s = out["summary"]
+    assert out["flavor"] == "sglang" and s["requests"] == 1 and s["errors"] == 0
+    run = load_run(tmp_path / "run")
+    trace = run.requests[0]
+    assert trace.spec.prompt_tokens == 16 and trace.completion_tokens == 48
+    truth = _truth(srv.url, trace.request_id)
+    assert truth["prompt_tokens"] == 16
+    commits = [st["commit_len"] for st in truth["steps"]]
+    # Our steps start after the first token-bearing read (the prefill chunk); when the client
+    # was slow to its first read, that read may hold the twin's first steps too (merged).
+    rec = reconstruct_steps(trace, max_commit_len=fast_scenario.acceptance.max_drafts + 1)
+    first = next(c.t_ns for c in trace.chunks if c.n_tokens)
+    head = sum(c.n_tokens for c in trace.chunks if c.t_ns == first)
+    k, acc = 0, 0
+    while acc < head:
+        acc += commits[k]
+        k += 1
+    assert acc == head
+    assert rec.method == "chunk" and rec.reliable, rec.reason
+    assert [st.commit_len for st in rec.steps] == commits[k:]
+    truth_step = sum(st["step_s"] for st in truth["steps"][k:]) / (len(commits) - k)
+    assert truth_step * 0.8 <= rec.mean_step_s <= truth_step * 1.5
+    if api == "native":
+        # completion_tokens / spec_verify_ct, exactly the twin's truth.
+        assert s["mean_commit_len"] == pytest.approx(truth["mean_commit_len"], rel=1e-6)
+        assert s["mean_commit_len_source"] == "server"
+
+
+def test_probe_twin_stream_interval_is_flagged_as_coalescing(twin_server, fast_scenario,
+                                                             tmp_path):
+    # SGLang --stream-interval 4: chunks merge steps; client steps must not be trusted, and the
+    # server's own fields still give the right commit length.
+    srv = twin_server(fast_scenario, stream_interval=4)
+    # No --max-commit-len: it comes from the server's info (speculative_num_draft_tokens).
+    res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
+                                   "--prompt-tokens", "16", "--max-tokens", "96"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert any(n.startswith("max commit length") for n in out["notes"])
+    s = out["summary"]
+    assert s["steps"]["reliable_requests"] == 0
+    assert s["steps"]["unreliable_reasons"]
+    trace = load_run(tmp_path / "run").requests[0]
+    truth = _truth(srv.url, trace.request_id)
+    assert s["mean_commit_len_source"] == "server"
+    assert s["mean_commit_len"] == pytest.approx(truth["mean_commit_len"], rel=1e-6)
+    assert s["mean_step_s_source"] == "derived"

@@ -1,0 +1,192 @@
+"""Step reconstruction and the probe summary on synthetic traces with known answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from specscope.analysis.steps import reconstruct_steps, server_mean_commit_len
+from specscope.analysis.summary import summarize
+from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace, ServerSpecFields
+
+MS = 1_000_000
+
+
+def trace(chunks: list[tuple[float, int]], *, source="usage", prompt=100, spec=None, index=0,
+          error=None, completion=None) -> RequestTrace:
+    cs = [Chunk(t_ns=int(t * MS), n_tokens=n) for t, n in chunks]
+    return RequestTrace(index=index, spec=RequestSpec(prompt="x", prompt_tokens=prompt),
+                        t_send_ns=0, chunks=cs, token_count_source=source,
+                        completion_tokens=completion if completion is not None
+                        else sum(n for _, n in chunks),
+                        server_spec=spec, error=error,
+                        t_end_ns=cs[-1].t_ns if cs else 0)
+
+
+def per_step(commits: list[int], step_ms=40.0, ttft_ms=100.0) -> list[tuple[float, int]]:
+    return [(ttft_ms, 1)] + [(ttft_ms + step_ms * (i + 1), c) for i, c in enumerate(commits)]
+
+
+def per_token(commits: list[int], step_ms=115.0, intra_ms=(5.0, 0.0, 0.0, 0.1, 2.0),
+              ttft_ms=127.0) -> list[tuple[float, int]]:
+    """llama.cpp shape (peers-and-models.md §E): one event per token, a burst per step."""
+    out = [(ttft_ms, 1)]
+    t = ttft_ms
+    for c in commits:
+        t += step_ms
+        out.append((t, 1))
+        for j in range(c - 1):
+            t += intra_ms[j % len(intra_ms)]
+            out.append((t, 1))
+    return out
+
+
+def test_per_step_chunks_give_exact_steps_and_contexts():
+    commits = [3, 2, 4, 1, 3]
+    r = reconstruct_steps(trace(per_step(commits)), max_commit_len=4)
+    assert r.method == "chunk" and r.reliable, r.reason
+    assert [s.commit_len for s in r.steps] == commits
+    assert all(s.step_s == pytest.approx(0.040) for s in r.steps)
+    assert [s.output_pos for s in r.steps] == [1, 4, 6, 10, 11]
+    assert [s.context_len for s in r.steps] == [101, 104, 106, 110, 111]
+    assert r.mean_commit_len == pytest.approx(2.6)
+    assert r.mean_step_s == pytest.approx(0.040)
+
+
+def test_llamacpp_bursts_grouped_by_large_gap_threshold():
+    commits = [5, 5, 5, 5, 3, 5, 1, 5]
+    r = reconstruct_steps(trace(per_token(commits), source="events"))
+    assert r.method == "burst" and r.reliable, r.reason
+    assert [s.commit_len for s in r.steps] == commits
+    assert r.mean_step_s == pytest.approx(0.115, rel=0.1)
+    # The threshold is relative to the large gaps (~115 ms), not to the median gap (~0 ms).
+    assert 0.010 < r.burst_threshold_s < 0.06
+
+
+def test_long_commits_still_cluster_when_step_gaps_are_rare():
+    commits = [12] * 6  # 11 intra-burst gaps per step gap: step gaps are < 10% of all gaps
+    r = reconstruct_steps(trace(per_token(commits, intra_ms=(0.5,)), source="events"),
+                          max_commit_len=16)
+    assert [s.commit_len for s in r.steps] == commits and r.reliable
+
+
+def test_non_speculative_per_token_stream_is_one_token_per_step():
+    r = reconstruct_steps(trace([(10.0 + 20.0 * i, 1) for i in range(30)]))
+    assert r.method == "burst" and r.reliable
+    assert {s.commit_len for s in r.steps} == {1}
+    assert r.mean_step_s == pytest.approx(0.020)
+
+
+def test_chunk_larger_than_max_commit_is_coalescing():
+    r = reconstruct_steps(trace(per_step([3, 7, 2, 8])), max_commit_len=5)
+    assert not r.reliable and "max commit length" in r.reason
+
+
+def test_constant_chunk_size_flags_stream_interval():
+    r = reconstruct_steps(trace(per_step([4] * 10)))
+    assert not r.reliable and "stream interval" in r.reason
+    # ... unless every draft being accepted explains it.
+    assert reconstruct_steps(trace(per_step([4] * 10)), max_commit_len=4).reliable
+
+
+def test_gaps_at_multiples_of_a_base_period_flag_coalescing():
+    base = 30.0
+    mult = [1, 2, 1, 3, 1, 2, 2, 1, 3, 1, 2, 1]
+    chunks, t = [(50.0, 1)], 50.0
+    for k in mult:
+        t += base * k
+        chunks.append((t, 2 * k + (k % 2)))  # merged chunks carry more tokens
+    r = reconstruct_steps(trace(chunks))
+    assert not r.reliable and "multiples" in r.reason
+
+
+def test_events_in_one_read_are_merged_and_flagged():
+    chunks = per_step([2, 3, 2, 3, 2, 3])
+    chunks.insert(3, (chunks[3][0], 1))  # arrived in the same read as its neighbour
+    r = reconstruct_steps(trace(chunks))
+    assert len(r.steps) == 6 and not r.reliable and "same read" in r.reason
+
+
+def test_noisy_but_honest_step_times_stay_reliable():
+    import random
+
+    rng = random.Random(3)
+    chunks, t = [(80.0, 1)], 80.0
+    for _ in range(40):
+        t += 40.0 * rng.uniform(0.85, 1.25)
+        chunks.append((t, rng.randint(1, 5)))
+    r = reconstruct_steps(trace(chunks), max_commit_len=5)
+    assert r.reliable, r.reason
+
+
+def test_server_per_step_data_wins_and_cross_checks():
+    commits = [3, 2, 4, 1]
+    spec = ServerSpecFields(per_step_accepted=[c - 1 for c in commits], source="vllm.metrics")
+    r = reconstruct_steps(trace(per_step(commits), spec=spec))
+    assert r.method == "server" and r.reliable
+    assert [s.commit_len for s in r.steps] == commits
+    assert r.steps[0].step_s == pytest.approx(0.040)
+    assert r.cross_check.startswith("client steps agree")
+    # Client saw coalesced chunks: the server still wins and the disagreement is reported.
+    merged = [(100.0, 1), (180.0, 5), (260.0, 5)]
+    r2 = reconstruct_steps(trace(merged, spec=spec))
+    assert r2.method == "server" and [s.commit_len for s in r2.steps] == commits
+    assert "disagrees" in r2.cross_check
+    assert sum(s.step_s for s in r2.steps) == pytest.approx(0.160)
+
+
+def test_server_summary_disagreement_marks_client_unreliable():
+    t = trace(per_step([2, 2, 2, 2, 2]), spec=ServerSpecFields(verify_ct=2))
+    r = reconstruct_steps(t)
+    assert not r.reliable and "disagree" in r.cross_check
+
+
+def test_too_few_chunks_and_failed_requests():
+    assert reconstruct_steps(trace([(10.0, 5)])).method == "none"
+    r = reconstruct_steps(trace(per_step([2, 2]), error=ErrorInfo(kind="stream_truncated",
+                                                                  message="cut")))
+    assert not r.reliable and "request failed" in r.reason
+
+
+@pytest.mark.parametrize("fields, expected", [
+    (ServerSpecFields(accept_length=2.5), 2.5),
+    (ServerSpecFields(verify_ct=4), 10 / 4),
+    (ServerSpecFields(accept_histogram=[1, 1, 2]), (1 + 2 + 6) / 4),
+    (ServerSpecFields(per_step_accepted=[0, 2]), 2.0),
+    (ServerSpecFields(accepted_drafts=5, proposed_drafts=9), None),
+])
+def test_server_mean_commit_len(fields, expected):
+    t = trace([(1.0, 1), (2.0, 9)], spec=fields)
+    assert server_mean_commit_len(t) == expected
+
+
+# -- summary ------------------------------------------------------------------------------
+
+
+def test_summary_token_weighted_decode_tps_and_sources():
+    a = trace(per_step([1, 3] * 5, step_ms=40.0), index=0)  # 20 tokens in 0.4 s
+    b = trace(per_step([4] * 5, step_ms=100.0), index=1)  # 20 tokens in 0.5 s
+    bad = trace([(5.0, 1)], index=2, error=ErrorInfo(kind="http_status", message="500"))
+    s = summarize([a, b, bad], max_commit_len=4)
+    assert s["requests"] == 3 and s["errors"] == 1 and s["error_kinds"] == {"http_status": 1}
+    assert s["decode_tps"] == pytest.approx(40 / 0.9, rel=1e-6)
+    assert s["ttft_s_p50"] == pytest.approx(0.1)
+    assert s["mean_commit_len"] == pytest.approx(40 / 15) and s["mean_commit_len_source"] == "client"
+    assert s["mean_step_s"] == pytest.approx(0.9 / 15) and s["mean_step_s_source"] == "client"
+
+
+def test_summary_prefers_server_commit_and_derives_step_time():
+    # Coalesced chunks (unreliable client steps) but the server says verify_ct.
+    t = trace([(100.0, 1), (200.0, 9), (300.0, 10)], spec=ServerSpecFields(verify_ct=5),
+              completion=20)
+    s = summarize([t], max_commit_len=4)
+    assert s["mean_commit_len"] == pytest.approx(4.0) and s["mean_commit_len_source"] == "server"
+    assert s["decode_tps"] == pytest.approx(19 / 0.2)
+    assert s["mean_step_s_source"] == "derived"
+    assert s["mean_step_s"] == pytest.approx(4.0 / (19 / 0.2))
+    assert s["steps"]["unreliable_reasons"]
+
+
+def test_summary_of_nothing_is_all_null():
+    s = summarize([])
+    assert s["requests"] == 0 and s["decode_tps"] is None
+    assert s["mean_commit_len"] is None and s["mean_step_s"] is None
