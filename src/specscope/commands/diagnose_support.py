@@ -167,7 +167,8 @@ def _engine_is_practical() -> bool:
 def _engine_backend() -> tuple[Any, str]:
     from specscope.engine.factory import build_backend
 
-    backend = build_backend(**ENGINE_SPEC_OPTIONS)
+    device = "cuda" if _engine_is_practical() else "cpu"
+    backend = build_backend(device=device, **ENGINE_SPEC_OPTIONS)
     info = backend.info
     if not info.num_draft_tokens:
         raise ServerStartError("the engine built without speculation")
