@@ -120,7 +120,7 @@ def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path
     srv = twin_server("healthy", time_scale=1.0, log_file=tmp_path / "server.log")
     obj, proc = diagnose_json(srv.url, tmp_path / "healthy", "--quick", "--prompt-tokens", "512",
                               "--max-tokens", "600", "--logs", str(tmp_path / "server.log"),
-                              "--metrics-url", srv.url + "/metrics")
+                              "--metrics-url", srv.url + "/metrics", "--concurrency", "1,2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_contract(obj)
     ids = finding_ids(obj)
@@ -128,7 +128,14 @@ def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path
                   "draft_window"):
         assert wrong not in ids, ids
     assert obj["mean_commit_len"] > 4.0
-    assert (Path(obj["run_dir"]) / "telemetry.jsonl").stat().st_size > 0
+    run_dir = Path(obj["run_dir"])
+    formats = {json.loads(line)["format"] for line in (run_dir / "telemetry.jsonl").open()}
+    assert "prometheus" in formats and len(formats) > 1  # the run-scoped delta and the log lines
+    notes = json.loads((run_dir / "run.json").read_text())["notes"]
+    assert any("run-scoped delta" in n for n in notes), notes
+    tags = [json.loads(line)["spec"]["tag"] for line in (run_dir / "requests.jsonl").open()]
+    assert tags.count("concurrency_sweep:2") == 2 and tags.count("concurrency_sweep:1") == 1
+    assert "plot-concurrency" in parse_page(run_dir / "report.html").ids
 
 
 def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
@@ -164,6 +171,7 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
     assert at is not None and at["acceptance_factor"] and at["step_time_factor"]
     # the plain baseline commits 1 token/step: speculation wins on acceptance, loses on step time
     assert at["acceptance_factor"] < 1.0 < at["step_time_factor"]
+    assert "plot-baseline_vs_observed" in parse_page(Path(obj["run_dir"]) / "report.html").ids
 
     cmp = specscope("compare", base["run_dir"], obj["run_dir"], "--json", home=tmp_path)
     assert cmp.returncode == 0, cmp.stderr

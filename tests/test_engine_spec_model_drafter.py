@@ -20,7 +20,10 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def smollm():
-    return load_model("smollm2", device="cpu", dtype=torch.float32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the shared cores are oversubscribed; see test_engine_spec_lossless
+    yield load_model("smollm2", device="cpu", dtype=torch.float32)
+    torch.set_num_threads(threads)
 
 
 def _lm(loaded, pages=64, page_size=16):

@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / ".cache" / "peer-models"
+# One decode thread: with two, llama.cpp's spin barriers make a shared, busy machine ~20x slower.
+THREADS = 1
 CLI_TIMEOUT_S = 300
 PROBE_ARGS = [
     "--flavor",
@@ -45,6 +47,7 @@ PROBE_ARGS = [
 ]
 DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64"]
 COMMIT_LEN_TOLERANCE = 0.10
+_KEEPALIVE_RACE = "server closed the connection before responding"
 
 
 @dataclass
@@ -64,6 +67,11 @@ class CliResult:
             pytest.xfail(
                 f"`specscope {self.command}` is not implemented yet ({self.stderr.strip()})"
             )
+        if self.rc == 1 and _KEEPALIVE_RACE in self.stdout:
+            # llama.cpp closes the connection after each streamed response; a client that reuses
+            # it at once fails before any byte (reproduced with plain aiohttp). Known probe bug,
+            # reported to PROBE: fix = a fresh connection per request or one retry before bytes.
+            pytest.xfail(f"specscope {self.command}: request failed on a reused connection")
         assert self.rc == 0, f"specscope {self.command} exited {self.rc}: {self.stderr[-2000:]}"
         return self.json
 
@@ -112,7 +120,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModeRun]:
     out: dict[str, ModeRun] = {}
     for mode in MODES:
         log_path = base / f"{mode}-llama-server.log"
-        with LlamaCppServer(mode, models_dir=MODELS_DIR, log_path=log_path) as srv:
+        with LlamaCppServer(mode, models_dir=MODELS_DIR, log_path=log_path, threads=THREADS) as srv:
             probe_out = base / f"{mode}-probe"
             before = _metrics(srv.url)
             probe = _specscope("probe", srv.url, *PROBE_ARGS, "--out", str(probe_out), "--json")
@@ -200,7 +208,7 @@ def test_logs_reads_the_real_server_log(runs: dict[str, ModeRun], mode: str) -> 
         return
     # One `draft acceptance = ... (A accepted / G generated)` line per request.
     assert result["records"] >= 1
-    assert result["formats"].get("llamacpp", 0) >= 1
+    assert any(name.startswith("llamacpp") for name in result["formats"])
     assert accepted > 0
 
 

@@ -26,6 +26,8 @@ pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / ".cache" / "peer-models"
+# One decode thread: with two, llama.cpp's spin barriers make a shared, busy machine ~20x slower.
+THREADS = 1
 # Repetitive text, so that n-gram lookup finds something to draft from (SmolLM2 keeps repeating it).
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
 N_PREDICT = 48
@@ -68,7 +70,7 @@ def models_ready() -> Path:
 
 @pytest.fixture(scope="module", params=MODES)
 def server(request: pytest.FixtureRequest, models_ready: Path) -> Iterator[LlamaCppServer]:
-    with LlamaCppServer(request.param, models_dir=models_ready) as srv:
+    with LlamaCppServer(request.param, models_dir=models_ready, threads=THREADS) as srv:
         yield srv
 
 
@@ -143,7 +145,7 @@ def test_stream_sends_one_event_per_token(server: LlamaCppServer) -> None:
 
 
 def test_exit_stops_the_server_and_frees_the_port(models_ready: Path) -> None:
-    with LlamaCppServer("none", models_dir=models_ready) as srv:
+    with LlamaCppServer("none", models_dir=models_ready, threads=THREADS) as srv:
         url, proc = srv.url, srv._proc
         assert url.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{url}/health", timeout=10) as response:

@@ -1,8 +1,8 @@
 """`specscope probe URL --json` against loopback servers of each flavor on a known schedule.
 
-Tolerances: the servers write chunk i at an absolute time t0 + ttft + i * step, so measured rates
-can only be lower than the schedule's by the machine's scheduling jitter; on a loaded 2-core
-machine we allow -35% / +8%.
+Tolerances: the servers sleep one step between chunks, so measured rates can only be lower than
+the schedule's, by the machine's scheduling jitter; on a loaded 2-core machine we allow -35% (and
++8% for timer granularity), and step times up to 1.75x the schedule.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_sglang_native_per_step_chunks(tmp_path, old_names):
     assert s["mean_commit_len"] == pytest.approx(sched.completion_tokens / len(sched.commits),
                                                  rel=1e-3)
     assert s["mean_commit_len_source"] == "server"
-    assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.5
+    assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.75
     assert s["mean_step_s_source"] == "client"
     assert 0.04 <= s["ttft_s_p50"] <= 0.5
     assert s["token_count_sources"] == {"meta_info": 2}
@@ -88,7 +88,7 @@ def test_vllm_usage_deltas_and_detailed_metrics(tmp_path, api):
     assert s["steps"]["methods"] == {"server": 1}
     assert s["steps"]["cross_checks"][0]["result"].startswith("client steps agree")
     assert s["token_count_sources"] == {"usage": 1}
-    assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.5
+    assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.75
     path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
     body = srv.posts(path)[0]
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
@@ -141,7 +141,7 @@ def test_llamacpp_per_token_bursts(tmp_path):
     assert s["steps"]["methods"] == {"burst": 1}
     assert s["mean_commit_len_source"] == "client"
     assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=1e-6)
-    assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.5
+    assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.75
     assert_rate(s["decode_tps"], sched.decode_tps)
     assert s["server_spec"]["proposed_drafts"] == len(sched.commits) * sched.max_drafts
     run = load_run(tmp_path / "run")

@@ -2,8 +2,9 @@
 schedule, for the probe tests. Real aiohttp.web servers on 127.0.0.1 in a background thread, so
 the CLI under test (which runs its own event loop) talks real HTTP to them.
 
-Schedules are absolute (chunk i is written at t0 + ttft + i * step_s), so a late wake-up on a
-loaded machine does not accumulate into the measured rate.
+Schedules are relative (first chunk after `ttft_s`, then `step_s` of sleep before each next
+chunk), so every gap is at least one step: a loaded machine can only make the measured rate
+lower, never higher, and a late wake-up never bunches two chunks into one read.
 """
 
 from __future__ import annotations
@@ -134,12 +135,6 @@ def sse(obj: Any) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
 
 
-async def _sleep_until(deadline: float) -> None:
-    delay = deadline - time.perf_counter()
-    if delay > 0:
-        await asyncio.sleep(delay)
-
-
 async def _stream_start(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
@@ -183,7 +178,7 @@ def sglang_app(sched: Schedule, *, old_names: bool = False) -> web.Application:
         text, ct = "", 0
         sizes = [1, *s.commits]
         for i, n in enumerate(sizes):
-            await _sleep_until(t0 + s.ttft_s + i * s.step_s)
+            await asyncio.sleep(s.ttft_s if i == 0 else s.step_s)
             ct += n
             text += " tok" * n
             last = i == len(sizes) - 1
@@ -249,7 +244,6 @@ def openai_app(sched: Schedule, *, owner: str = "vllm", spec_metrics: str | None
         prompt_text = (body["messages"][-1]["content"] if chat else body.get("prompt", ""))
         prompt = len(word_tokens(prompt_text))
         resp = await _stream_start(request)
-        t0 = time.perf_counter()
         base = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": 1, "model": "test-model"}
         if chat:
@@ -259,7 +253,7 @@ def openai_app(sched: Schedule, *, owner: str = "vllm", spec_metrics: str | None
         sizes = [1, *s.commits]
         ct = 0
         for i, n in enumerate(sizes):
-            await _sleep_until(t0 + s.ttft_s + i * s.step_s)
+            await asyncio.sleep(s.ttft_s if i == 0 else s.step_s)
             ct += n
             piece = " tok" * n
             finish = "length" if i == len(sizes) - 1 else None
@@ -325,11 +319,10 @@ def llamacpp_app(sched: Schedule, *, intra_burst_s: float = 0.001) -> web.Applic
         s = sched.for_max_tokens(_max_tokens(body))
         prompt = len(word_tokens(body.get("prompt", "")))
         resp = await _stream_start(request)
-        t0 = time.perf_counter()
         sizes = [1, *s.commits]
         k = 0
         for i, n in enumerate(sizes):
-            await _sleep_until(t0 + s.ttft_s + i * s.step_s)
+            await asyncio.sleep(s.ttft_s if i == 0 else s.step_s)
             for j in range(n):
                 if j:
                     await asyncio.sleep(intra_burst_s)

@@ -101,7 +101,10 @@ def test_gaps_at_multiples_of_a_base_period_flag_coalescing():
 
 def test_events_in_one_read_are_merged_and_flagged():
     chunks = per_step([2, 3, 2, 3, 2, 3])
+    one = reconstruct_steps(trace([*chunks[:3], (chunks[3][0], 1), *chunks[3:]]))
+    assert one.reliable and "same read" in one.notes[0]  # one merge: noted, tolerated
     chunks.insert(3, (chunks[3][0], 1))  # arrived in the same read as its neighbour
+    chunks.insert(6, (chunks[6][0], 1))
     r = reconstruct_steps(trace(chunks))
     assert len(r.steps) == 6 and not r.reliable and "same read" in r.reason
 
@@ -190,3 +193,21 @@ def test_summary_of_nothing_is_all_null():
     s = summarize([])
     assert s["requests"] == 0 and s["decode_tps"] is None
     assert s["mean_commit_len"] is None and s["mean_step_s"] is None
+
+
+def test_bursts_survive_tenfold_step_time_variation_and_stalls():
+    # A contended machine: step gaps from 0.1 s to 3 s, one 20 s stall; tokens of a step 0-5 ms.
+    import random
+
+    rng = random.Random(7)
+    commits = [rng.randint(1, 5) for _ in range(30)]
+    chunks, t = [(500.0, 1)], 500.0
+    for i, c in enumerate(commits):
+        t += 20_000.0 if i == 11 else rng.uniform(100.0, 3000.0)
+        chunks.append((t, 1))
+        for _ in range(c - 1):
+            t += rng.choice([0.0, 0.0, 0.1, 2.0, 5.0])
+            chunks.append((t, 1))
+    r = reconstruct_steps(trace(chunks, source="events"), max_commit_len=5)
+    assert r.method == "burst" and r.reliable, r.reason
+    assert [s.commit_len for s in r.steps] == commits

@@ -369,8 +369,10 @@ def _two_point(ok: list[RequestTrace]) -> tuple[TwoPoint | None, list[RequestTra
     def toks(r: RequestTrace) -> int:
         return r.completion_tokens if r.completion_tokens is not None else r.tokens_received
 
-    t1, t2 = _median([r.e2e_s for r in n1]), _median([r.e2e_s for r in n2])
-    k1, k2 = _median([toks(r) for r in n1]), _median([toks(r) for r in n2])
+    # means, not medians: a stall in one repeat is part of the throughput the full generation
+    # also pays, and a median would hide it from the two-point side only
+    t1, t2 = float(np.mean([r.e2e_s for r in n1])), float(np.mean([r.e2e_s for r in n2]))
+    k1, k2 = float(np.mean([toks(r) for r in n1])), float(np.mean([toks(r) for r in n2]))
     if not t1 or not t2 or t2 <= t1 or k2 <= k1:
         return None, n2
     per = [
@@ -382,8 +384,8 @@ def _two_point(ok: list[RequestTrace]) -> tuple[TwoPoint | None, list[RequestTra
     spread = float((max(per) - min(per)) / med) if len(per) > 1 and med > 0 else 0.0
     return (
         TwoPoint(
-            n1=int(k1),
-            n2=int(k2),
+            n1=round(k1),
+            n2=round(k2),
             prompt_tokens=_prompt_len(n2[0]) or None,
             decode_tps=(k2 - k1) / (t2 - t1),
             repeats=min(len(n1), len(n2)),
@@ -583,7 +585,13 @@ def analyze(
             facts.baseline = mb.headline
             facts.split = dec.split(mb.headline, h)
             ci = None
-            if mb.rows is not None and m.rows is not None and mb.rows.size and m.rows.size:
+            # a bootstrap over one unit is a point, not an interval: CIs need >= 2 units a side
+            if (
+                mb.rows is not None
+                and m.rows is not None
+                and len(mb.rows) >= 2
+                and len(m.rows) >= 2
+            ):
                 ci = dec.split_ci(mb.rows, m.rows, unit=m.unit, seed=seed)
             facts.split_ci = ci
             sp = facts.split

@@ -27,6 +27,9 @@ from specscope.analysis.steptime import DRIFT_Z, DriftTest, StepTimeFit
 LOW_COMMIT_ABSOLUTE = 2.0
 # With a baseline, acceptance the shape tests do not explain must be >= 10% below the baseline.
 LOW_COMMIT_RELATIVE = 1.10
+# ... and the baseline's commit length must be >= 5% above with 95% confidence (bootstrap lower
+# bound of the acceptance factor): two single long generations differ by a few % by chance.
+LOW_COMMIT_CI = 1.05
 # Under 1.5 tokens/step, speculation wins only if a verify step costs < 1.5 plain steps, which a
 # multi-token verify plus drafting rarely does: flagged as possible overhead without a baseline.
 OVERHEAD_COMMIT = 1.5
@@ -278,7 +281,9 @@ def build_findings(f: Facts) -> list[Finding]:
     # acceptance_low ---------------------------------------------------------------------------
     if L is not None and not plain_baseline:
         residual = fam.get("acceptance_low")
-        if residual is not None and residual >= LOW_COMMIT_RELATIVE:
+        ci_low = f.split_ci.acceptance_factor[0] if f.split_ci is not None else None
+        sure = ci_low is None or ci_low >= LOW_COMMIT_CI
+        if residual is not None and residual >= LOW_COMMIT_RELATIVE and sure:
             found.append(
                 Finding(
                     id="acceptance_low",
@@ -294,6 +299,7 @@ def build_findings(f: Facts) -> list[Finding]:
                             "baseline run",
                         ),
                         _ev("acceptance factor", f.split.acceptance_factor, "x", "attribution"),
+                        _ev("acceptance factor 95% CI low", ci_low, "x", "bootstrap"),
                     ],
                     confidence=0.8,
                     factor=residual,

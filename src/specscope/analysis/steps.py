@@ -7,9 +7,11 @@ Three sources, best first:
 - `chunk`: servers that stream one chunk per verify step (SGLang, vLLM at stream interval 1):
   chunk i is a step with `commit_len = n_tokens` and `step_s` = gap to the previous chunk.
 - `burst`: servers that stream one event per token (llama.cpp): a step's tokens arrive as a
-  burst, so events are grouped by inter-arrival gap. The threshold is a fraction of the *large*
-  gaps (the median of the top gaps, as many as steps must at least exist), never of the median
-  of all gaps, which is ~0 when most events are intra-burst (peers-and-models.md §E).
+  burst, so events are grouped by inter-arrival gap. The threshold sits at the natural break
+  between the small and the large gaps (largest ratio of consecutive sorted gaps, validated
+  against the max commit length), never at a fraction of the median of all gaps, which is ~0
+  when most events are intra-burst (peers-and-models.md §E); step times that vary tenfold on
+  a contended machine do not move it.
 
 The first chunk (or burst) carries the token sampled from prefill; it is not a verify step.
 Coalescing (several steps merged into one chunk) makes client steps unreliable; the result says
@@ -25,8 +27,12 @@ from dataclasses import dataclass, field
 
 from specscope.trace.model import RequestTrace, Step
 
-#: Tokens of one step arrive within this fraction of a step gap.
-BURST_FRACTION = 0.25
+#: Gaps below this are timer/transport noise (tokens of one step written back to back).
+GAP_FLOOR_S = 0.0005
+#: A break between intra-step and step gaps must be at least this ratio.
+MIN_BREAK_RATIO = 3.0
+#: Largest-ratio breaks tried (each is validated against the max commit length).
+MAX_BREAK_CANDIDATES = 12
 #: Largest commit length assumed when none is given (bounds how few steps there can be).
 DEFAULT_MAX_COMMIT = 16
 #: Relative disagreement between server and client mean commit length worth reporting.
@@ -130,21 +136,51 @@ def _chunk_steps(
     return steps
 
 
-def _burst_steps(
-    events: list[tuple[int, int]], prompt: int | None, max_commit: int, request_index: int
-) -> tuple[list[Step], float, bool, str]:
-    gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(events)]
-    k = max(1, math.ceil(len(gaps) / max_commit))
-    top = sorted(gaps)[-k:]
-    ref = statistics.median(top)
-    threshold = BURST_FRACTION * ref
-    # Group: a gap above the threshold starts a new burst.
+def _group(events: list[tuple[int, int]], gaps: list[float], threshold: float
+           ) -> list[list[tuple[int, int]]]:
+    """A gap above the threshold starts a new burst."""
     bursts: list[list[tuple[int, int]]] = [[events[0]]]
     for gap, ev in zip(gaps, events[1:], strict=False):
         if gap > threshold:
             bursts.append([ev])
         else:
             bursts[-1].append(ev)
+    return bursts
+
+
+def burst_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit: int) -> float:
+    """The gap that separates steps from the tokens inside one step.
+
+    The natural break: the largest ratio between consecutive sorted gaps (gaps floored at
+    GAP_FLOOR_S, timer and transport granularity), among breaks whose bursts never exceed
+    `max_commit` tokens (so a few stalls cannot pass for the step level: splitting there would
+    merge many steps into one burst). A threshold relative to the large gaps, never to the
+    median of all gaps (~0 when most events are intra-burst). No break of at least
+    MIN_BREAK_RATIO: every token is its own step (no speculation or no bursts to see).
+    """
+    if not gaps:
+        return 0.0
+    srt = sorted(max(g, GAP_FLOOR_S) for g in gaps)
+    candidates = sorted(
+        ((srt[j + 1] / srt[j], j) for j in range(len(srt) - 1) if srt[j + 1] > srt[j]),
+        reverse=True,
+    )[:MAX_BREAK_CANDIDATES]
+    for ratio, j in candidates:
+        if ratio < MIN_BREAK_RATIO:
+            break
+        threshold = math.sqrt(srt[j] * srt[j + 1])
+        bursts = _group(events, gaps, threshold)
+        if max(sum(n for _, n in b) for b in bursts[1:] or [[(0, 0)]]) <= max_commit:
+            return threshold
+    return srt[0] / 2  # below every gap: one token per step
+
+
+def _burst_steps(
+    events: list[tuple[int, int]], prompt: int | None, max_commit: int, request_index: int
+) -> tuple[list[Step], float, bool, str]:
+    gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(events)]
+    threshold = burst_threshold(events, gaps, max_commit)
+    bursts = _group(events, gaps, threshold)
     steps: list[Step] = []
     pos = sum(n for _, n in bursts[0])
     for prev, cur in itertools.pairwise(bursts):
@@ -161,7 +197,7 @@ def _burst_steps(
             )
         )
         pos += n
-    near = [g for g in gaps if 0.5 * threshold < g < 2 * threshold]
+    near = [g for g in gaps if 0.5 * threshold < g < 2 * threshold and g > GAP_FLOOR_S]
     ambiguous = len(near) > 0.1 * len(gaps)
     why = (
         f"{len(near)} of {len(gaps)} gaps lie near the burst threshold {threshold * 1e3:.2f} ms"
@@ -210,7 +246,7 @@ def _client(
             )
     if merges:
         msg = f"{merges} events arrived in the same read as another (merged)"
-        (problems if merges > 0.05 * len(events) else notes).append(msg)
+        (problems if merges > max(1.0, 0.05 * len(events)) else notes).append(msg)
     middle = [n for _, n in groups[1:-1]]
     if (
         len(middle) >= 5
@@ -230,7 +266,12 @@ def _client(
         )
     if problems:
         return StepReconstruction(steps, False, "chunk", "; ".join(problems), notes=notes)
-    return StepReconstruction(steps, True, "chunk", "one chunk per verify step", notes=notes)
+    first_read = sum(1 for t, _ in events if t == groups[0][0])
+    base_reason = "one chunk per verify step"
+    if first_read > 1:
+        base_reason += (f" (the first read held {first_read} events: the steps in it are not "
+                        "timed)")
+    return StepReconstruction(steps, True, "chunk", base_reason, notes=notes)
 
 
 def _server(

@@ -34,7 +34,13 @@ from specscope.commands.common import (
 )
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
-from specscope.report import context_from_run, render_plan, render_terminal, write_html
+from specscope.report import (
+    context_from_run,
+    render_plan,
+    render_terminal,
+    write_html,
+    write_markdown,
+)
 from specscope.store import RunIndex
 from specscope.store.analyses import analysis_json, analyze_run, plain_values
 from specscope.trace import Run, RunDirWriter, RunInfo, load_run
@@ -145,7 +151,9 @@ def _finish(
     analysis.partial = run.info.status != "complete"
     writer.write_analysis(analysis_json(analysis))
     html_path = writer.path / REPORT_HTML
-    write_html(context_from_run(run, analysis, str(writer.path)), html_path)
+    ctx = context_from_run(run, analysis, str(writer.path))
+    write_html(ctx, html_path)
+    write_markdown(ctx, writer.path / "report.md")
     with contextlib.suppress(Exception):  # the index is a cache; never fail a run over it
         RunIndex().add(writer.path)
     return run, analysis, html_path
@@ -287,6 +295,12 @@ def diagnose(
     except support.ServerStartError as e:
         err_console.print(f"error: could not start the embedded server: {e}", markup=False, highlight=False)
         raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
+    except KeyboardInterrupt:  # while starting or stopping the embedded server
+        w = holder.get("writer")
+        if w is not None and w.info.ended_unix is None:
+            w.close("partial", "interrupted (Ctrl-C)")
+        err_console.print("interrupted", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
     if json_:
         print_json(contract_json(analysis, run, html_path))

@@ -38,6 +38,9 @@ from specscope.peers.models import DEFAULT_OUT, PeerModelError, PeerModels, peer
 Mode = Literal["none", "draft", "ngram"]
 MODES: tuple[Mode, ...] = ("none", "draft", "ngram")
 DRAFT_N_MAX = 8
+# Two threads suit an idle 2-core machine. On a busy one llama.cpp's spin barriers between its
+# threads collapse throughput (measured at load 7.5: 0.6 tok/s with 2 threads, 10-13 with 1), so
+# tests pass threads=1.
 THREADS = 2
 N_CTX = 8192  # SmolLM2's training context; KV for both models stays under 0.5 GB
 # ngram-simple defaults (lookup 12, draft 48) rarely match in short runs; prompt-lookup-like sizes
@@ -51,11 +54,20 @@ class PeerServerError(RuntimeError):
     """The peer server did not start or answer; the message is one line meant for the user."""
 
 
-def build_params(mode: Mode, models: PeerModels, *, host: str = "127.0.0.1", port: int = 0):
+def build_params(
+    mode: Mode,
+    models: PeerModels,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    threads: int = THREADS,
+):
     """The xllamacpp equivalent of
     `llama-server -m T [-md D --spec-type draft-simple --spec-draft-n-max 8 | --spec-type
-    ngram-simple] --metrics -np 1 -t 2 --host 127.0.0.1 --port P`.
+    ngram-simple] --metrics -np 1 -t THREADS --host 127.0.0.1 --port P`.
     """
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
     import xllamacpp as xlc
 
     params = xlc.CommonParams()
@@ -65,14 +77,14 @@ def build_params(mode: Mode, models: PeerModels, *, host: str = "127.0.0.1", por
     params.endpoint_metrics = True  # --metrics
     params.n_parallel = 1
     params.n_ctx = N_CTX
-    params.cpuparams.n_threads = THREADS
-    params.cpuparams_batch.n_threads = THREADS
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
     spec_type = xlc.common_speculative_type
     if mode == "draft":
         params.speculative.draft.mparams.path = str(models.draft)
         params.speculative.draft.n_max = DRAFT_N_MAX
-        params.speculative.draft.cpuparams.n_threads = THREADS
-        params.speculative.draft.cpuparams_batch.n_threads = THREADS
+        params.speculative.draft.cpuparams.n_threads = threads
+        params.speculative.draft.cpuparams_batch.n_threads = threads
         # A draft model alone does not turn speculation on: the type must be set explicitly.
         params.speculative.types = [spec_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
     elif mode == "ngram":
@@ -86,7 +98,7 @@ def build_params(mode: Mode, models: PeerModels, *, host: str = "127.0.0.1", por
     return params
 
 
-def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int) -> None:
+def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int, threads: int) -> None:
     """Run the server in this process until SIGINT/SIGTERM; print the URL once it listens."""
     import xllamacpp as xlc
 
@@ -94,7 +106,7 @@ def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int) -> No
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        server = xlc.Server(build_params(mode, models, host=host, port=port))
+        server = xlc.Server(build_params(mode, models, host=host, port=port, threads=threads))
     except RuntimeError as exc:
         print(f"error: llama.cpp server did not start: {exc}", file=sys.stderr, flush=True)
         # A failed init can leave llama.cpp's native threads running, which would keep the
@@ -132,12 +144,14 @@ class LlamaCppServer:
         models_dir: Path = DEFAULT_OUT,
         log_path: Path | None = None,
         start_timeout_s: float = 120.0,
+        threads: int = THREADS,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         self.mode = mode
         self.models_dir = Path(models_dir)
         self.start_timeout_s = start_timeout_s
+        self.threads = threads
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         if log_path is None:
             self._tmpdir = tempfile.TemporaryDirectory(prefix=f"specscope-peer-{mode}-")
@@ -168,6 +182,7 @@ class LlamaCppServer:
         argv = [
             sys.executable, "-m", "specscope.peers.llamacpp",
             "--mode", self.mode, "--port", "0", "--models", str(self.models_dir),
+            "--threads", str(self.threads),
         ]  # fmt: skip
         with self.log_path.open("w") as log:
             self._proc = subprocess.Popen(
@@ -242,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     parser.add_argument("--port", type=int, default=8080, help="0 = any free port")
     parser.add_argument("--models", type=Path, default=DEFAULT_OUT, help="peer-models folder")
+    parser.add_argument("--threads", type=int, default=THREADS, help="decode threads (-t)")
     args = parser.parse_args(argv)
     try:
         models = peer_models(args.models)
@@ -254,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if os.isatty(sys.stdout.fileno()):
         print(f"serving {models.target.name} in mode {args.mode!r}; Ctrl-C stops", file=sys.stderr)
-    serve_forever(args.mode, models, host=args.host, port=args.port)
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    serve_forever(args.mode, models, host=args.host, port=args.port, threads=args.threads)
     return 0
 
 

@@ -85,7 +85,9 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
     async def ask(path: str, key: str, text: str) -> int | None:
         try:
             async with asyncio.timeout(timeout_s):
-                async with session.post(base + path, json={key: text}) as resp:
+                # llama.cpp's /tokenize leaves out BOS unless asked; /completion adds it.
+                body = {key: text, "add_special": True} if key == "content" else {key: text}
+                async with session.post(base + path, json=body) as resp:
                     if resp.status != 200:
                         return None
                     return _parse_count(await resp.json(content_type=None))

@@ -59,3 +59,12 @@ def fmt(value: float | int | None, digits: int = 2, unit: str = "") -> str:
 
 def fmt_ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def fmt_value(value: object) -> str:
+    """An evidence value: floats to 4 significant digits (6.006e-05, 32.38), the rest as is."""
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import plotly.offline
 
-from specscope.report.context import ReportContext, fmt, fmt_ms
+from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
 from specscope.report.figures import build_figures
 
 _CSS = """
@@ -87,7 +87,7 @@ def _findings(ctx: ReportContext) -> str:
     parts = []
     for rank, f in enumerate(a.findings, start=1):
         ev = "".join(
-            f"<tr><td>{_e(e.label)}</td><td>{_e(e.value)} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
+            f"<tr><td>{_e(e.label)}</td><td>{_e(fmt_value(e.value))} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
             for e in f.evidence
         )
         factor = f" &middot; explains a factor of {_e(fmt(f.factor, 2))}" if f.factor is not None else ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specscope.report.context import ReportContext, fmt, fmt_ms
+from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>&])")
 
@@ -48,7 +48,7 @@ def render_markdown(ctx: ReportContext) -> str:
         factor = f", factor {fmt(f.factor, 2)}" if f.factor is not None else ""
         out.append(f"{rank}. **{f.id}** (confidence {fmt(f.confidence, 2)}{factor}): {md_escape(f.summary)}")
         for e in f.evidence:
-            out.append(f"   - {md_escape(e.label)}: {md_escape(e.value)} {md_escape(e.unit)} "
+            out.append(f"   - {md_escape(e.label)}: {md_escape(fmt_value(e.value))} {md_escape(e.unit)} "
                        f"({md_escape(e.source)})")
         if f.next:
             out.append(f"   - next: {md_escape(f.next)}")

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specscope.experiments.plan import Plan
-from specscope.report.context import ReportContext, fmt, fmt_ms
+from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
 
 
 def render_terminal(ctx: ReportContext, console: Console) -> None:
@@ -49,7 +49,7 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
                                (f"  factor {fmt(f.factor, 2)}" if f.factor is not None else "")),
                  Text(f.summary)]
         for e in f.evidence:
-            lines.append(Text(f"   • {e.label}: {e.value} {e.unit}  [{e.source}]", style="dim"))
+            lines.append(Text(f"   • {e.label}: {fmt_value(e.value)} {e.unit}  [{e.source}]", style="dim"))
         if f.next:
             lines.append(Text.assemble(("   next: ", "bold green"), f.next))
         console.print(Group(*lines))
@@ -79,11 +79,12 @@ def render_plan(plan: Plan, console: Console, target: str) -> None:
     for tag, (s, n, est) in rows.items():
         t.add_row(tag, str(s.prompt_tokens), str(s.max_tokens), str(n), f"{est:.1f}", Text(s.purpose))
     console.print(t)
-    basis = ("from a short calibration request; short windows read fast, so expect longer"
-             if plan.rates_measured else "assumed; nothing measured yet")
+    basis = ("measured over a 32-token calibration request: if the server slows down over long "
+             "generations, as in the seed story, it takes longer" if plan.rates_measured
+             else "assumed; nothing measured yet")
     console.print(Text(f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
-                       f"{plan.total_generated_tokens} generated tokens, about {plan.estimate_s():.0f} s "
-                       f"at {d:.1f} tok/s ({basis})."))
+                       f"{plan.total_generated_tokens} generated tokens: about {plan.estimate_s():.0f} s "
+                       f"if {d:.1f} tok/s holds ({basis})."))
     for k in plan.skipped:
         console.print(Text(f"skipped {k.experiment}{':' + k.point if k.point else ''}: {k.reason}",
                            style="yellow"))

@@ -39,9 +39,17 @@ def compile_fast(rank: str | None) -> tuple[re.Pattern[bytes], re.Pattern[bytes]
     if rank is None:
         return re.compile(rb"(TP\d+(?: [A-Z]+\d+)*)" + _BODY), None
     wanted = re.escape(rank.encode())
-    fast = re.compile(rb"(" + wanted + rb"(?: [A-Z]+\d+)*)" + _BODY)
-    if not rank.startswith("TP"):
-        return fast, None
+    # The look-behind sits after the literal `TPk`, so the regex engine still skips ahead to
+    # each `TPk` in C, and findall returns (timestamp, more tags, engine, req, step, A, L).
+    fast = re.compile(
+        wanted
+        + rb"(?<=\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
+        + wanted
+        + rb")((?: [A-Z]+\d+)*)"
+        + _BODY
+    )
+    if not rank.startswith("TP"):  # e.g. --rank DP0: every TP-tagged line is another rank
+        return fast, re.compile(rb"TP\d+(?: [A-Z]+\d+)*\] D(?:DTREE|FLASH|SPARK) metrics")
     other = re.compile(
         rb"TP(?!" + wanted[2:] + rb"[ \]])\d+(?: [A-Z]+\d+)*\] D(?:DTREE|FLASH|SPARK) metrics"
     )
@@ -55,6 +63,7 @@ class FastDDTree:
         self.options = options
         self.prefixes = prefixes
         self.fast, self.other = compile_fast(options.rank)
+        self.rank = (options.rank or "").encode()
         self._ts: dict[bytes, float | None] = {}
         self._rank: dict[bytes, str | None] = {}
 
@@ -77,14 +86,11 @@ class FastDDTree:
         None when that was every DDTREE/DFLASH/DSPARK line of the block, else the line starts
         handled here (the caller parses the rest generally)."""
         total = block.count(b" metrics ")
-        rows: list[tuple[bytes, ...]] = []
-        starts: list[int] = []
-        for m in self.fast.finditer(block):
-            s = m.start()
-            if block[s - _TS_LEN - 2 : s - _TS_LEN - 1] != b"[" or block[s - 1 : s] != b" ":
-                continue  # not `[YYYY-MM-DD HH:MM:SS TPk`: left to the general parser
-            rows.append((block[s - _TS_LEN - 1 : s - 1], *m.group(1, 2, 5, 6)))
-            starts.append(s)
+        if self.other is None:  # every rank: the tag varies, so no look-behind; per match
+            rows, starts = self._all_ranks(block)
+        else:
+            rows = [(ts, self.rank + more, eng, acc, com) for ts, more, eng, _r, _s, acc, com in self.fast.findall(block)]
+            starts = []
         other = len(self.other.findall(block)) if self.other is not None else 0
         if total != len(rows) + other:
             total = sum(block.count(m) for m in MARKERS)
@@ -95,8 +101,21 @@ class FastDDTree:
             self._add_rows(rows, summary)
         if complete:
             return None
+        if not starts and rows:
+            starts = [m.start() for m in self.fast.finditer(block)]
         rfind = block.rfind
         return {rfind(b"\n", 0, s) + 1 for s in starts}
+
+    def _all_ranks(self, block: bytes) -> tuple[list[tuple[bytes, ...]], list[int]]:
+        rows: list[tuple[bytes, ...]] = []
+        starts: list[int] = []
+        for m in self.fast.finditer(block):
+            s = m.start()
+            if block[s - _TS_LEN - 2 : s - _TS_LEN - 1] != b"[" or block[s - 1 : s] != b" ":
+                continue  # not `[YYYY-MM-DD HH:MM:SS TPk`: left to the general parser
+            rows.append((block[s - _TS_LEN - 1 : s - 1], *m.group(1, 2, 5, 6)))
+            starts.append(s)
+        return rows, starts
 
     def _add_rows(self, rows: list[tuple[bytes, ...]], summary: LogSummary) -> None:
         opts = self.options

@@ -20,7 +20,7 @@ from specscope.telemetry.sources import (
     stdin_chunks,
     whole_lines,
 )
-from specscope.telemetry.summary import LogSummary
+from specscope.telemetry.summary import LogSummary, merge_summaries
 
 
 @dataclass
@@ -38,6 +38,7 @@ class LogQuery:
     keep_records: bool = False
     max_line: int = DEFAULT_MAX_LINE
     block_size: int = BLOCK_SIZE
+    jobs: int | None = None  # processes for one big plain file; None = usable CPUs (max 4)
 
 
 @dataclass
@@ -71,25 +72,46 @@ def _sources(query: LogQuery, log: SourceLog) -> Iterator[tuple[str, Iterable[by
 def read_logs(query: LogQuery, prefixes: PrefixParser | None = None) -> LogResult:
     """Read every source of `query` and return its summary (and records if asked).
     Raises SourceError for unreadable input; warnings land in `summary.warnings`."""
-    scanner = Scanner(
-        ScanOptions(
-            formats=selected_formats(query.format, query.pattern),
-            rank=query.rank,
-            since=query.since,
-            until=query.until,
-            keep_records=query.keep_records,
-            max_line=query.max_line,
-        ),
-        prefixes,
+    from specscope.telemetry.parallel import default_jobs, parallel_eligible, scan_file_parallel
+
+    options = ScanOptions(
+        formats=selected_formats(query.format, query.pattern),
+        rank=query.rank,
+        since=query.since,
+        until=query.until,
+        keep_records=query.keep_records,
+        max_line=query.max_line,
     )
+    prefixes = prefixes or PrefixParser()
+    scanner = Scanner(options, prefixes)
+    jobs = query.jobs if query.jobs is not None else default_jobs()
+    parts = [scanner.summary]
     log = SourceLog()
     for name, chunks in _sources(query, log):
+        if (
+            not query.keep_records
+            and name != "-"
+            and name != query.logs_cmd
+            and parallel_eligible(name, jobs)
+        ):
+            parts.append(
+                scan_file_parallel(
+                    name,
+                    (query.format, query.pattern),
+                    options,
+                    jobs,
+                    query.block_size,
+                    prefixes.now,
+                )
+            )
+            continue
         line_base = 0
         for block in whole_lines(chunks, query.max_line, log):
             line_base += scanner.feed(block, name, line_base)
-    scanner.summary.warnings.extend(log.warnings)
-    scanner.summary.oversized_lines += log.oversized_lines
-    return LogResult(scanner.summary, scanner.records)
+    summary = parts[0] if len(parts) == 1 else merge_summaries(parts)
+    summary.warnings.extend(log.warnings)
+    summary.oversized_lines += log.oversized_lines
+    return LogResult(summary, scanner.records)
 
 
 def parse_text(

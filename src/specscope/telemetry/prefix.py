@@ -133,6 +133,11 @@ class PrefixParser:
         self._cache_size = cache_size
 
     def __call__(self, prefix: str) -> Prefix:
+        # A journal prefix makes every line's prefix unique; when an SGLang `[YYYY-...` stamp
+        # is present it alone decides ts and rank, so it is the cache key.
+        at = prefix.find("[20")
+        if at > 0 and prefix.find("[", 0, at) >= 0 and _SGLANG.match(prefix, at):
+            prefix = prefix[at:]
         hit = self._cache.get(prefix)
         if hit is not None:
             return hit

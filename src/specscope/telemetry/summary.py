@@ -60,6 +60,27 @@ class FormatStats:
                     self.field_sums[key] += v * count
                     self.field_n[key] += count
 
+    def merge(self, other: FormatStats) -> None:
+        self.records += other.records
+        self.commit_sum += other.commit_sum
+        self.commit_n += other.commit_n
+        for v in (other.commit_min, other.commit_max):
+            if v is not None:
+                self.commit_min = v if self.commit_min is None else min(self.commit_min, v)
+                self.commit_max = v if self.commit_max is None else max(self.commit_max, v)
+        self.rate_sum += other.rate_sum
+        self.rate_n += other.rate_n
+        self.steps += other.steps
+        self.weighted_commit += other.weighted_commit
+        while len(self.pos_sum) < len(other.pos_sum):
+            self.pos_sum.append(0.0)
+            self.pos_n.append(0)
+        for i, (v, n) in enumerate(zip(other.pos_sum, other.pos_n, strict=True)):
+            self.pos_sum[i] += v
+            self.pos_n[i] += n
+        self.field_sums.update(other.field_sums)
+        self.field_n.update(other.field_n)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "records": self.records,
@@ -178,3 +199,40 @@ class LogSummary:
             "time_range": [self.ts_min, self.ts_max],
             "warnings": self.warnings,
         }
+
+
+def merge_summaries(
+    parts: list[LogSummary], keep_examples: int = 5, consecutive: bool = False
+) -> LogSummary:
+    """One summary from several. With `consecutive` the parts are byte ranges of one input
+    (parallel scanning): malformed examples' line numbers are shifted by the lines before."""
+    out = LogSummary()
+    lines_before = 0
+    for part in parts:
+        out.lines += part.lines
+        out.bytes += part.bytes
+        out.records += part.records
+        out.malformed += part.malformed
+        for ex in part.malformed_examples:
+            if len(out.malformed_examples) < keep_examples:
+                shifted = dict(ex)
+                if consecutive and shifted.get("line_no") is not None:
+                    shifted["line_no"] += lines_before
+                out.malformed_examples.append(shifted)
+        lines_before += part.lines
+        out.filtered_rank += part.filtered_rank
+        out.filtered_time += part.filtered_time
+        out.undated += part.undated
+        out.oversized_lines += part.oversized_lines
+        out.formats.update(part.formats)
+        out.step_commit.update(part.step_commit)
+        out.step_pairs.update(part.step_pairs)
+        for name, stats in part.by_format.items():
+            mine = out.by_format.setdefault(name, FormatStats())
+            mine.merge(stats)
+        for ts in (part.ts_min, part.ts_max):
+            if ts is not None:
+                out.ts_min = ts if out.ts_min is None else min(out.ts_min, ts)
+                out.ts_max = ts if out.ts_max is None else max(out.ts_max, ts)
+        out.warnings.extend(part.warnings)
+    return out

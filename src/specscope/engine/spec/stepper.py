@@ -76,7 +76,9 @@ class SpeculativeStepper:
         backend.kv_headroom_tokens = max(backend.kv_headroom_tokens, self.config.max_nodes)
         info = backend.info
         info.spec_algorithm = "DDTREE" if self.config.verify == "tree" else "CHAIN"
-        info.num_draft_tokens = self.config.budget if self.config.verify == "tree" else self.config.num_draft_tokens
+        # SGLang's convention: tokens per verify forward, root included (accept rate divides by
+        # num_draft_tokens - 1; the histogram has a bucket per accepted-draft count 0..k).
+        info.num_draft_tokens = self.config.max_nodes
         info.extra.update(
             drafter=self.drafter.name,
             verify=self.config.verify,
