@@ -47,7 +47,8 @@ PROBE_ARGS = [
 ]
 DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64"]
 COMMIT_LEN_TOLERANCE = 0.10
-_KEEPALIVE_RACE = "server closed the connection before responding"
+# How the probe words a request that failed on a connection llama.cpp had already closed.
+_KEEPALIVE_RACE = ("server closed the connection before responding", "Can not write request body")
 
 
 @dataclass
@@ -61,16 +62,22 @@ class CliResult:
     def json(self) -> dict[str, Any]:
         return json.loads(self.stdout)
 
-    def require(self) -> dict[str, Any]:
-        """The parsed JSON of a successful run; xfail while the command is still a placeholder."""
+    def require(self, *, tolerate_keepalive_race: bool = False) -> dict[str, Any]:
+        """The parsed JSON of a successful run; xfail while the command is still a placeholder.
+
+        llama.cpp closes the connection after each streamed response, and a client that reuses it
+        at once fails before sending (reproduced with plain aiohttp; reported to PROBE: open a
+        fresh connection per request or retry once before any byte). Such requests never reach
+        the server, so checks that compare the completed requests with the server's counters
+        may go on (`tolerate_keepalive_race`); "completes without errors" xfails until fixed.
+        """
         if self.rc == 2 and "not implemented" in self.stderr:
             pytest.xfail(
                 f"`specscope {self.command}` is not implemented yet ({self.stderr.strip()})"
             )
-        if self.rc == 1 and _KEEPALIVE_RACE in self.stdout:
-            # llama.cpp closes the connection after each streamed response; a client that reuses
-            # it at once fails before any byte (reproduced with plain aiohttp). Known probe bug,
-            # reported to PROBE: fix = a fresh connection per request or one retry before bytes.
+        if self.rc == 1 and any(text in self.stdout for text in _KEEPALIVE_RACE):
+            if tolerate_keepalive_race:
+                return self.json
             pytest.xfail(f"specscope {self.command}: request failed on a reused connection")
         assert self.rc == 0, f"specscope {self.command} exited {self.rc}: {self.stderr[-2000:]}"
         return self.json
@@ -170,13 +177,14 @@ def test_client_commit_length_agrees_with_server_counters(
     runs: dict[str, ModeRun], mode: str
 ) -> None:
     run = runs[mode]
-    summary = run.probe.require()["summary"]
+    summary = run.probe.require(tolerate_keepalive_race=True)["summary"]
     client = summary["mean_commit_len"]
+    completed = summary["requests"] - summary["errors"]
     d = run.metrics_delta
     tokens = d["llamacpp:tokens_predicted_total"]
     accepted = d.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0)
     drafts = d.get("llamacpp:spec_decode_num_drafts_total", 0.0)
-    server = _server_commit_len(tokens, summary["requests"], accepted)
+    server = _server_commit_len(tokens, completed, accepted)
 
     # The same counts as the probe recorded them per request (timings.draft_n_accepted).
     traces = _requests_jsonl(run.probe_out)
@@ -202,14 +210,14 @@ def test_logs_reads_the_real_server_log(runs: dict[str, ModeRun], mode: str) -> 
     run = runs[mode]
     result = run.logs.require()
     assert result["malformed"] == 0
-    accepted = run.metrics_delta.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0)
     if mode == "none":
         assert result["mean_commit_len"] in (None, pytest.approx(1.0))
         return
-    # One `draft acceptance = ... (A accepted / G generated)` line per request.
+    if run.metrics_delta.get("llamacpp:spec_decode_num_drafts_total", 0.0) == 0:
+        return  # nothing drafted (n-gram found no match): the server logs no acceptance line
+    # One `draft acceptance = ... (A accepted / G generated)` line per request that drafted.
     assert result["records"] >= 1
     assert any(name.startswith("llamacpp") for name in result["formats"])
-    assert accepted > 0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -226,8 +234,8 @@ def test_quick_diagnose_completes(runs: dict[str, ModeRun], mode: str) -> None:
 
 
 def test_compare_says_whether_the_draft_model_helps(runs: dict[str, ModeRun]) -> None:
-    plain = runs["none"].diagnose.require()
-    draft = runs["draft"].diagnose.require()
+    plain = runs["none"].diagnose.require(tolerate_keepalive_race=True)
+    draft = runs["draft"].diagnose.require(tolerate_keepalive_race=True)
     result = _specscope("compare", plain["run_dir"], draft["run_dir"], "--json").require()
     tps_ratio = result["tps_ratio"]
     acceptance = result["acceptance_factor"]

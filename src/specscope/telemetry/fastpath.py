@@ -68,13 +68,19 @@ class FastDDTree:
         self._rank: dict[bytes, str | None] = {}
 
     def _ts_of(self, raw: bytes) -> float | None:
-        if raw in self._ts:
-            return self._ts[raw]
-        if len(self._ts) > 100_000:
-            self._ts.clear()
-        ts = self.prefixes("[" + raw.decode("ascii", "replace") + "]").ts
-        self._ts[raw] = ts
-        return ts
+        """Unix time of `YYYY-MM-DD HH:MM:SS` (local), cached per minute: DST shifts happen on
+        whole hours, so minute start + seconds is exact."""
+        minute = raw[:16]
+        base = self._ts.get(minute, -1.0)
+        if base == -1.0:
+            if len(self._ts) > 100_000:
+                self._ts.clear()
+            base = self.prefixes("[" + minute.decode("ascii", "replace") + ":00]").ts
+            self._ts[minute] = base
+        if base is None:
+            return None
+        sec = int(raw[17:19])
+        return base + sec if sec < 60 else self.prefixes("[" + raw.decode("ascii", "replace") + "]").ts
 
     def _rank_of(self, label: bytes) -> str | None:
         if label not in self._rank:
