@@ -100,15 +100,16 @@ def hf_models(lm: LoadedModel, draft_layers: int):
             head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta,
             max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
         )
-        with torch.device("meta"):
-            hf = transformers.LlamaForCausalLM(hc)
+        hf = transformers.LlamaForCausalLM(hc)
         state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v
                  for k, v in lm.model.state_dict().items()
                  if not k.startswith("layers.") or int(k.split(".")[1]) < n_layers}
         if c.tie_word_embeddings:
             state["lm_head.weight"] = lm.model.embed_tokens.weight
-        hf.load_state_dict(state, strict=False, assign=True)
-        hf.model.rotary_emb = type(hf.model.rotary_emb)(config=hc, device=lm.device)
+        missing, _ = hf.load_state_dict(state, strict=False, assign=True)
+        if [m for m in missing if "rotary" not in m]:
+            raise SystemExit(f"transformers model lacks weights: {missing[:5]}")
+        hf.tie_weights()
         return hf.to(device=lm.device, dtype=lm.dtype).eval()
 
     return build(c.num_layers), build(draft_layers)
@@ -147,8 +148,11 @@ def main() -> None:
     ap.add_argument("--sets", default="code,chat")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-self", action="store_true", help="skip the self-drafting row (slow by design)")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
     if args.random_weights:

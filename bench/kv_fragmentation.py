@@ -1,6 +1,7 @@
 """Does a page-size-1, scattered KV cache slow decoding down over a long generation?
 
-Two KV layouts, same model, same prompt, one long greedy generation each (>= 2000 tokens):
+Two KV layouts, same model, same prompt, one long greedy generation each (>= 2000 tokens),
+their steps interleaved so that machine drift cannot pose as a layout effect:
   A: page_size=1,  scattered  (every token's K/V in a random slot of the pool: worst locality)
   B: page_size=16, contiguous (one adjacent run of slots)
 Every step's wall time is recorded. For each layout we fit step_time = a + b * context
@@ -54,23 +55,22 @@ def backend_for(lm: LoadedModel, page_size: int, policy: str, pool_tokens: int) 
     return EngineBackend(lm, kv, max_batch=2)
 
 
-def generate(backend: EngineBackend, prompt: list[int], tokens: int) -> list[tuple[int, float]]:
-    """(context length at the step, step seconds) for every step of one long generation."""
-    backend.prefill_sync("gen", prompt, SamplingParams(max_tokens=tokens, ignore_eos=True))
-    out = []
-    for _ in range(tokens):
-        ctx = backend.requests["gen"].seq.context_len
-        out.append((ctx, backend.step_sync(["gen"]).step_s))
-    backend.release("gen")
-    return out
-
-
-def fresh_step(backend: EngineBackend, prompt: list[int], steps: int = 16) -> float:
-    """Median step time of a request prefilled (not generated) to len(prompt)."""
-    backend.prefill_sync("fresh", prompt, SamplingParams(max_tokens=steps, ignore_eos=True))
-    times = [backend.step_sync(["fresh"]).step_s for _ in range(steps)]
-    backend.release("fresh")
-    return statistics.median(times)
+def interleaved(
+    backends: list[EngineBackend], prompt: list[int], steps: int, rid: str
+) -> list[list[tuple[int, float]]]:
+    """Run one request per backend, alternating their steps (and which goes first), so machine
+    drift (clocks, neighbours) hits every layout alike. Per backend: (context, step seconds)."""
+    for b in backends:
+        b.prefill_sync(rid, prompt, SamplingParams(max_tokens=steps, ignore_eos=True))
+    traces: list[list[tuple[int, float]]] = [[] for _ in backends]
+    for i in range(steps):
+        order = range(len(backends)) if i % 2 == 0 else reversed(range(len(backends)))
+        for j in order:
+            ctx = backends[j].requests[rid].seq.context_len
+            traces[j].append((ctx, backends[j].step_sync([rid]).step_s))
+    for b in backends:
+        b.release(rid)
+    return traces
 
 
 def main() -> None:
@@ -106,27 +106,28 @@ def main() -> None:
         100, lm.config.vocab_size, (args.prompt,), generator=torch.Generator().manual_seed(0)
     ).tolist()
     warm = backend_for(lm, 16, "contiguous", 4096)
-    generate(warm, prompt, 8)
+    interleaved([warm], prompt, 8, "warm")
+    backends = [backend_for(lm, ps, pol, args.pool_tokens) for ps, pol in LAYOUTS]
+    traces = interleaved(backends, prompt, args.tokens, "gen")
+    end_ctx = traces[0][-1][0] + 1
+    long_prompt = torch.randint(
+        100, lm.config.vocab_size, (end_ctx,), generator=torch.Generator().manual_seed(1)
+    ).tolist()
+    fresh = interleaved(backends, long_prompt, 16, "fresh")
     results = {}
-    for page_size, policy in LAYOUTS:
+    for (page_size, policy), trace, fresh_trace in zip(LAYOUTS, traces, fresh, strict=True):
         name = f"page{page_size}-{policy}"
-        backend = backend_for(lm, page_size, policy, args.pool_tokens)
-        trace = generate(backend, prompt, args.tokens)
         ctx = [c for c, _ in trace]
         ms = [s * 1e3 for _, s in trace]
         slope, intercept, _, _ = theilslopes(ms, ctx)
         tail = max(1, len(ms) // 10)
-        end_ctx = ctx[-1] + 1
-        long_prompt = torch.randint(
-            100, lm.config.vocab_size, (end_ctx,), generator=torch.Generator().manual_seed(1)
-        ).tolist()
-        fresh = fresh_step(backend, long_prompt) * 1e3
+        fresh_ms = statistics.median(s for _, s in fresh_trace) * 1e3
         results[name] = {
             "intercept_ms": intercept,
             "slope_ms_per_1k_ctx": slope * 1000,
             "first10pct_median_ms": statistics.median(ms[:tail]),
             "last10pct_median_ms": statistics.median(ms[-tail:]),
-            "fresh_at_end_ctx_ms": fresh,
+            "fresh_at_end_ctx_ms": fresh_ms,
             "end_context": end_ctx,
             "steps": len(ms),
         }
@@ -134,7 +135,7 @@ def main() -> None:
         print(
             f"{name:>18}: step = {intercept:.2f} ms + {r['slope_ms_per_1k_ctx']:.3f} ms/1k ctx; "
             f"first 10% {r['first10pct_median_ms']:.2f} ms, last 10% {r['last10pct_median_ms']:.2f} ms; "
-            f"fresh request at ctx {end_ctx}: {fresh:.2f} ms",
+            f"fresh request at ctx {end_ctx}: {fresh_ms:.2f} ms",
             flush=True,
         )
     a, b = (results[f"page{p}-{pol}"] for p, pol in LAYOUTS)

@@ -130,7 +130,7 @@ def run_pipeline(path: str) -> tuple[float, Counter]:
 
 
 def run_specscope(
-    path: str, fmt: str = "auto", jobs: int | None = None
+    path: str, fmt: str = "auto", jobs: int = 1
 ) -> tuple[float, Counter, int, int]:
     t = time.perf_counter()
     result = read_logs(LogQuery(paths=[path], format=fmt, jobs=jobs))
@@ -148,7 +148,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each tool (best is kept)")
     ap.add_argument("--keep", help="write the log here and keep it (default: temp dir, removed)")
     ap.add_argument(
-        "--jobs", type=int, help="specscope processes for the file (default: usable CPUs, max 4)"
+        "--jobs",
+        type=int,
+        default=1,
+        help="specscope processes for the file (default 1; 0 = usable CPUs, max 4)",
     )
     args = ap.parse_args()
     size = parse_size(args.size)

@@ -81,6 +81,7 @@ def check_contract(obj: dict) -> None:
         assert f["evidence"], f["id"]  # a finding is only reported with its evidence
 
 
+@pytest.mark.slow
 def test_seed_regression_embedded_default_finds_the_story(tmp_path):
     """No URL: the embedded twin (seed-regression) is started, diagnosed and stopped; its log
     and /metrics are read as server evidence."""
@@ -139,15 +140,20 @@ def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path
 
 
 def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
-    srv = twin_server("coalescing", time_scale=1.0)
+    log = tmp_path / "server.log"
+    srv = twin_server("coalescing", time_scale=1.0, log_file=log)
     obj, proc = diagnose_json(srv.url, tmp_path / "coal", "--quick", "--prompt-tokens", "512",
-                              "--max-tokens", "600")
+                              "--max-tokens", "600", "--logs-cmd", f"cat {log}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "chunk_coalescing" in finding_ids(obj)
+    notes = json.loads((Path(obj["run_dir"]) / "run.json").read_text())["notes"]
+    assert any(n.startswith(f"server logs (cat {log})") for n in notes), notes
+    assert (Path(obj["run_dir"]) / "telemetry.jsonl").stat().st_size > 0
     analysis = json.loads((Path(obj["run_dir"]) / "analysis.json").read_text())
     assert analysis["steps_reliable"] is False
 
 
+@pytest.mark.slow
 def test_draft_window_is_named(twin_server, tmp_path):
     srv = twin_server("draft-window", time_scale=1.0)
     obj, proc = diagnose_json(srv.url, tmp_path / "dw", "--prompt-tokens", "1500",
@@ -157,10 +163,11 @@ def test_draft_window_is_named(twin_server, tmp_path):
     assert "draft_window" in ids, ids
 
 
+@pytest.mark.slow
 def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_server, tmp_path):
-    base_srv = twin_server("speculation-overhead:baseline", time_scale=0.5)
-    spec_srv = twin_server("speculation-overhead", time_scale=0.5)
-    shape = ("--quick", "--prompt-tokens", "512", "--max-tokens", "400")
+    base_srv = twin_server("speculation-overhead:baseline", time_scale=0.35)
+    spec_srv = twin_server("speculation-overhead", time_scale=0.35)
+    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300")
     base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
     assert proc_a.returncode == 0, proc_a.stderr[-3000:]
     obj, proc_b = diagnose_json(spec_srv.url, tmp_path / "spec", *shape, "--baseline", base["run_dir"])
@@ -216,3 +223,6 @@ def test_unreachable_server_exits_1_without_traceback(tmp_path):
                      home=tmp_path, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "not reachable" in proc.stderr
+    proc = specscope("diagnose", "http://127.0.0.1:9", "--json", home=tmp_path, timeout=60)
+    obj = json.loads(proc.stdout)
+    assert proc.returncode == 1 and "not reachable" in obj["error"] and obj["decode_tps"] is None

@@ -47,8 +47,13 @@ PROBE_ARGS = [
 ]
 DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64"]
 COMMIT_LEN_TOLERANCE = 0.10
-# How the probe words a request that failed on a connection llama.cpp had already closed.
-_KEEPALIVE_RACE = ("server closed the connection before responding", "Can not write request body")
+# How specscope words a request that failed on a connection llama.cpp had already closed
+# (generation requests, and the /tokenize calls that build exact-length prompts).
+_KEEPALIVE_RACE = (
+    "server closed the connection before responding",
+    "Can not write request body",
+    "/tokenize stopped answering",
+)
 
 
 @dataclass

@@ -21,12 +21,17 @@ pytestmark = [
 
 
 def _dump_dom(page: Path, profile: Path) -> str:
+    """The DOM after scripts ran; fails on a JavaScript error logged to the console."""
     argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
             "--no-first-run", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-            "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
+            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000", "--dump-dom",
+            page.as_uri()]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    js_errors = [line for line in proc.stderr.splitlines()
+                 if "Uncaught" in line or ("CONSOLE" in line and "error" in line.lower())]
+    assert not js_errors, js_errors
     return proc.stdout
 
 
@@ -41,3 +46,18 @@ def test_plots_render_in_headless_chromium(tmp_path):
     # The hostile model name is shown as text, never executed or parsed as a tag.
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert "<script>alert(1)</script>" not in dom
+
+
+def test_a_real_diagnosis_report_renders(twin_server, tmp_path):
+    """The report a real `specscope diagnose` run wrote (twin behind HTTP), not a hand-made one."""
+    from test_diagnose_twin import diagnose_json
+
+    srv = twin_server("healthy", time_scale=1.0)
+    obj, proc = diagnose_json(srv.url, tmp_path / "run", "--quick", "--prompt-tokens", "256",
+                              "--max-tokens", "300")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = Path(obj["run_dir"]) / "report.html"
+    plots = page.read_text().count('Plotly.newPlot("plot-')
+    assert plots >= 4
+    dom = _dump_dom(page, tmp_path / "profile")
+    assert dom.count('class="main-svg"') >= plots

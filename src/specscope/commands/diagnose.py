@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -188,6 +188,16 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
     }
 
 
+def _fail_target(message: str, json_: bool) -> NoReturn:
+    """Nothing could be measured: one line on stderr (and, with --json, the contract's object
+    with null numbers and the error), exit 1."""
+    err_console.print(f"error: {message}", markup=False, highlight=False)
+    if json_:
+        print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
+                                     "attribution", "run_dir")), "findings": [], "error": message})
+    raise typer.Exit(EXIT_TARGET_MISBEHAVED)
+
+
 @contextlib.contextmanager
 def _server(url: str | None, args: dict[str, Any]) -> Iterator[str]:
     """The URL to diagnose: the given one, or the embedded default started for this run (its
@@ -278,8 +288,7 @@ def diagnose(
                 err_console.print("interrupted: keeping what was measured", markup=False)
             except support.TargetError as e:
                 if "writer" not in holder:
-                    err_console.print(f"error: {e}", markup=False, highlight=False)
-                    raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
+                    _fail_target(str(e), json_)
                 result.stopped_reason = str(e)
             writer: RunDirWriter | None = holder.get("writer")
             if writer is None:
@@ -293,8 +302,7 @@ def diagnose(
                 writer.close("partial", "interrupted (Ctrl-C) while analysing")
                 raise typer.Exit(EXIT_INTERRUPTED) from None
     except support.ServerStartError as e:
-        err_console.print(f"error: could not start the embedded server: {e}", markup=False, highlight=False)
-        raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
+        _fail_target(f"could not start the embedded server: {e}", json_)
     except KeyboardInterrupt:  # while starting or stopping the embedded server
         w = holder.get("writer")
         if w is not None and w.info.ended_unix is None:

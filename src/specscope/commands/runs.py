@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Annotated
 
@@ -12,6 +13,12 @@ from rich.text import Text
 from specscope.commands.common import out_console, print_json
 from specscope.report.context import fmt, fmt_ms
 from specscope.store import RunIndex
+
+
+def _short(path: str) -> str:
+    """The run dir relative to the current directory when it lies below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False) -> None:
@@ -25,11 +32,16 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON obje
         out_console.print(f"No runs under {index.home} (set SPECSCOPE_HOME to look elsewhere).",
                           markup=False, highlight=False)
         return
-    t = Table(title=f"Runs under {index.home}", title_justify="left")
-    for col in ("started", "kind", "status", "endpoint", "tok/s", "commit len", "step", "path"):
-        t.add_column(col)
+    t = Table(title=Text(f"Runs under {index.home} (newest first)"), title_justify="left")
+    t.add_column("started", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    t.add_column("tok/s", justify="right", no_wrap=True)
+    t.add_column("commit", justify="right", no_wrap=True)
+    t.add_column("step", justify="right", no_wrap=True)
+    t.add_column("run dir", overflow="fold")
+    t.add_column("endpoint", overflow="fold")
     for r in rows:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started)) if r.started else "-"
-        t.add_row(started, Text(r.kind), Text(r.status), Text(r.endpoint), fmt(r.decode_tps, 1),
-                  fmt(r.mean_commit_len, 2), fmt_ms(r.mean_step_s), Text(r.path))
+        started = time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-"
+        t.add_row(started, Text(r.status), fmt(r.decode_tps, 1), fmt(r.mean_commit_len, 2),
+                  fmt_ms(r.mean_step_s), Text(_short(r.path)), Text(r.endpoint))
     out_console.print(t)

@@ -144,9 +144,12 @@ class KVCache:
         return self._take(min(self._free))
 
     def _slots_of_rows(self, seq: SeqKV, start: int, stop: int) -> torch.Tensor:
+        # Only the pages under the new rows are looked up: O(new rows), not O(context).
+        first = start // self.page_size
         rows = torch.arange(start, stop)
-        pages = torch.tensor(seq.pages, dtype=torch.long)[rows // self.page_size]
-        return (pages * self.page_size + rows % self.page_size).to(self.device)
+        pages = torch.tensor(seq.pages[first : (stop - 1) // self.page_size + 1], dtype=torch.long)
+        slots = pages[rows // self.page_size - first] * self.page_size + rows % self.page_size
+        return slots.to(self.device)
 
     # -- the per-request operations ---------------------------------------------------------
     def alloc_slots(self, seq: SeqKV, n: int) -> torch.Tensor:

@@ -48,6 +48,7 @@ N_CTX = 8192  # SmolLM2's training context; KV for both models stays under 0.5 G
 NGRAM_LOOKUP_N = 4
 NGRAM_DRAFT_M = DRAFT_N_MAX
 URL_LINE_PREFIX = "specscope-peer-url: "
+SHUTDOWN_GRACE_S = 10.0
 
 
 class PeerServerError(RuntimeError):
@@ -112,12 +113,22 @@ def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int, threa
         # A failed init can leave llama.cpp's native threads running, which would keep the
         # interpreter alive forever; leave at once instead.
         os._exit(1)
-    print(f"{URL_LINE_PREFIX}{server.listening_address}", flush=True)
+    url = server.listening_address
+    print(f"{URL_LINE_PREFIX}{url}", flush=True)
     try:
         while not stop.wait(0.5):
             pass
     finally:
+        # ~Server hangs when it runs before llama.cpp's main loop has started (a stop right after
+        # start): wait until the server answers, and never let shutdown take longer than a bound.
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        while _get_status(f"{url}/health", timeout_s=1.0) != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watchdog = threading.Timer(SHUTDOWN_GRACE_S, os._exit, args=(0,))
+        watchdog.daemon = True
+        watchdog.start()
         del server  # ~Server stops the HTTP loop and frees both models
+        watchdog.cancel()
 
 
 def _get_status(url: str, timeout_s: float) -> int | None:

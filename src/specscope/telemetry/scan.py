@@ -11,7 +11,7 @@ each hit, decodes and cleans it, and hands it to the format's parser. Formats wi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specscope.telemetry.base import LineFormat, Malformed, Parsed, to_record
@@ -102,12 +102,6 @@ class Scanner:
                 self.records[first_new:], key=lambda r: r.line_no or 0
             )
         return n_lines
-
-    def feed_lines(self, lines: Iterable[str], source: str = "") -> None:
-        """Convenience for callers holding text (tests, the twin's in-memory log)."""
-        text = "\n".join(line.rstrip("\n") for line in lines)
-        if text:
-            self.feed(text.encode("utf-8", "replace") + b"\n", source)
 
     # -- internals ----------------------------------------------------------------------
     def _scan_key(

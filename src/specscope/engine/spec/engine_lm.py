@@ -8,7 +8,7 @@ context == the drafter's cached tokens, in position order; `extend` first cuts i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
@@ -18,16 +18,22 @@ from specscope.engine.model import ForwardBatch, NewTokens, Transformer
 
 
 class EngineLM:
-    def __init__(self, model: Transformer, kv: KVCache, max_rows: int):
+    def __init__(self, model: Transformer, kv: KVCache, max_rows: int | Callable[[str], int]):
         self.model = model
         self.kv = kv
-        self.max_rows = max_rows  # rows one request may ever hold in the draft cache
+        # Rows one request may ever hold in the draft cache (a number, or per request: the
+        # backend passes the target's reservation, so a draft pool as large as the target's
+        # can never refuse a request the target admitted).
+        self.max_rows = max_rows
         self.vocab_size = model.cfg.vocab_size
 
     def extend(self, items: Sequence[tuple[str, Sequence[int], int]]) -> list[torch.Tensor]:
         news = []
         for request_id, tokens, start in items:
-            seq = self.kv.seqs.get(request_id) or self.kv.admit(request_id, self.max_rows)
+            seq = self.kv.seqs.get(request_id)
+            if seq is None:
+                rows = self.max_rows(request_id) if callable(self.max_rows) else self.max_rows
+                seq = self.kv.admit(request_id, rows)
             if start < seq.num_rows:
                 self.kv.truncate(seq, start)
                 seq.context = seq.context[:start]

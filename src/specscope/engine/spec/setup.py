@@ -17,7 +17,6 @@ SPEC_OPTIONS = (
     "drafter", "verify", "num_draft_tokens", "budget", "draft_window", "tree_kv",
     "ngram_min", "ngram_max", "ngram_candidates", "draft_top_k",
 )
-DRAFT_POOL_CAP_TOKENS = 16384  # per draft model, like the target's CPU pool cap
 
 
 def make_drafter(
@@ -55,9 +54,14 @@ def make_drafter(
                 )
             model, name, dtype, device = loaded.model, f"model:{loaded.name}", loaded.dtype, loaded.device
         cfg = model.cfg
-        rows = (draft_window or backend.max_context) + num_draft_tokens + 1
-        pool = min(backend.max_batch * rows, max(DRAFT_POOL_CAP_TOKENS, rows))
         page = backend.kv.page_size
+        pool = backend.kv.num_pages * page  # as large as the target's: see EngineLM.max_rows
+        window_rows = (draft_window + draft_window // 4 + num_draft_tokens + 1) if draft_window else None
+
+        def rows(request_id: str) -> int:
+            target = backend.requests[request_id].seq.reserved_pages * page
+            return min(target, window_rows) if window_rows else target
+
         kv = KVCache(
             num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
             num_pages=max(1, pool // page), page_size=page, dtype=dtype, device=device,
