@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from specscope.twin.model import load_scenario
 from test_diagnose_twin import specscope
 
 WAIT_S = 90
@@ -87,3 +88,24 @@ def test_server_dying_mid_run_reports_what_was_measured_plus_errors(twin_server,
     rep = specscope("report", str(run_dir), "--html", str(page), "--markdown", str(md), home=tmp_path)
     assert rep.returncode == 0, rep.stderr
     assert "Partial run" in md.read_text() and "Partial run." in page.read_text()
+
+
+def test_a_flaky_server_gets_its_errors_recorded_and_exit_1(twin_server, tmp_path):
+    """5xx answers and cut streams (the twin's faults, seeded): every request is still
+    recorded, the report lists the errors, the diagnosis covers the requests that worked."""
+    sc = load_scenario("healthy")
+    sc = sc.model_copy(update={"faults": sc.faults.model_copy(
+        update={"error_5xx_prob": 0.25, "disconnect_prob": 0.15})})
+    srv = twin_server(sc, time_scale=1.0)
+    out = tmp_path / "run"
+    proc = specscope("diagnose", srv.url, "--json", "--quick", "--out", str(out),
+                     "--prompt-tokens", "256", "--max-tokens", "300", home=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    obj = json.loads(proc.stdout)
+    kinds = {e["kind"] for e in obj["errors"]}
+    assert kinds & {"http_status", "stream_truncated"}, kinds
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert obj["requests"] == len(lines)
+    assert "<h2>Errors</h2>" in (out / "report.html").read_text()
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"  # plan finished

@@ -226,3 +226,24 @@ def test_unreachable_server_exits_1_without_traceback(tmp_path):
     proc = specscope("diagnose", "http://127.0.0.1:9", "--json", home=tmp_path, timeout=60)
     obj = json.loads(proc.stdout)
     assert proc.returncode == 1 and "not reachable" in obj["error"] and obj["decode_tps"] is None
+
+
+def test_embedded_default_without_gpu_is_the_seed_regression_twin(tmp_path):
+    """What `specscope diagnose` (no URL, no flags) serves on a machine without a GPU, and that
+    it binds loopback and stops with its context."""
+    import urllib.request
+
+    import torch
+
+    from specscope.commands.diagnose_support import embedded_server
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the embedded default is the engine there")
+    with embedded_server(log_file=tmp_path / "server.log") as (url, description, notes):
+        assert url.startswith("http://127.0.0.1:")
+        models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=10).read())
+        assert models["data"][0]["id"] == "twin-k2.6-ddtree"
+        assert description == "twin scenario seed-regression"
+        assert any("no GPU" in n for n in notes)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/v1/models", timeout=2)

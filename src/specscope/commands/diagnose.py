@@ -47,6 +47,7 @@ from specscope.trace import Run, RunDirWriter, RunInfo, load_run
 from specscope.trace.rundir import REPORT_HTML, RunDirError, new_run_id
 
 EXIT_INTERRUPTED = 130
+CALIBRATION_ATTEMPTS = 3
 
 
 def _parse_levels(text: str | None) -> list[int] | None:
@@ -109,7 +110,12 @@ async def _measure(
         writer_holder["writer"] = writer
         executor = Executor(target, writer, max_consecutive_errors=3)
         writer_holder["metrics_before"] = await support.scrape_metrics(args.get("metrics_url"))
-        calib = await executor.run_step(diagnosis_plan.calibration_step(args["prompt_tokens"], max_context))
+        calib: list = []
+        step = diagnosis_plan.calibration_step(args["prompt_tokens"], max_context)
+        for _ in range(CALIBRATION_ATTEMPTS):  # a flaky server gets a few tries, a dead one not
+            calib += await executor.run_step(step)
+            if calib[-1].error is None:
+                break
         result.traces.extend(calib)
         plan.calibrate(*support.rates_from(calib))
         info.args["plan"] = plan.to_dict()

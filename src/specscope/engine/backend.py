@@ -74,6 +74,7 @@ class EngineBackend:
                 "engine": "specscope",
                 "kv_alloc": kv.policy,
                 "kv_pool_tokens": kv.num_pages * kv.page_size,
+                "max_total_tokens": kv.num_pages * kv.page_size,  # serve's token_usage denominator
                 "max_batch": max_batch,
                 "device": str(loaded.device),
                 "dtype": str(loaded.dtype).removeprefix("torch."),

@@ -24,6 +24,11 @@ def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
             f"unsupported model_type {model_type!r} (supported: {SUPPORTED_MODEL_TYPES})"
         )
     heads = int(raw["num_attention_heads"])
+    # transformers >= 5 writes "rope_parameters" (theta + scaling); older configs "rope_scaling".
+    rope = raw.get("rope_parameters") or {}
+    scaling = raw.get("rope_scaling") or (
+        rope if rope.get("rope_type", "default") != "default" else None
+    )
     hidden = int(raw["hidden_size"])
     return ModelConfig(
         vocab_size=int(raw["vocab_size"]),
@@ -34,10 +39,8 @@ def config_from_hf(raw: dict[str, Any]) -> ModelConfig:
         num_kv_heads=int(raw.get("num_key_value_heads") or heads),
         head_dim=int(raw.get("head_dim") or hidden // heads),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        rope_theta=float(
-            raw.get("rope_theta", (raw.get("rope_parameters") or {}).get("rope_theta", 10000.0))
-        ),
-        rope_scaling=raw.get("rope_scaling"),
+        rope_theta=float(raw.get("rope_theta") or rope.get("rope_theta") or 10000.0),
+        rope_scaling=scaling,
         max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
     )

@@ -122,7 +122,7 @@ class ForwardBatch:
     positions: torch.Tensor  # long [B, Q]
     write_slots: torch.Tensor  # long [B, Q]; padding -> pad slot
     context_slots: torch.Tensor  # long [B, C]; padding -> pad slot (masked out)
-    attn_mask: torch.Tensor  # bool [B, 1, Q, C + Q]
+    attn_mask: torch.Tensor | None  # bool [B, 1, Q, C + Q]; None when every entry is True
     num_new: list[int]
 
     @staticmethod
@@ -155,7 +155,8 @@ class ForwardBatch:
             positions=pos.to(device),
             write_slots=write,
             context_slots=ctx,
-            attn_mask=mask[:, None].to(device),
+            # All-visible (e.g. batch-1 decode): no mask lets SDPA take its fastest kernel.
+            attn_mask=None if bool(mask.all()) else mask[:, None].to(device),
             num_new=[len(it.token_ids) for it in items],
         )
 

@@ -64,8 +64,8 @@ def analysis_json(analysis: Analysis) -> dict[str, Any]:
 
 
 def stored_analysis(run: Run) -> Analysis | None:
-    if not run.analysis:
-        return None
+    if not run.analysis or "findings" not in run.analysis:
+        return None  # missing, or some other tool's summary: analyse the requests instead
     try:
         return Analysis.model_validate(run.analysis)
     except ValidationError:

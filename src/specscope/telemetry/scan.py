@@ -11,8 +11,11 @@ each hit, decodes and cleans it, and hands it to the format's parser. Formats wi
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from specscope.telemetry.base import LineFormat, Malformed, Parsed, to_record
 from specscope.telemetry.prefix import PrefixParser
@@ -21,9 +24,11 @@ from specscope.telemetry.summary import LogSummary
 
 _CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
 _ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-# Markers found by one shared, cheaper pass: vLLM's and llama.cpp's acceptance lines both
-# contain "acceptance".
+# Without the Aho-Corasick engine every scan key costs one `find` pass over the block, so
+# vLLM's and llama.cpp's acceptance lines share one key ("acceptance") and are told apart on the
+# hit line. With the engine all keys are found in one pass and need no sharing.
 SCAN_ALIASES = {b"SpecDecoding metrics": b"acceptance", b"draft acceptance": b"acceptance"}
+_NUMPY_COUNT_MIN = 1 << 16  # below this, bytes.count beats numpy's call overhead
 _TAG_BEFORE = re.compile(rb"(TP\d+)(?: [A-Z]+\d+)*\] $")
 DEFAULT_MAX_LINE = 1 << 20  # longer lines are skipped and counted (binary dumps, base64 blobs)
 MALFORMED_EXAMPLES = 5
@@ -37,6 +42,14 @@ class ScanOptions:
     until: float | None = None  # unix seconds, exclusive
     keep_records: bool = False
     max_line: int = DEFAULT_MAX_LINE
+
+
+def count_newlines(block: bytes) -> int:
+    """Lines in a block: numpy's vectorised compare counts a 512 KiB block ~3x faster than
+    `bytes.count(b"\\n")`, which is a byte-at-a-time loop."""
+    if len(block) < _NUMPY_COUNT_MIN:
+        return block.count(b"\n")
+    return int(np.count_nonzero(np.frombuffer(block, np.uint8) == 10))
 
 
 def clean_bytes(raw: bytes) -> str:
@@ -64,17 +77,22 @@ class Scanner:
 
             self._fast = FastDDTree(options, self.prefixes)
         self._unmarked = [f for f in options.formats if not f.markers]
-        # One pass over the block per scan key: markers that share an alias are found together
-        # and told apart on the (short) hit line.
+        from specscope.telemetry.markers import MarkerFinder, engine_available
+
+        # Scan keys: with one multi-marker pass each marker is its own key; with one `find`
+        # pass per key, markers that share an alias are found together and told apart on the
+        # (short) hit line.
+        aliases = {} if engine_available() else SCAN_ALIASES
         self._plan: dict[bytes, list[tuple[LineFormat, bytes]]] = {}
         for fmt in self._marked:
             for marker in fmt.markers:
-                self._plan.setdefault(SCAN_ALIASES.get(marker, marker), []).append((fmt, marker))
+                self._plan.setdefault(aliases.get(marker, marker), []).append((fmt, marker))
+        self._finder = MarkerFinder(list(self._plan))
 
     # -- public -------------------------------------------------------------------------
     def feed(self, block: bytes, source: str = "", line_base: int = 0) -> int:
         """Scan `block` (whole lines; the last may lack its newline). Returns its line count."""
-        n_lines = block.count(b"\n")
+        n_lines = count_newlines(block)
         if block and not block.endswith(b"\n"):
             n_lines += 1
         self.summary.lines += n_lines
@@ -90,10 +108,13 @@ class Scanner:
                 fast_done = set(MARKERS)  # every such line is accounted for
             else:
                 seen["ddtree"] = handled
-        for key, entries in self._plan.items():
-            todo = [e for e in entries if e[1] not in fast_done]
-            if todo:
-                self._scan_key(key, todo, block, source, line_base, seen)
+        keys = [k for k, entries in self._plan.items() if any(e[1] not in fast_done for e in entries)]
+        hits = self._finder.find(block, keys)
+        for key in keys:
+            todo = [e for e in self._plan[key] if e[1] not in fast_done]
+            positions = hits.get(key) if hits is not None else None
+            if todo and (hits is None or positions):
+                self._scan_key(key, todo, block, source, line_base, seen, positions)
         for fmt in self._unmarked:
             self._scan_all_lines(fmt, block, source, line_base)
         if len(self.records) > first_new:
@@ -112,10 +133,20 @@ class Scanner:
         source: str,
         line_base: int,
         seen: dict[str, set[int]],
+        positions: list[int] | None = None,
     ) -> None:
+        """Parse every line holding `key`: at the sorted `positions` when the one-pass finder
+        gave them, else found here with `bytes.find`."""
         find = block.find
         rfind = block.rfind
-        pos = find(key)
+
+        def next_hit(after: int) -> int:
+            if positions is None:
+                return find(key, after)
+            i = bisect_left(positions, after)
+            return positions[i] if i < len(positions) else -1
+
+        pos = next_hit(0)
         if pos < 0:
             return
         end = len(block)
@@ -133,7 +164,7 @@ class Scanner:
                 le = end
             if le - ls > max_line:
                 self.summary.oversized_lines += 1
-                pos = find(key, le)
+                pos = next_hit(le)
                 continue
             line_no = None
             if count_lines:
@@ -165,7 +196,7 @@ class Scanner:
                     result = Malformed(fmt.name, f"parser error: {type(exc).__name__}")
                 if result is not None:
                     handle(result, block, ls, le, line_no, line_base, source)
-            pos = find(key, le)
+            pos = next_hit(le)
 
     def _other_rank(self, block: bytes, start: int, pos: int) -> bool:
         """A DDTREE line tagged `TPn ...] ` right before its marker, n not the wanted rank: it is

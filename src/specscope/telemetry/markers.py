@@ -1,0 +1,77 @@
+"""Find every format's marker in a block in ONE pass (Aho-Corasick, Rust, SIMD prefilter).
+
+Why: a mixed journal is searched for ~9 literal markers (`Decode batch`, `SpecDecoding
+metrics`, `avg_commit=`, ...). One `bytes.find` pass per marker costs ~9 full reads of the
+block; measured on a 200 MB journal that was ~1.1 s of the ~1.6 s total. `ahocorasick_rs`
+finds all of them in one pass at memory speed. Without the package the scanner falls back to
+one `find` pass per marker (same results, slower).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+try:
+    import ahocorasick_rs as _ac
+except ImportError:  # pragma: no cover - the dependency is declared; this keeps a broken env usable
+    _ac = None
+
+
+def engine_available() -> bool:
+    return _ac is not None
+
+
+def _overlap(a: bytes, b: bytes) -> bool:
+    """True when an occurrence of `a` and one of `b` can overlap in some text: one contains
+    the other, or a suffix of one is a prefix of the other."""
+    if a in b or b in a:
+        return True
+    return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
+
+
+class MarkerFinder:
+    """Start offsets of each key in a block, all keys in one pass."""
+
+    def __init__(self, keys: list[bytes]) -> None:
+        self.keys = keys
+        # Non-overlapping leftmost-first search is the fast mode; it can miss a hit only when
+        # two different keys overlap in the text, so keys that can are searched overlapping.
+        self._overlapping = any(_overlap(a, b) for a, b in itertools.combinations(keys, 2))
+        self._automata: dict[tuple[bytes, ...], object] = {}
+
+    def _automaton(self, keys: tuple[bytes, ...]) -> object:
+        auto = self._automata.get(keys)
+        if auto is None:
+            assert _ac is not None
+            if self._overlapping:
+                auto = _ac.BytesAhoCorasick(list(keys))
+            else:
+                auto = _ac.BytesAhoCorasick(
+                    list(keys),
+                    matchkind=_ac.MATCHKIND_LEFTMOST_FIRST,
+                    implementation=_ac.Implementation.DFA,
+                )
+            self._automata[keys] = auto
+        return auto
+
+    def find(self, block: bytes, keys: list[bytes]) -> dict[bytes, list[int]] | None:
+        """{key: sorted start offsets} for the keys that occur (absent keys are missing), or
+        None when no engine is installed (the caller then finds each key itself)."""
+        if _ac is None or not keys:
+            return None if _ac is None else {}
+        wanted = tuple(keys)
+        auto = self._automaton(wanted)
+        out: dict[bytes, list[int]] = {}
+        for idx, start, _end in auto.find_matches_as_indexes(  # type: ignore[attr-defined]
+            block, overlapping=self._overlapping
+        ):
+            key = wanted[idx]
+            hits = out.get(key)
+            if hits is None:
+                out[key] = [start]
+            else:
+                hits.append(start)
+        if self._overlapping:  # overlapping matches come in order of their ends
+            for hits in out.values():
+                hits.sort()
+        return out
