@@ -7,7 +7,8 @@ Configurations (batch 1, greedy, each prompt decoded to --max-new-tokens):
 - transformers `generate` on a LlamaForCausalLM holding OUR tensors: plain, prompt lookup
   (`prompt_lookup_num_tokens`), and assisted generation (`assistant_model` = the same
   early-exit model as a separate LlamaForCausalLM sharing the weights).
-Two prompt sets: code completion (repetitive, n-gram friendly) and chat (chat template).
+Prompt sets: code completion, chat (chat template), and edit (chat: "rewrite this code/text", whose
+answer copies the prompt: where n-gram lookup should pay off).
 tok/s = generated tokens / wall time of the generation (prefill included, same for all rows);
 mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
 rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.
@@ -47,6 +48,19 @@ CHAT_PROMPTS = [
     "What are three tips for staying productive when working from home?",
     "Explain in simple words why the sky is blue.",
     "Write a short poem about the sea.",
+]
+
+# Edits: the answer copies most of the prompt (the case prompt lookup was made for).
+EDIT_PROMPTS = [
+    "Add a docstring to each function and return the code:\n```python\n"
+    "def area(width, height):\n    return width * height\n\n\n"
+    "def perimeter(width, height):\n    return 2 * (width + height)\n\n\n"
+    "def is_square(width, height):\n    return width == height\n```",
+    "Rename the variable `data` to `items` in this code:\n```python\n"
+    "def total(data):\n    result = 0\n    for x in data:\n        result += x\n    return result\n\n\n"
+    "def average(data):\n    if not data:\n        return 0\n    return total(data) / len(data)\n```",
+    "Fix the typo in this text and repeat it: The quick brown fox jumsp over the lazy dog. "
+    "The dog does not move. The fox runs into the forest and the dog keeps sleeping in the sun.",
 ]
 
 
@@ -145,7 +159,9 @@ def main() -> None:
     ap.add_argument("--tree-depth", type=int, default=6)
     ap.add_argument("--budgets", default="4,16,64")
     ap.add_argument("--draft-layers", type=int, default=8)
-    ap.add_argument("--sets", default="code,chat")
+    ap.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup drafter matches")
+    ap.add_argument("--configs", default="", help="only run configurations whose name contains one of these (comma list)")
+    ap.add_argument("--sets", default="code,chat,edit")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-self", action="store_true", help="skip the self-drafting row (slow by design)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
@@ -171,13 +187,16 @@ def main() -> None:
         return text_lm.codec.chat_ids([{"role": "user", "content": text}]) if chat else text_lm.codec.encode(text)
 
     sets = {"code": [encode(p, False) for p in CODE_PROMPTS[: args.prompts]],
-            "chat": [encode(p, True) for p in CHAT_PROMPTS[: args.prompts]]}
+            "chat": [encode(p, True) for p in CHAT_PROMPTS[: args.prompts]],
+            "edit": [encode(p, True) for p in EDIT_PROMPTS[: args.prompts]]}
     k, depth = args.num_draft_tokens, args.tree_depth
     draft = f"layers:{args.draft_layers}"
+    ng = {"drafter": "ngram", "ngram_min": args.ngram_min}
     configs: list[tuple[str, dict]] = [
         ("engine plain", {}),
-        (f"engine ngram chain k={k}", {"drafter": "ngram", "verify": "chain", "num_draft_tokens": k}),
-        (f"engine ngram chain k={2 * k}", {"drafter": "ngram", "verify": "chain", "num_draft_tokens": 2 * k}),
+        (f"engine ngram chain k={k}", {**ng, "verify": "chain", "num_draft_tokens": k}),
+        (f"engine ngram chain k={2 * k}", {**ng, "verify": "chain", "num_draft_tokens": 2 * k}),
+        (f"engine ngram tree k={k} B={4 * k}", {**ng, "verify": "tree", "num_draft_tokens": k, "budget": 4 * k}),
         (f"engine model({draft}) chain k={k}", {"drafter": draft, "verify": "chain", "num_draft_tokens": k}),
     ]
     if not args.skip_self:
@@ -188,6 +207,9 @@ def main() -> None:
                         {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b}))
     if args.random_weights and not args.skip_self:  # model:PATH would load real weights
         configs = [c for c in configs if "self" not in c[0]]
+    if args.configs:
+        wanted = [w for w in args.configs.split(",") if w]
+        configs = [c for c in configs if c[0] == "engine plain" or any(w in c[0] for w in wanted)]
     hf = hf_draft = None
     if not args.skip_hf:
         hf, hf_draft = hf_models(lm, args.draft_layers)
@@ -196,6 +218,7 @@ def main() -> None:
     print(f"device={args.device} model={lm.name} dtype={lm.dtype} weights={'random' if args.random_weights else 'real'} "
           f"new_tokens={args.max_new_tokens} prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
           file=sys.stderr)
+    engine_run(lm, sets["code"][:1], 4, {})  # warm-up: first-call allocations, CUDA init
     for set_name in [s for s in args.sets.split(",") if s]:
         prompts = sets[set_name]
         rows: dict[str, dict] = {}

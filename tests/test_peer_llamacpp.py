@@ -9,6 +9,8 @@ Real weights, real server on 127.0.0.1; no mocks. Bounded: short generations, on
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -171,3 +173,33 @@ def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path) 
     with pytest.raises(PeerServerError, match=r"exited with .*log"), server:
         pass
     assert server._proc is None  # stopped and reaped even though start failed
+
+
+def _launcher(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specscope.peers.llamacpp", "--threads", str(THREADS), *args],
+        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_launcher_runs_a_command_against_the_server_and_returns_its_status(
+    models_ready: Path,
+) -> None:
+    check = (
+        "import sys, urllib.request;"
+        "ok = urllib.request.urlopen(sys.argv[1] + '/health', timeout=10).status == 200;"
+        "sys.exit(7 if ok and sys.argv[2].endswith('.log') else 3)"
+    )
+    done = _launcher(
+        "--mode", "none", "--models", str(models_ready), "--",
+        sys.executable, "-c", check, "{url}", "{log}",
+    )  # fmt: skip
+    assert done.returncode == 7, done.stderr[-1000:]
+    assert "running:" in done.stderr
+
+
+def test_launcher_names_a_missing_command_in_one_line(models_ready: Path) -> None:
+    done = _launcher("--mode", "none", "--models", str(models_ready), "--", "no-such-cmd-xyz")
+    assert done.returncode == 2
+    assert "command not found: no-such-cmd-xyz" in done.stderr
+    assert "Traceback" not in done.stderr

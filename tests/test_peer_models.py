@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +30,15 @@ def source() -> Path:
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory, source: Path) -> tuple[Path, list[str]]:
+def made(
+    tmp_path_factory: pytest.TempPathFactory, source: Path
+) -> Iterator[tuple[Path, list[str]]]:
     out = tmp_path_factory.mktemp("peer-models")
     lines: list[str] = []
     pair = models.ensure_peer_models(out, log=lines.append)
     assert pair.draft == source
-    return pair.target, lines
+    yield pair.target, lines
+    pair.target.unlink(missing_ok=True)  # 271 MB; pytest keeps its last temp folders around
 
 
 def test_copies_every_metadata_key_and_sets_f16(made: tuple[Path, list[str]], source: Path) -> None:

@@ -4,7 +4,8 @@ Three modes, one target (SmolLM2-135M F16, see `specscope.peers.models`):
 - `none`:  plain decoding, the baseline (every verify step commits exactly one token);
 - `draft`: `draft-simple` speculation with the original Q4_1 file as draft model, draft n max 8;
 - `ngram`: `ngram-simple` speculation (prompt/history lookup, no draft model).
-Metrics are on (`/metrics` exports `llamacpp:spec_decode_*` counters), one slot, two threads.
+Metrics are on (`/metrics` exports `llamacpp:spec_decode_*` counters), one slot, two threads
+(`--threads`).
 
 xllamacpp runs the server inside the Python process that creates `xllamacpp.Server` and stops it
 in the object's destructor. `LlamaCppServer` nevertheless runs it in a child process
@@ -13,6 +14,7 @@ decode hangs), it keeps llama.cpp's log in its own file (which `specscope logs` 
 crash in native code cannot take the caller down.
 
     python -m specscope.peers.llamacpp --mode draft      # prints the URL, serves until Ctrl-C
+    python -m specscope.peers.llamacpp --mode draft -- specscope diagnose {url} --quick --logs {log}
 """
 
 from __future__ import annotations
@@ -259,17 +261,53 @@ class LlamaCppServer:
             self._tmpdir = None
 
 
+def run_with_server(
+    mode: Mode,
+    command: list[str],
+    *,
+    models_dir: Path,
+    threads: int,
+    log_path: Path | None,
+    timeout_s: float,
+) -> int:
+    """Start the server, run `command` (no shell) with `{url}` / `{log}` filled in, stop it.
+
+    This is the one-liner for docs: the server lives exactly as long as the command.
+    """
+    with LlamaCppServer(mode, models_dir=models_dir, log_path=log_path, threads=threads) as srv:
+        argv = [a.replace("{url}", srv.url).replace("{log}", str(srv.log_path)) for a in command]
+        print(f"llama.cpp ({mode}) at {srv.url}; running: {' '.join(argv)}", file=sys.stderr)
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=timeout_s).returncode
+        except FileNotFoundError:
+            print(f"error: command not found: {argv[0]}", file=sys.stderr)
+            return 2
+        except subprocess.TimeoutExpired:
+            print(f"error: {argv[0]} did not finish within {timeout_s:.0f} s", file=sys.stderr)
+            return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specscope.peers.llamacpp",
-        description="Serve SmolLM2 with llama.cpp's server (xllamacpp) for specscope to measure.",
+        description="Serve SmolLM2 with llama.cpp's server (xllamacpp) for specscope to measure. "
+        "With a command after `--`, serve only while it runs ({url} and {log} are filled in), "
+        "e.g. `-- specscope diagnose {url} --quick --logs {log}`.",
     )
     parser.add_argument("--mode", choices=MODES, default="draft", help="speculation mode")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     parser.add_argument("--port", type=int, default=8080, help="0 = any free port")
     parser.add_argument("--models", type=Path, default=DEFAULT_OUT, help="peer-models folder")
     parser.add_argument("--threads", type=int, default=THREADS, help="decode threads (-t)")
+    parser.add_argument("--log", type=Path, default=None, help="with a command: keep the log here")
+    parser.add_argument(
+        "--timeout", type=float, default=3600.0, help="with a command: its limit, s"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run")
     args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
     try:
         models = peer_models(args.models)
         import xllamacpp  # noqa: F401  (a clear message beats an ImportError traceback)
@@ -279,10 +317,17 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("error: xllamacpp is not installed; run: pip install -e '.[peer]'", file=sys.stderr)
         return 2
+    if command:
+        try:
+            return run_with_server(
+                args.mode, command, models_dir=args.models, threads=args.threads,
+                log_path=args.log, timeout_s=args.timeout,
+            )  # fmt: skip
+        except PeerServerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     if os.isatty(sys.stdout.fileno()):
         print(f"serving {models.target.name} in mode {args.mode!r}; Ctrl-C stops", file=sys.stderr)
-    if args.threads < 1:
-        parser.error("--threads must be >= 1")
     serve_forever(args.mode, models, host=args.host, port=args.port, threads=args.threads)
     return 0
 

@@ -1,18 +1,21 @@
 """The fast path for the story's hot line, `[YYYY-MM-DD HH:MM:SS TPn] DDTREE metrics req=R
 step=S avg_accepted_drafts=A avg_commit_len=L`, used when only the summary is wanted.
 
-A busy 8-GPU journal holds millions of these (one per verify step per rank). Here one compiled
-regex with a literal prefix (`[20`) extracts every field of every canonical line of a block in
-C (`findall`), identical (rank, engine, A, L) tuples are counted in C (`Counter(map(...))`), and
-Python only touches the few distinct keys. Every DDTREE line that is not in the canonical shape
-(other key order, extra keys in the middle, ANSI codes, no timestamp) goes through the general
-parser, so the result equals the general path's — tests/test_telemetry_fuzz.py checks that.
+A busy 8-GPU journal holds millions of these (one per verify step per rank). Here ONE compiled
+regex with a literal prefix (`TP`) finds, in a single C pass over a block, both the wanted
+rank's canonical lines (every field extracted by `findall`) and the other ranks' lines (only
+counted, as the story's grep dropped them); identical (timestamp, rank, A, L) tuples are counted
+in C (`Counter`), and Python only touches the few distinct keys. Every DDTREE line that is not
+in the canonical shape (other key order, extra keys in the middle, ANSI codes, no timestamp, no
+rank tag) goes through the general parser, so the result equals the general path's —
+tests/test_telemetry_fuzz.py and tests/test_telemetry_engines.py check that.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from operator import itemgetter
 
 from specscope.telemetry.prefix import PrefixParser, _ranks
@@ -20,40 +23,50 @@ from specscope.telemetry.scan import ScanOptions
 from specscope.telemetry.summary import LogSummary
 
 MARKERS = (b"DDTREE metrics", b"DFLASH metrics", b"DSPARK metrics")
+# Groups: accepted drafts, commit length (engine, req and step are not summarised).
 _BODY = (
-    rb"\] (DDTREE|DFLASH) metrics (?:req=([^\s=]+) )?(?:step=(\d+) )?"
+    rb"\] (?:DDTREE|DFLASH) metrics (?:req=[^\s=]+ )?(?:step=\d+ )?"
     rb"avg_accepted_drafts=(\d+(?:\.\d+)?) avg_commit_len=(\d+(?:\.\d+)?)[ \t\r]*(?=\n|$)"
 )
+_OTHER_TAIL = rb"\d+(?: [A-Z]+\d+)*\] D(?:DTREE|FLASH|SPARK) metrics"
 # The rank tag right before the marker decides a line's rank, here and in the general path
 # (scan.py filters other ranks on it before parsing, as the story's grep did).
 _TS_LEN = 19  # "2026-11-29 10:00:00"
-# Row = (timestamp, rank label, engine, accepted, commit) as bytes.
-_KEY = itemgetter(1, 2, 3, 4)
-_KEY_TS = itemgetter(0, 1, 2, 3, 4)
+# Row = (timestamp, rank label, accepted, commit) as bytes; other-rank hits have an empty
+# timestamp.
+_KEY = itemgetter(1, 2, 3)
 _TS = itemgetter(0)
 
 
-def compile_fast(rank: str | None) -> tuple[re.Pattern[bytes], re.Pattern[bytes] | None]:
-    """The wanted-rank regex (its literal prefix `TPk` lets the regex engine skip ahead in C)
-    and, with a rank filter, the regex that finds lines tagged with any other rank."""
+@dataclass(frozen=True)
+class FastRegexes:
+    """`wanted`: canonical lines of the wanted rank; `other`: lines tagged with another rank;
+    `both`: one regex doing both in a single pass (for `TPk` ranks), or None."""
+
+    wanted: re.Pattern[bytes]
+    other: re.Pattern[bytes] | None
+    both: re.Pattern[bytes] | None
+
+
+def compile_fast(rank: str | None) -> FastRegexes:
+    """The regexes of the fast path. Each starts with a literal (`TPk` / `TP`), which lets the
+    regex engine skip ahead in C; the look-behind after it reads the timestamp."""
     if rank is None:
-        return re.compile(rb"(TP\d+(?: [A-Z]+\d+)*)" + _BODY), None
+        return FastRegexes(re.compile(rb"(TP\d+(?: [A-Z]+\d+)*)" + _BODY), None, None)
     wanted = re.escape(rank.encode())
-    # The look-behind sits after the literal `TPk`, so the regex engine still skips ahead to
-    # each `TPk` in C, and findall returns (timestamp, more tags, engine, req, step, A, L).
-    fast = re.compile(
-        wanted
-        + rb"(?<=\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
-        + wanted
-        + rb")((?: [A-Z]+\d+)*)"
-        + _BODY
+    # findall returns (timestamp, more tags, A, L).
+    canonical = (
+        rb"(?<=\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) " + wanted + rb")((?: [A-Z]+\d+)*)" + _BODY
     )
+    fast = re.compile(wanted + canonical)
     if not rank.startswith("TP"):  # e.g. --rank DP0: every TP-tagged line is another rank
-        return fast, re.compile(rb"TP\d+(?: [A-Z]+\d+)*\] D(?:DTREE|FLASH|SPARK) metrics")
-    other = re.compile(
-        rb"TP(?!" + wanted[2:] + rb"[ \]])\d+(?: [A-Z]+\d+)*\] D(?:DTREE|FLASH|SPARK) metrics"
-    )
-    return fast, other
+        return FastRegexes(fast, re.compile(rb"TP" + _OTHER_TAIL), None)
+    digits = wanted[2:]
+    other = rb"(?!" + digits + rb"[ \]])" + _OTHER_TAIL
+    # One pass: after the shared literal `TP`, either the wanted rank's canonical line (all
+    # groups set) or another rank's marker (all groups empty).
+    both = re.compile(rb"TP(?:" + digits + canonical + rb"|" + other + rb")")
+    return FastRegexes(fast, re.compile(rb"TP" + other), both)
 
 
 class FastDDTree:
@@ -62,7 +75,8 @@ class FastDDTree:
     def __init__(self, options: ScanOptions, prefixes: PrefixParser) -> None:
         self.options = options
         self.prefixes = prefixes
-        self.fast, self.other = compile_fast(options.rank)
+        self.regexes = compile_fast(options.rank)
+        self.markers = frozenset(MARKERS)
         self.rank = (options.rank or "").encode()
         self._ts: dict[bytes, float | None] = {}
         self._rank: dict[bytes, str | None] = {}
@@ -87,20 +101,34 @@ class FastDDTree:
             self._rank[label] = _ranks(label.decode("ascii", "replace"))[0]
         return self._rank[label]
 
-    def scan(self, block: bytes, summary: LogSummary) -> set[int] | None:
+    def scan(self, block: bytes, summary: LogSummary, decoys: int = 0) -> set[int] | None:
         """Count the canonical lines of the wanted rank and the lines of other ranks; returns
         None when that was every DDTREE/DFLASH/DSPARK line of the block, else the line starts
-        handled here (the caller parses the rest generally)."""
-        total = block.count(b" metrics ")
-        if self.other is None:  # every rank: the tag varies, so no look-behind; per match
-            rows, starts = self._all_ranks(block)
+        handled here (the caller parses the rest generally).
+
+        Completeness is checked with one cheap count: every marker holds `" metrics"`, so when
+        the block's `" metrics"` count, less `decoys` (occurrences the caller knows are not
+        markers: vLLM's `SpecDecoding metrics`), equals the lines matched here, no marker line
+        is left. Otherwise the markers themselves are counted."""
+        rx = self.regexes
+        total = block.count(b" metrics") - decoys
+        starts: list[int] = []
+        if rx.other is None:  # every rank: the tag varies, so no look-behind; per match
+            found_rows, starts = self._all_ranks(block)
+            rows = Counter(found_rows)
+            other = 0
+        elif rx.both is not None:
+            found = Counter(rx.both.findall(block))  # counted in C; few distinct rows
+            other = found.pop((b"", b"", b"", b""), 0)
+            rank = self.rank
+            rows = Counter({(ts, rank + more, acc, com): n for (ts, more, acc, com), n in found.items()})
         else:
-            rows = [(ts, self.rank + more, eng, acc, com) for ts, more, eng, _r, _s, acc, com in self.fast.findall(block)]
-            starts = []
-        other = len(self.other.findall(block)) if self.other is not None else 0
-        if total != len(rows) + other:
+            rows = Counter((ts, self.rank + more, acc, com) for ts, more, acc, com in rx.wanted.findall(block))
+            other = len(rx.other.findall(block))
+        n_rows = rows.total()
+        if total != n_rows + other:
             total = sum(block.count(m) for m in MARKERS)
-        complete = total == len(rows) + other
+        complete = total == n_rows + other
         if complete:
             summary.filtered_rank += other  # else the general path meets and counts them
         if rows:
@@ -108,27 +136,31 @@ class FastDDTree:
         if complete:
             return None
         if not starts and rows:
-            starts = [m.start() for m in self.fast.finditer(block)]
+            starts = [m.start() for m in rx.wanted.finditer(block)]
         rfind = block.rfind
         return {rfind(b"\n", 0, s) + 1 for s in starts}
 
     def _all_ranks(self, block: bytes) -> tuple[list[tuple[bytes, ...]], list[int]]:
         rows: list[tuple[bytes, ...]] = []
         starts: list[int] = []
-        for m in self.fast.finditer(block):
+        for m in self.regexes.wanted.finditer(block):
             s = m.start()
             if block[s - _TS_LEN - 2 : s - _TS_LEN - 1] != b"[" or block[s - 1 : s] != b" ":
                 continue  # not `[YYYY-MM-DD HH:MM:SS TPk`: left to the general parser
-            rows.append((block[s - _TS_LEN - 1 : s - 1], *m.group(1, 2, 5, 6)))
+            rows.append((block[s - _TS_LEN - 1 : s - 1], *m.group(1, 2, 3)))
             starts.append(s)
         return rows, starts
 
-    def _add_rows(self, rows: list[tuple[bytes, ...]], summary: LogSummary) -> None:
+    def _add_rows(self, rows: Counter[tuple[bytes, ...]], summary: LogSummary) -> None:
+        """Add rows counted per distinct (timestamp, label, A, L)."""
         opts = self.options
         if opts.since is not None or opts.until is not None:
             self._add_windowed(rows, summary)
             return
-        for (label, _engine, acc, com), n in Counter(map(_KEY, rows)).items():
+        per_key: Counter[tuple[bytes, ...]] = Counter()
+        for row, n in rows.items():
+            per_key[_KEY(row)] += n
+        for (label, acc, com), n in per_key.items():
             self._add(summary, self._rank_of(label), None, acc, com, n)
         for raw_ts in set(map(_TS, rows)):
             ts = self._ts_of(raw_ts)
@@ -138,9 +170,9 @@ class FastDDTree:
                 if summary.ts_max is None or ts > summary.ts_max:
                     summary.ts_max = ts
 
-    def _add_windowed(self, rows: list[tuple[bytes, ...]], summary: LogSummary) -> None:
+    def _add_windowed(self, rows: Counter[tuple[bytes, ...]], summary: LogSummary) -> None:
         since, until = self.options.since, self.options.until
-        for (raw_ts, label, _engine, acc, com), n in Counter(map(_KEY_TS, rows)).items():
+        for (raw_ts, label, acc, com), n in rows.items():
             ts = self._ts_of(raw_ts)
             if ts is None:
                 summary.undated += n

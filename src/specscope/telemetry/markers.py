@@ -17,10 +17,6 @@ except ImportError:  # pragma: no cover - the dependency is declared; this keeps
     _ac = None
 
 
-def engine_available() -> bool:
-    return _ac is not None
-
-
 def _overlap(a: bytes, b: bytes) -> bool:
     """True when an occurrence of `a` and one of `b` can overlap in some text: one contains
     the other, or a suffix of one is a prefix of the other."""
@@ -32,18 +28,18 @@ def _overlap(a: bytes, b: bytes) -> bool:
 class MarkerFinder:
     """Start offsets of each key in a block, all keys in one pass."""
 
-    def __init__(self, keys: list[bytes]) -> None:
-        self.keys = keys
-        # Non-overlapping leftmost-first search is the fast mode; it can miss a hit only when
-        # two different keys overlap in the text, so keys that can are searched overlapping.
-        self._overlapping = any(_overlap(a, b) for a, b in itertools.combinations(keys, 2))
-        self._automata: dict[tuple[bytes, ...], object] = {}
+    def __init__(self) -> None:
+        self._automata: dict[tuple[bytes, ...], tuple[object, bool]] = {}
 
-    def _automaton(self, keys: tuple[bytes, ...]) -> object:
-        auto = self._automata.get(keys)
-        if auto is None:
+    def _automaton(self, keys: tuple[bytes, ...]) -> tuple[object, bool]:
+        """The automaton for this key set and whether it searches overlapping. Non-overlapping
+        leftmost-first search is the fast mode; it can miss a hit only when two different keys
+        overlap in the text, so key sets where that can happen are searched overlapping."""
+        found = self._automata.get(keys)
+        if found is None:
             assert _ac is not None
-            if self._overlapping:
+            overlapping = any(_overlap(a, b) for a, b in itertools.combinations(keys, 2))
+            if overlapping:
                 auto = _ac.BytesAhoCorasick(list(keys))
             else:
                 auto = _ac.BytesAhoCorasick(
@@ -51,8 +47,8 @@ class MarkerFinder:
                     matchkind=_ac.MATCHKIND_LEFTMOST_FIRST,
                     implementation=_ac.Implementation.DFA,
                 )
-            self._automata[keys] = auto
-        return auto
+            found = self._automata[keys] = (auto, overlapping)
+        return found
 
     def find(self, block: bytes, keys: list[bytes]) -> dict[bytes, list[int]] | None:
         """{key: sorted start offsets} for the keys that occur (absent keys are missing), or
@@ -60,10 +56,10 @@ class MarkerFinder:
         if _ac is None or not keys:
             return None if _ac is None else {}
         wanted = tuple(keys)
-        auto = self._automaton(wanted)
+        auto, overlapping = self._automaton(wanted)
         out: dict[bytes, list[int]] = {}
         for idx, start, _end in auto.find_matches_as_indexes(  # type: ignore[attr-defined]
-            block, overlapping=self._overlapping
+            block, overlapping=overlapping
         ):
             key = wanted[idx]
             hits = out.get(key)
@@ -71,7 +67,7 @@ class MarkerFinder:
                 out[key] = [start]
             else:
                 hits.append(start)
-        if self._overlapping:  # overlapping matches come in order of their ends
+        if overlapping:  # overlapping matches come in order of their ends
             for hits in out.values():
                 hits.sort()
         return out

@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from specscope.telemetry.prefix import PrefixParser
 from specscope.telemetry.scan import Scanner, ScanOptions
-from specscope.telemetry.sources import SourceLog, whole_lines
+from specscope.telemetry.sources import SourceLog, file_range_chunks, whole_lines
 from specscope.telemetry.summary import LogSummary, merge_summaries
 
 MIN_PARALLEL_BYTES = 64 << 20
@@ -69,19 +69,8 @@ def _scan_range(
     scanner = Scanner(options, PrefixParser(now=now))
     log = SourceLog()
 
-    def chunks():
-        with open(path, "rb") as f:
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                data = f.read(min(block_size, left))
-                if not data:
-                    return
-                left -= len(data)
-                yield data
-
     line_base = 0
-    for block in whole_lines(chunks(), options.max_line, log):
+    for block in whole_lines(file_range_chunks(path, start, end, block_size), options.max_line, log):
         line_base += scanner.feed(block, path, line_base)
     scanner.summary.oversized_lines += log.oversized_lines
     scanner.summary.warnings.extend(log.warnings)

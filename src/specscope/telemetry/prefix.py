@@ -10,6 +10,7 @@ cached per prefix string because consecutive lines usually share the same second
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import time
 from datetime import datetime
@@ -57,6 +58,14 @@ def clean_line(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+@functools.lru_cache(maxsize=4096)
+def _minute_start(year: int, month: int, day: int, hh: int, mm: int) -> float:
+    """Unix time of a local minute. Cached: consecutive log lines share their minute, and
+    building a datetime per line was a visible cost; DST shifts happen on minute boundaries,
+    so minute start + seconds is exact."""
+    return datetime(year, month, day, hh, mm).timestamp()
+
+
 def _local_unix(year: int, month: int, day: int, hms: str) -> float | None:
     try:
         frac = 0.0
@@ -64,7 +73,9 @@ def _local_unix(year: int, month: int, day: int, hms: str) -> float | None:
             hms, _, f = hms.replace(",", ".").partition(".")
             frac = float("0." + f) if f.isdigit() else 0.0
         hh, mm, ss = (int(x) for x in hms.split(":"))
-        return datetime(year, month, day, hh, mm, ss).timestamp() + frac
+        if not 0 <= ss <= 59:
+            return None  # what datetime() says about second 60 and beyond
+        return _minute_start(year, month, day, hh, mm) + ss + frac
     except (ValueError, OverflowError, OSError):
         return None
 

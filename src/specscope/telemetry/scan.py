@@ -1,11 +1,13 @@
-"""The block scanner: finds candidate lines by substring search over large byte blocks and
+"""The block scanner: finds candidate lines by marker search over large byte blocks and
 parses only those.
 
 Why blocks and markers: a server journal is mostly lines no format cares about. Splitting a
 1 GB file into Python lines costs more than everything else together, so the scanner instead
-runs `bytes.find(marker)` (C speed) over multi-megabyte blocks, cuts out just the line around
-each hit, decodes and cleans it, and hands it to the format's parser. Formats without a marker
-(a user `--pattern`) fall back to a per-line loop.
+finds every format's marker in one Aho-Corasick pass over a block (markers.py; C/Rust speed),
+cuts out just the line around each hit, decodes and cleans it, and hands it to the format's
+parser. The story's DDTREE lines, the bulk of a speculative server's log, are counted without
+parsing them one by one (fastpath.py). Formats without a marker (a user `--pattern`) fall back
+to a per-line loop.
 """
 
 from __future__ import annotations
@@ -24,11 +26,9 @@ from specscope.telemetry.summary import LogSummary
 
 _CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
 _ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-# Without the Aho-Corasick engine every scan key costs one `find` pass over the block, so
-# vLLM's and llama.cpp's acceptance lines share one key ("acceptance") and are told apart on the
-# hit line. With the engine all keys are found in one pass and need no sharing.
-SCAN_ALIASES = {b"SpecDecoding metrics": b"acceptance", b"draft acceptance": b"acceptance"}
-_NUMPY_COUNT_MIN = 1 << 16  # below this, bytes.count beats numpy's call overhead
+_NUMPY_COUNT_MIN = 1 << 16
+# vLLM's marker: the one other common text with " metrics" in it (see FastDDTree.scan).
+DECOY = b"SpecDecoding metrics"  # below this, bytes.count beats numpy's call overhead
 _TAG_BEFORE = re.compile(rb"(TP\d+)(?: [A-Z]+\d+)*\] $")
 DEFAULT_MAX_LINE = 1 << 20  # longer lines are skipped and counted (binary dumps, base64 blobs)
 MALFORMED_EXAMPLES = 5
@@ -77,17 +77,15 @@ class Scanner:
 
             self._fast = FastDDTree(options, self.prefixes)
         self._unmarked = [f for f in options.formats if not f.markers]
-        from specscope.telemetry.markers import MarkerFinder, engine_available
+        from specscope.telemetry.markers import MarkerFinder
 
-        # Scan keys: with one multi-marker pass each marker is its own key; with one `find`
-        # pass per key, markers that share an alias are found together and told apart on the
-        # (short) hit line.
-        aliases = {} if engine_available() else SCAN_ALIASES
+        # Every marker is a scan key; all keys of a block are found in one pass (markers.py).
+        # A line is parsed once per format even when it holds several of its markers.
         self._plan: dict[bytes, list[tuple[LineFormat, bytes]]] = {}
         for fmt in self._marked:
             for marker in fmt.markers:
-                self._plan.setdefault(aliases.get(marker, marker), []).append((fmt, marker))
-        self._finder = MarkerFinder(list(self._plan))
+                self._plan.setdefault(marker, []).append((fmt, marker))
+        self._finder = MarkerFinder()
 
     # -- public -------------------------------------------------------------------------
     def feed(self, block: bytes, source: str = "", line_base: int = 0) -> int:
@@ -99,22 +97,20 @@ class Scanner:
         self.summary.bytes += len(block)
         first_new = len(self.records)
         seen: dict[str, set[int]] = {}
-        fast_done: set[bytes] = set()
-        if self._fast is not None and self.on_record is None:
-            handled = self._fast.scan(block, self.summary)
-            if handled is None:
-                from specscope.telemetry.fastpath import MARKERS
-
-                fast_done = set(MARKERS)  # every such line is accounted for
-            else:
+        fast = self._fast if self.on_record is None else None
+        # One marker pass for every key the fast path does not cover; it also counts the
+        # vLLM marker, which tells the fast path's `" metrics"` count apart from its own lines.
+        rare = [k for k in self._plan if fast is None or k not in fast.markers]
+        wanted = rare if fast is None or DECOY in rare else [*rare, DECOY]
+        hits = self._finder.find(block, wanted)
+        if fast is not None:
+            decoys = block.count(DECOY) if hits is None else len(hits.get(DECOY, ()))
+            handled = fast.scan(block, self.summary, decoys)
+            if handled is not None:  # odd DDTREE lines left: the general parser reads them
                 seen["ddtree"] = handled
-        keys = [k for k, entries in self._plan.items() if any(e[1] not in fast_done for e in entries)]
-        hits = self._finder.find(block, keys)
-        for key in keys:
-            todo = [e for e in self._plan[key] if e[1] not in fast_done]
-            positions = hits.get(key) if hits is not None else None
-            if todo and (hits is None or positions):
-                self._scan_key(key, todo, block, source, line_base, seen, positions)
+                ddtree_keys = [k for k in self._plan if k in fast.markers]
+                self._scan_keys(ddtree_keys, self._finder.find(block, ddtree_keys), block, source, line_base, seen)
+        self._scan_keys(rare, hits, block, source, line_base, seen)
         for fmt in self._unmarked:
             self._scan_all_lines(fmt, block, source, line_base)
         if len(self.records) > first_new:
@@ -125,6 +121,20 @@ class Scanner:
         return n_lines
 
     # -- internals ----------------------------------------------------------------------
+    def _scan_keys(
+        self,
+        keys: list[bytes],
+        hits: dict[bytes, list[int]] | None,
+        block: bytes,
+        source: str,
+        line_base: int,
+        seen: dict[str, set[int]],
+    ) -> None:
+        for key in keys:
+            positions = None if hits is None else hits.get(key)
+            if hits is None or positions:
+                self._scan_key(key, self._plan[key], block, source, line_base, seen, positions)
+
     def _scan_key(
         self,
         key: bytes,
