@@ -236,6 +236,9 @@ def test_quick_diagnose_completes(runs: dict[str, ModeRun], mode: str) -> None:
         assert {"id", "summary", "confidence", "evidence", "next"} <= finding.keys()
     if mode == "none":
         assert result["mean_commit_len"] == pytest.approx(1.0, rel=COMMIT_LEN_TOLERANCE)
+        # No drafter at all (no timings.draft_n, spec counters at 0): blaming one is wrong.
+        ids = {f["id"] for f in result["findings"]}
+        assert not ids & {"acceptance_low", "speculation_overhead"}, ids
 
 
 def test_compare_says_whether_the_draft_model_helps(runs: dict[str, ModeRun]) -> None:
