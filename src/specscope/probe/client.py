@@ -54,10 +54,19 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 def new_session(timeouts: Timeouts, api_key: str | None = None) -> aiohttp.ClientSession:
-    """A session whose only own timeout is the TCP connect; the rest is enforced per phase."""
+    """A session whose only own timeout is the TCP connect; the rest is enforced per phase.
+
+    One fresh connection per request (`force_close=True`): llama.cpp's server closes the
+    connection after every streamed response without saying so, and a pooled connection that
+    the server has already dropped fails the *next* request ("server closed the connection
+    before responding"). A fresh connection also makes timing uniform: every request's TTFT
+    includes the same TCP connect (a fraction of a millisecond on loopback), instead of only
+    the first one's. aiohttp does not retry POSTs on a stale connection by itself, and a retry
+    here would risk sending a generation twice, so we do not pool at all.
+    """
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
-        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        connector=aiohttp.TCPConnector(limit=0, force_close=True),
         headers=auth_headers(api_key),
     )
 

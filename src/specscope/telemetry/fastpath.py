@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from operator import itemgetter
 
+from specscope.telemetry.markers import MarkerFinder
 from specscope.telemetry.prefix import PrefixParser, _ranks
 from specscope.telemetry.scan import ScanOptions
 from specscope.telemetry.summary import LogSummary
@@ -77,6 +78,7 @@ class FastDDTree:
         self.prefixes = prefixes
         self.regexes = compile_fast(options.rank)
         self.markers = frozenset(MARKERS)
+        self.finder = MarkerFinder()
         self.rank = (options.rank or "").encode()
         self._ts: dict[bytes, float | None] = {}
         self._rank: dict[bytes, str | None] = {}
@@ -101,17 +103,13 @@ class FastDDTree:
             self._rank[label] = _ranks(label.decode("ascii", "replace"))[0]
         return self._rank[label]
 
-    def scan(self, block: bytes, summary: LogSummary, decoys: int = 0) -> set[int] | None:
+    def scan(self, block: bytes, summary: LogSummary) -> set[int] | None:
         """Count the canonical lines of the wanted rank and the lines of other ranks; returns
-        None when that was every DDTREE/DFLASH/DSPARK line of the block, else the line starts
-        handled here (the caller parses the rest generally).
-
-        Completeness is checked with one cheap count: every marker holds `" metrics"`, so when
-        the block's `" metrics"` count, less `decoys` (occurrences the caller knows are not
-        markers: vLLM's `SpecDecoding metrics`), equals the lines matched here, no marker line
-        is left. Otherwise the markers themselves are counted."""
+        None when that was every DDTREE/DFLASH/DSPARK line of the block (the block's marker
+        count equals the lines matched here), else the line starts handled here (the caller
+        parses the rest generally)."""
         rx = self.regexes
-        total = block.count(b" metrics") - decoys
+        total = self.finder.count(block, MARKERS)
         starts: list[int] = []
         if rx.other is None:  # every rank: the tag varies, so no look-behind; per match
             found_rows, starts = self._all_ranks(block)
@@ -126,8 +124,6 @@ class FastDDTree:
             rows = Counter((ts, self.rank + more, acc, com) for ts, more, acc, com in rx.wanted.findall(block))
             other = len(rx.other.findall(block))
         n_rows = rows.total()
-        if total != n_rows + other:
-            total = sum(block.count(m) for m in MARKERS)
         complete = total == n_rows + other
         if complete:
             summary.filtered_rank += other  # else the general path meets and counts them

@@ -17,6 +17,9 @@ except ImportError:  # pragma: no cover - the dependency is declared; this keeps
     _ac = None
 
 
+_PAD = b"\x00\xff\x00\xfe\x00\xfd"  # padding pattern, see MarkerFinder._automaton
+
+
 def _overlap(a: bytes, b: bytes) -> bool:
     """True when an occurrence of `a` and one of `b` can overlap in some text: one contains
     the other, or a suffix of one is a prefix of the other."""
@@ -31,6 +34,17 @@ class MarkerFinder:
     def __init__(self) -> None:
         self._automata: dict[tuple[bytes, ...], tuple[object, bool]] = {}
 
+    def count(self, block: bytes, keys: tuple[bytes, ...]) -> int:
+        """Occurrences of all `keys` (which must not overlap one another) in `block`; one
+        SIMD pass, measured ~2x faster than one `bytes.count` even with ~1M hits."""
+        if _ac is None:
+            return sum(block.count(k) for k in keys)
+        auto, overlapping = self._automaton(keys)
+        hits = auto.find_matches_as_indexes(block, overlapping=overlapping)  # type: ignore[attr-defined]
+        if len(keys) == 2:
+            return sum(1 for h in hits if h[0] < 2)
+        return len(hits)
+
     def _automaton(self, keys: tuple[bytes, ...]) -> tuple[object, bool]:
         """The automaton for this key set and whether it searches overlapping. Non-overlapping
         leftmost-first search is the fast mode; it can miss a hit only when two different keys
@@ -38,12 +52,18 @@ class MarkerFinder:
         found = self._automata.get(keys)
         if found is None:
             assert _ac is not None
-            overlapping = any(_overlap(a, b) for a, b in itertools.combinations(keys, 2))
+            patterns = list(keys)
+            if len(patterns) == 2:
+                # Measured: exactly two patterns get a prefilter ~5x slower than one or three
+                # (200 MB: 0.39 s vs 0.03 / 0.08 s); a third that never matches text avoids it.
+                # Its hits (binary garbage only) are dropped by index.
+                patterns.append(_PAD)
+            overlapping = any(_overlap(a, b) for a, b in itertools.combinations(patterns, 2))
             if overlapping:
-                auto = _ac.BytesAhoCorasick(list(keys))
+                auto = _ac.BytesAhoCorasick(patterns)
             else:
                 auto = _ac.BytesAhoCorasick(
-                    list(keys),
+                    patterns,
                     matchkind=_ac.MATCHKIND_LEFTMOST_FIRST,
                     implementation=_ac.Implementation.DFA,
                 )
@@ -58,9 +78,12 @@ class MarkerFinder:
         wanted = tuple(keys)
         auto, overlapping = self._automaton(wanted)
         out: dict[bytes, list[int]] = {}
+        n_keys = len(wanted)
         for idx, start, _end in auto.find_matches_as_indexes(  # type: ignore[attr-defined]
             block, overlapping=overlapping
         ):
+            if idx >= n_keys:
+                continue  # the padding pattern
             key = wanted[idx]
             hits = out.get(key)
             if hits is None:

@@ -26,9 +26,7 @@ from specscope.telemetry.summary import LogSummary
 
 _CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
 _ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-_NUMPY_COUNT_MIN = 1 << 16
-# vLLM's marker: the one other common text with " metrics" in it (see FastDDTree.scan).
-DECOY = b"SpecDecoding metrics"  # below this, bytes.count beats numpy's call overhead
+_NUMPY_COUNT_MIN = 1 << 16  # below this, bytes.count beats numpy's call overhead
 _TAG_BEFORE = re.compile(rb"(TP\d+)(?: [A-Z]+\d+)*\] $")
 DEFAULT_MAX_LINE = 1 << 20  # longer lines are skipped and counted (binary dumps, base64 blobs)
 MALFORMED_EXAMPLES = 5
@@ -98,14 +96,11 @@ class Scanner:
         first_new = len(self.records)
         seen: dict[str, set[int]] = {}
         fast = self._fast if self.on_record is None else None
-        # One marker pass for every key the fast path does not cover; it also counts the
-        # vLLM marker, which tells the fast path's `" metrics"` count apart from its own lines.
+        # One marker pass for every key the fast path does not cover.
         rare = [k for k in self._plan if fast is None or k not in fast.markers]
-        wanted = rare if fast is None or DECOY in rare else [*rare, DECOY]
-        hits = self._finder.find(block, wanted)
+        hits = self._finder.find(block, rare)
         if fast is not None:
-            decoys = block.count(DECOY) if hits is None else len(hits.get(DECOY, ()))
-            handled = fast.scan(block, self.summary, decoys)
+            handled = fast.scan(block, self.summary)
             if handled is not None:  # odd DDTREE lines left: the general parser reads them
                 seen["ddtree"] = handled
                 ddtree_keys = [k for k in self._plan if k in fast.markers]
