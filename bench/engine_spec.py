@@ -98,8 +98,18 @@ def engine_run(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, spec:
         backend.release(f"r{i}")
         tokens += len(out)
         outputs.append(out)
-    return {"tok_s": tokens / secs, "commit": tokens / max(steps, 1), "tokens": tokens,
-            "split": {k: round(v / max(steps, 1) * 1e3, 2) for k, v in split.items()}, "outputs": outputs}
+    return {"tok_s": tokens / secs, "commit": tokens / max(steps, 1), "tokens": tokens, "secs": secs,
+            "steps": steps, "split": {k: round(v / max(steps, 1) * 1e3, 2) for k, v in split.items()},
+            "outputs": outputs}
+
+
+def pool(a: dict, b: dict) -> dict:
+    """Two rounds of the same configuration as one (total tokens / total time)."""
+    tokens, secs, steps = a["tokens"] + b["tokens"], a["secs"] + b["secs"], a["steps"] + b["steps"]
+    split = {k: round((a["split"].get(k, 0) * a["steps"] + b["split"].get(k, 0) * b["steps"]) / steps, 2)
+             for k in set(a["split"]) | set(b["split"])}
+    return {"tok_s": tokens / secs, "commit": tokens / max(steps, 1), "tokens": tokens, "secs": secs,
+            "steps": steps, "split": split, "outputs": a["outputs"]}
 
 
 def hf_models(lm: LoadedModel, draft_layers: int):
@@ -164,6 +174,7 @@ def main() -> None:
     ap.add_argument("--sets", default="code,chat,edit")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-self", action="store_true", help="skip the self-drafting row (slow by design)")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds over the engine configurations")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
@@ -222,10 +233,17 @@ def main() -> None:
     for set_name in [s for s in args.sets.split(",") if s]:
         prompts = sets[set_name]
         rows: dict[str, dict] = {}
-        for name, spec in configs:
-            rows[name] = engine_run(lm, prompts, args.max_new_tokens, spec)
-            print(f"  {set_name:4s} {name:40s} {rows[name]['tok_s']:7.1f} tok/s commit {rows[name]['commit']:.2f} "
-                  f"ms/step {rows[name]['split']}", file=sys.stderr)
+        # Rounds in alternating order (forward, reverse, ...) so that a load drift on a shared
+        # machine does not favour whichever configuration ran first; figures are pooled.
+        for rnd in range(args.repeats):
+            for name, spec in configs if rnd % 2 == 0 else configs[::-1]:
+                r = engine_run(lm, prompts, args.max_new_tokens, spec)
+                if name in rows:
+                    r = pool(rows[name], r)
+                rows[name] = r
+        for name, r in rows.items():
+            print(f"  {set_name:4s} {name:40s} {r['tok_s']:7.1f} tok/s commit {r['commit']:.2f} "
+                  f"ms/step {r['split']}", file=sys.stderr)
         if hf is not None:
             rows["hf plain"] = hf_run(hf, prompts, args.max_new_tokens, lm.device)
             rows[f"hf prompt lookup k={k}"] = hf_run(hf, prompts, args.max_new_tokens, lm.device,

@@ -47,13 +47,6 @@ PROBE_ARGS = [
 ]
 DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64"]
 COMMIT_LEN_TOLERANCE = 0.10
-# How specscope words a request that failed on a connection llama.cpp had already closed
-# (generation requests, and the /tokenize calls that build exact-length prompts).
-_KEEPALIVE_RACE = (
-    "server closed the connection before responding",
-    "Can not write request body",
-    "/tokenize stopped answering",
-)
 
 
 @dataclass
@@ -67,23 +60,16 @@ class CliResult:
     def json(self) -> dict[str, Any]:
         return json.loads(self.stdout)
 
-    def require(self, *, tolerate_keepalive_race: bool = False) -> dict[str, Any]:
+    def require(self) -> dict[str, Any]:
         """The parsed JSON of a successful run; xfail while the command is still a placeholder.
 
-        llama.cpp closes the connection after each streamed response, and a client that reuses it
-        at once fails before sending (reproduced with plain aiohttp; reported to PROBE: open a
-        fresh connection per request or retry once before any byte). Such requests never reach
-        the server, so checks that compare the completed requests with the server's counters
-        may go on (`tolerate_keepalive_race`); "completes without errors" xfails until fixed.
+        llama.cpp closes the connection after each streamed response; the probe opens a fresh
+        connection per request, so no request may fail on a connection the server dropped.
         """
         if self.rc == 2 and "not implemented" in self.stderr:
             pytest.xfail(
                 f"`specscope {self.command}` is not implemented yet ({self.stderr.strip()})"
             )
-        if self.rc == 1 and any(text in self.stdout for text in _KEEPALIVE_RACE):
-            if tolerate_keepalive_race:
-                return self.json
-            pytest.xfail(f"specscope {self.command}: request failed on a reused connection")
         assert self.rc == 0, f"specscope {self.command} exited {self.rc}: {self.stderr[-2000:]}"
         return self.json
 
@@ -182,7 +168,7 @@ def test_client_commit_length_agrees_with_server_counters(
     runs: dict[str, ModeRun], mode: str
 ) -> None:
     run = runs[mode]
-    summary = run.probe.require(tolerate_keepalive_race=True)["summary"]
+    summary = run.probe.require()["summary"]
     client = summary["mean_commit_len"]
     completed = summary["requests"] - summary["errors"]
     d = run.metrics_delta
@@ -242,8 +228,8 @@ def test_quick_diagnose_completes(runs: dict[str, ModeRun], mode: str) -> None:
 
 
 def test_compare_says_whether_the_draft_model_helps(runs: dict[str, ModeRun]) -> None:
-    plain = runs["none"].diagnose.require(tolerate_keepalive_race=True)
-    draft = runs["draft"].diagnose.require(tolerate_keepalive_race=True)
+    plain = runs["none"].diagnose.require()
+    draft = runs["draft"].diagnose.require()
     result = _specscope("compare", plain["run_dir"], draft["run_dir"], "--json").require()
     tps_ratio = result["tps_ratio"]
     acceptance = result["acceptance_factor"]

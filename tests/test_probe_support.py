@@ -446,3 +446,106 @@ def test_schedule_truncation_keeps_max_tokens():
 
 def test_word_tokenizer_counts_village_twice():
     assert len(word_tokens("the village river")) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# A server that, like llama.cpp's, serves ONE request per TCP connection and then closes it
+# without a `Connection: close` header. Raw asyncio (not aiohttp.web, which would announce the
+# close and so never trip a pooling client): after each response it waits for whatever the
+# client sends next on that connection and closes without answering, which deterministically
+# reproduces "server closed the connection before responding" for a client that pools.
+
+
+class OneShotConnectionServer:
+    """llama.cpp-flavoured `/v1/models`, `/props`, `/tokenize`, `/completion` on 127.0.0.1;
+    counts connections, answered requests and requests sent on an already-used connection."""
+
+    def __init__(self, sched: Schedule | None = None, *, linger_s: float = 2.0):
+        self.sched = sched or Schedule(ttft_s=0.01, step_s=0.005, commits=[2, 1, 3])
+        self.linger_s = linger_s
+        self.connections = 0
+        self.answered: list[str] = []
+        self.reused = 0  # requests that arrived on a connection that had already been answered
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def __enter__(self) -> OneShotConnectionServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, path, _ = head.split(b"\r\n", 1)[0].decode().split(" ", 2)
+                length = 0
+                for line in head.decode().split("\r\n")[1:]:
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                await self._respond(writer, method, path, body)
+                self.answered.append(path)
+            # One request per connection: a client that pools sends its next request here.
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                async with asyncio.timeout(self.linger_s):
+                    if await reader.read(1):
+                        self.reused += 1
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _respond(self, writer: asyncio.StreamWriter, method: str, path: str,
+                       body: dict[str, Any]) -> None:
+        if path == "/completion" and method == "POST":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            s = self.sched.for_max_tokens(_max_tokens(body))
+            k = 0
+            for i, n in enumerate([1, *s.commits]):
+                await asyncio.sleep(s.ttft_s if i == 0 else s.step_s)
+                k += n
+                ev = sse({"index": 0, "content": " tok" * n, "tokens": [42] * n, "stop": False,
+                          "tokens_predicted": k})
+                writer.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+                await writer.drain()
+            ev = sse({"index": 0, "content": "", "stop": True, "stop_type": "limit",
+                      "tokens_predicted": k, "timings": {"predicted_n": k}})
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(ev), ev))
+            await writer.drain()
+            return
+        answers: dict[str, Any] = {
+            "/v1/models": {"object": "list", "data": [{"id": "test-model", "owned_by": "llamacpp"}]},
+            "/props": {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1},
+        }
+        if path == "/tokenize" and method == "POST":
+            obj: Any = {"tokens": word_tokens(str(body.get("content", "")))}
+        else:
+            obj = answers.get(path)
+        status = b"200 OK" if obj is not None else b"404 Not Found"
+        raw = json.dumps(obj if obj is not None else {"error": "not found"}).encode()
+        writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (status, len(raw), raw))
+        await writer.drain()

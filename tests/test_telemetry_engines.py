@@ -2,7 +2,7 @@
 
 Production scanning takes three shortcuts: all markers found in one Aho-Corasick pass
 (markers.py), the canonical DDTREE lines counted by one regex without building records
-(fastpath.py), and files read as newline-aligned mmap blocks (sources.py). The reference here is
+(fastpath.py), and files read as newline-aligned positioned reads (sources.py). The reference here is
 the general path the fast ones replaced: one `bytes.find` pass per marker (the engine switched
 off), every line parsed into a record (`keep_records=True`), the whole input as one block.
 Hypothesis mixes the real example lines of every format with mutated DDTREE lines, other
@@ -154,9 +154,13 @@ def test_real_fixtures_equal_the_general_parser():
     """Every fixture line at once, many copies: a fixed case the fuzzer need not find."""
     data = ("\n".join(REAL_LINES) + "\n").encode() * 5
     for opts in ({"rank": "TP0"}, {"rank": None}):
-        fast = _fast(data, [len(REAL_LINES) // 2, len(REAL_LINES) * 3], opts)
+        cuts = [len(REAL_LINES) // 2, len(REAL_LINES) * 3]
+        fast = _fast(data, cuts, opts)
         assert fast == _reference(data, opts)
         assert fast["records"] > 0 and fast["formats"]
+        with pytest.MonkeyPatch.context() as m:  # an env without the engine: same answer
+            m.setattr(markers, "_ac", None)
+            assert _fast(data, cuts, opts) == fast
 
 
 def test_marker_finder_finds_overlapping_keys():
@@ -183,8 +187,8 @@ def test_count_newlines_matches_bytes_count(size):
 
 
 @pytest.mark.parametrize("block_size", [7, 64, 1 << 20])
-def test_mmap_blocks_equal_one_block(tmp_path, block_size):
-    """Newline-aligned mmap reads, with lines longer than a block and no final newline, give
+def test_line_aligned_reads_equal_one_block(tmp_path, block_size):
+    """Newline-aligned positioned reads, with lines longer than a block and no final newline, give
     the summary of the whole text parsed at once."""
     text = "\n".join(REAL_LINES) + "\n" + "x" * 500 + "\n" + REAL_LINES[0]
     path = tmp_path / "journal.log"

@@ -27,6 +27,7 @@ from specscope.analysis import decompose as dec
 from specscope.analysis import steptime as stm
 from specscope.analysis.findings import Facts, TwoPoint, build_findings
 from specscope.analysis.model import Analysis, Attribution, Finding, Interval
+from specscope.analysis.speculation import SpeculationState, speculation_state
 from specscope.telemetry.records import SpecRecord
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
@@ -461,8 +462,14 @@ def analyze(
         ttft_s=out.ttft_s,
         e2e_s=out.e2e_s,
         server_info=dict(run.info.server_info),
+        flavor=run.info.flavor,
     )
     facts.client_commit_len = out.mean_commit_len
+    facts.speculation = _speculation(m, telemetry)
+    if facts.speculation.off:
+        out.notes.append(
+            f"{facts.speculation.reason}: no drafter, so acceptance findings do not apply"
+        )
 
     # --- all reliable steps at concurrency 1: the fits ----------------------------------------
     c1 = [
@@ -583,6 +590,7 @@ def analyze(
         mb = _measure(baseline, None)
         if mb.headline is not None and h is not None:
             facts.baseline = mb.headline
+            facts.baseline_speculation = _speculation(mb, None)
             facts.split = dec.split(mb.headline, h)
             ci = None
             # a bootstrap over one unit is a point, not an interval: CIs need >= 2 units a side
@@ -703,6 +711,20 @@ def _plain(x):
     return x
 
 
+def _speculation(m: _Measured, telemetry: list[SpecRecord] | None) -> SpeculationState:
+    """On / off / unknown for this run, from its reliable client steps, the server's
+    per-request fields, its info endpoint and any telemetry records."""
+    commits = [
+        float(s.commit_len)
+        for r in m.ok
+        if m.recs[r.index].reliable
+        for s in m.recs[r.index].steps
+    ]
+    return speculation_state(
+        m.run.info.server_info, commits, (r.server_spec for r in m.ok), telemetry or ()
+    )
+
+
 def _no_finding_reason(f: Facts) -> str:
     parts = []
     if f.headline is not None and f.headline.decode_tps and f.headline.mean_step_s:
@@ -710,7 +732,10 @@ def _no_finding_reason(f: Facts) -> str:
             f"decode {f.headline.decode_tps:.1f} tok/s = {f.headline.mean_commit_len:.2f} tokens/step / "
             f"{(f.headline.mean_step_s or 0) * 1e3:.1f} ms/step"
         )
-    parts.append("acceptance is steady (no decay, no window cliff)")
+    if f.speculation is not None and f.speculation.off:
+        parts.append(f"{f.speculation.reason} (nothing to accept, so no acceptance finding)")
+    else:
+        parts.append("acceptance is steady (no decay, no window cliff)")
     if f.drift is not None:
         parts.append(f"no step-time drift beyond noise (z={f.drift.z:.1f})")
     elif f.step_fit is not None and not f.step_fit.identifiable:
@@ -732,6 +757,24 @@ class Comparison(BaseModel):
     b: Analysis
 
 
+# Findings whose baseline-relative form (factor set: B measured against A) makes a claim about
+# the comparison itself, whatever A's own diagnosis said: "B is slower than plain A because of
+# speculation", "B's commit length is below A's". A holding the same id alone (say, a low commit
+# length without a baseline) does not make B's comparative finding old news.
+COMPARATIVE_IDS = frozenset({"speculation_overhead", "acceptance_low"})
+
+
+def differing_findings(a_findings: list[Finding], b_findings: list[Finding]) -> list[Finding]:
+    """The findings that matter for comparing B with A: B's findings that A does not have,
+    plus B's comparative findings measured against A (see COMPARATIVE_IDS)."""
+    ids_a = {f.id for f in a_findings}
+    return [
+        f
+        for f in b_findings
+        if f.id not in ids_a or (f.id in COMPARATIVE_IDS and f.factor is not None)
+    ]
+
+
 def compare_runs(a: Run, b: Run, *, seed: int = 0) -> Comparison:
     """B against A as the baseline; the findings that differ between the two runs."""
     an_a = analyze(a, seed=seed)
@@ -744,7 +787,7 @@ def compare_runs(a: Run, b: Run, *, seed: int = 0) -> Comparison:
         acceptance_factor=at.acceptance_factor if at else None,
         step_time_factor=at.step_time_factor if at else None,
         attribution=at,
-        findings=[f for f in an_b.findings if f.id not in ids_a],
+        findings=differing_findings(an_a.findings, an_b.findings),
         resolved=sorted(ids_a - ids_b),
         a=an_a,
         b=an_b,

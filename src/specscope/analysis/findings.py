@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from specscope.analysis import advice
 from specscope.analysis.acceptance import AcceptanceFit, Honeymoon, ServerAcceptance
 from specscope.analysis.decompose import Decomposition, Split, SplitCI
 from specscope.analysis.model import Evidence, Finding
+from specscope.analysis.speculation import SpeculationState
 from specscope.analysis.steptime import DRIFT_Z, DriftTest, StepTimeFit
 
 # --- thresholds (and why) -------------------------------------------------------------------
@@ -98,6 +100,10 @@ class Facts:
     client_commit_len: float | None = None
     concurrency: list[tuple[int, float, float | None]] = field(default_factory=list)
     server_info: dict[str, Any] = field(default_factory=dict)
+    flavor: str = ""  # RunInfo.flavor: picks the server's own flag names in `next` advice
+    # on / off / unknown; off silences acceptance findings (there is no drafter to blame)
+    speculation: SpeculationState | None = None
+    baseline_speculation: SpeculationState | None = None
 
 
 def _ev(label: str, value: float | int | str | None, unit: str = "", source: str = "") -> Evidence:
@@ -157,8 +163,7 @@ def build_findings(f: Facts) -> list[Finding]:
                 f"{f.commit_len_source or 'nowhere (no server telemetry)'}.",
                 evidence=[_ev("reason", r, "", "client chunks") for r in f.unreliable_reasons],
                 confidence=0.9,
-                next="set the server's stream interval to 1 (SGLang --stream-interval 1, vLLM "
-                "stream_interval=1), or pass --logs with per-step server telemetry",
+                next=advice.chunk_coalescing(f.flavor),
             )
         )
 
@@ -228,17 +233,21 @@ def build_findings(f: Facts) -> list[Finding]:
                 evidence=ev,
                 confidence=conf,
                 factor=fam.get("draft_window"),
-                next=f"raise --speculative-dflash-draft-window-size (SGLang) above {hi:.0f}, or use a "
-                "drafter trained for longer context",
+                next=advice.draft_window(f.flavor, hi),
             )
         )
 
     # speculation_overhead ---------------------------------------------------------------------
-    plain_baseline = (
-        f.baseline is not None and (f.baseline.mean_commit_len or 0) <= PLAIN_BASELINE_COMMIT
+    plain_baseline = f.baseline is not None and (
+        (f.baseline.mean_commit_len or 0) <= PLAIN_BASELINE_COMMIT
+        or (f.baseline_speculation is not None and f.baseline_speculation.off)
     )
+    # No drafter in this run: nothing to accept, so no acceptance finding and no speculation
+    # overhead (a plain run slower than a plain baseline is not speculation's fault).
+    spec_off = f.speculation is not None and f.speculation.off
+    spec_on = f.speculation is not None and f.speculation.on is True
     L = h.mean_commit_len if h else None
-    if plain_baseline and f.split is not None and f.split.tps_ratio > 1.05:
+    if not spec_off and plain_baseline and f.split is not None and f.split.tps_ratio > 1.05:
         found.append(
             Finding(
                 id="speculation_overhead",
@@ -258,11 +267,10 @@ def build_findings(f: Facts) -> list[Finding]:
                 ],
                 confidence=0.9,
                 factor=fam.get("speculation_overhead"),
-                next="disable speculation for this workload, or shrink the draft tree "
-                "(fewer --speculative-num-draft-tokens) so a verify step costs less",
+                next=advice.speculation_overhead(f.flavor),
             )
         )
-    elif L is not None and L < OVERHEAD_COMMIT and not plain_baseline:
+    elif L is not None and L < OVERHEAD_COMMIT and not plain_baseline and spec_on:
         found.append(
             Finding(
                 id="speculation_overhead",
@@ -279,7 +287,7 @@ def build_findings(f: Facts) -> list[Finding]:
         )
 
     # acceptance_low ---------------------------------------------------------------------------
-    if L is not None and not plain_baseline:
+    if L is not None and not plain_baseline and not spec_off:
         residual = fam.get("acceptance_low")
         ci_low = f.split_ci.acceptance_factor[0] if f.split_ci is not None else None
         sure = ci_low is None or ci_low >= LOW_COMMIT_CI
@@ -315,8 +323,7 @@ def build_findings(f: Facts) -> list[Finding]:
                     "than one draft accepted.",
                     evidence=[_ev("mean commit length", L, "tokens/step", f.commit_len_source)],
                     confidence=0.6,
-                    next="check temperature (greedy gives the best acceptance), the prompt domain and "
-                    "the drafter/target pairing; pass a known-good run as --baseline",
+                    next=advice.acceptance_low(f.flavor),
                 )
             )
 

@@ -164,5 +164,7 @@ def virtual_run(
             true_steps[index] = steps
             t_ns = (tr.t_end_ns or t_ns) + 5_000_000
             index += 1
-    info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0)
+    # virtual runs replay the twin, which serves the SGLang flavor (meta_info fields)
+    info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0,
+                   flavor="sglang")
     return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)

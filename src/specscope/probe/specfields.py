@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specscope.telemetry.llamacpp import all_steps_commit_len
 from specscope.trace.model import ServerSpecFields
 
 # SGLang meta_info / sglext names, oldest first within each tuple; first present wins.
@@ -143,13 +144,28 @@ def from_vllm_metrics(metrics: Any) -> ServerSpecFields | None:
 
 
 def from_llamacpp_timings(timings: Any) -> ServerSpecFields | None:
-    """llama.cpp `timings.draft_n` / `draft_n_accepted` (present only when drafting happened)."""
+    """llama.cpp `timings.draft_n` / `draft_n_accepted` (present only when drafting happened).
+
+    With `predicted_n` too, the request's verify steps and tokens per step follow, counting the
+    steps where nothing was drafted (n-gram speculation often drafts nothing; llama.cpp's own
+    `mean len` and `1 + accepted/drafts` leave those steps out and overstate what a client
+    sees): steps = predicted_n - 1 - accepted, accept_length = (predicted_n - 1) / steps
+    (telemetry.llamacpp.all_steps_commit_len). This is the figure the client's step
+    reconstruction is cross-checked against.
+    """
     if not isinstance(timings, dict) or "draft_n" not in timings:
         return None
     drafted = _int(timings.get("draft_n"))
     accepted = _int(timings.get("draft_n_accepted"))
+    predicted = _int(timings.get("predicted_n"))
     rate = accepted / drafted if drafted and accepted is not None else None
+    verify_ct = accept_length = None
+    if predicted is not None and accepted is not None:
+        accept_length = all_steps_commit_len(predicted, 1, accepted)
+        if accept_length is not None:
+            verify_ct = predicted - 1 - accepted
     return ServerSpecFields(
+        verify_ct=verify_ct, accept_length=accept_length,
         accepted_drafts=accepted, proposed_drafts=drafted, accept_rate=rate,
         source="llamacpp.timings",
         raw={k: timings[k] for k in ("draft_n", "draft_n_accepted", "predicted_n", "predicted_ms")

@@ -17,7 +17,9 @@ class Comparison:
     tps_ratio: float | None  # tps_A / tps_B: > 1 means B is slower
     acceptance_factor: float | None  # L_A / L_B
     step_time_factor: float | None  # s_B / s_A
-    findings: list[Finding] = field(default_factory=list)  # in B (factors vs A), not in A
+    # what the comparison concludes: B's findings (factors vs A) that A lacks, plus B's
+    # comparative ones (speculation_overhead, acceptance_low against A) even when A has the id
+    findings: list[Finding] = field(default_factory=list)
     new_findings: list[str] = field(default_factory=list)  # ids in B, not in A
     resolved_findings: list[str] = field(default_factory=list)  # ids in A, not in B
     b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
@@ -43,6 +45,17 @@ class Comparison:
         }
 
 
+def _differing(a_findings: list[Finding], b_findings: list[Finding]) -> list[Finding]:
+    """analysis.diagnosis.differing_findings when the analysis layer is installed (one rule for
+    `compare` and `compare_runs`), else the plain "ids A does not have"."""
+    try:
+        from specscope.analysis.diagnosis import differing_findings  # a heavy module
+    except ImportError:
+        ids_a = {f.id for f in a_findings}
+        return [f for f in b_findings if f.id not in ids_a]
+    return differing_findings(a_findings, b_findings)
+
+
 def _ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or den == 0:
         return None
@@ -65,7 +78,7 @@ def compare_analyses(a: Analysis, b: Analysis, b_with_baseline: Analysis | None 
     ids_b = {f.id for f in b_findings}
     return Comparison(
         tps_a=a.decode_tps, tps_b=b.decode_tps, tps_ratio=tps_ratio, acceptance_factor=acc,
-        step_time_factor=stf, findings=[f for f in b_findings if f.id not in ids_a],
+        step_time_factor=stf, findings=_differing(a.findings, b_findings),
         new_findings=sorted(ids_b - ids_a), resolved_findings=sorted(ids_a - ids_b),
         b_findings=b_findings,
     )

@@ -1,7 +1,17 @@
 """llama.cpp server speculation reports (observability.md §3): the per-request
 `draft acceptance rate = …` line (old) / `slot print_timing: … draft acceptance = …, mean
-acceptance length = …, acceptance rate per position = (…)` (PR #24536), the per-implementation
-`statistics <impl>: #calls …` line, and the `timings` object of a response."""
+acceptance length = …, acceptance rate per position = (…)` (PR #24536; some builds print
+`mean len = …` instead), the per-implementation `statistics <impl>: #calls …` line, and the
+`timings` object of a response.
+
+What llama.cpp's mean length counts: `mean acceptance length` / `mean len` / `#mean acc len`
+and `1 + accepted / drafts` (Prometheus `spec_decode_num_drafts`) average over the steps where
+something was DRAFTED. Steps where the drafter proposed nothing (n-gram speculation finds no
+match: often) commit one token and are left out, so the figure overstates tokens per step as a
+client sees them (one n-gram request logged 6.25 while the client saw ~3). Records built from
+those figures say so: `fields["commit_len_basis"] = "drafted_steps"`. Where the counts allow,
+the all-steps figure is computed instead (`all_steps_commit_len`) and labelled `"all_steps"`.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +25,27 @@ from specscope.telemetry.prefix import PrefixParser
 _ACCEPTANCE = re.compile(
     r"draft acceptance(?: rate)? = (?P<rate>\S+) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\)"
 )
-_MEAN_LEN = re.compile(r"mean acceptance length =\s*(\S+?),?(?:\s|$)")
+_MEAN_LEN = re.compile(r"mean (?:acceptance length|len) =\s*(\S+?),?(?:\s|$)")
+DRAFTED_STEPS = "drafted_steps"  # commit_len averages only steps that drafted something
+ALL_STEPS = "all_steps"  # commit_len averages every decode step (what a client observes)
+
+
+def all_steps_commit_len(tokens: float, requests: float, accepted: float) -> float | None:
+    """Mean tokens per decode step over ALL steps, drafted or not.
+
+    A request's first token comes from prefill; each later step commits its accepted drafts
+    plus one token, whether or not anything was drafted. So over `requests` requests that
+    generated `tokens` tokens with `accepted` accepted drafts, steps = tokens - requests -
+    accepted and the mean is (tokens - requests) / steps. (Prometheus cross-check:
+    `llamacpp:n_decode_total` counts one decode per prompt plus one per step, so its delta is
+    requests + steps.) The last step of a request cut at max tokens may commit fewer than it
+    accepted; the error is at most one step per request. None when the counts are inconsistent.
+    """
+    decoded = tokens - requests
+    steps = decoded - accepted
+    if decoded <= 0 or steps <= 0 or accepted < 0:
+        return None
+    return decoded / steps
 _PER_POS = re.compile(r"acceptance rate per position = \(([^)]*)\)")
 _SLOT = re.compile(r"\bid\s+(?P<slot>\d+) \| task (?P<task>\d+)")
 _STATS = re.compile(r"statistics\s+(?P<impl>[^:\s]+):")
@@ -41,6 +71,10 @@ def _parse_acceptance(line: str, prefixes: PrefixParser) -> Parsed | Malformed:
     slot = _SLOT.search(line)
     if slot:
         fields["slot"] = int(slot.group("slot"))
+    if commit is not None:
+        fields["commit_len_basis"] = DRAFTED_STEPS
+        if commit > 1:  # drafted steps = accepted / (mean - 1): the weight of this figure
+            fields["drafted_steps"] = round(fields["accepted"] / (commit - 1.0))
     pre = prefixes(line[: m.start()])
     return {
         "format": "llamacpp_log",
@@ -73,6 +107,8 @@ def _parse_statistics(line: str, prefixes: PrefixParser) -> Parsed | Malformed:
     if commit is None and gen_drafts > 0:
         commit = 1.0 + acc_tokens / gen_drafts
     pos = _STAT_POS.search(line)
+    if commit is not None:
+        fields["commit_len_basis"] = DRAFTED_STEPS
     pre = prefixes(line[: m.start()] if m else "")
     return {
         "format": "llamacpp_log",
@@ -99,7 +135,10 @@ def parse_llamacpp_log(line: str, prefixes: PrefixParser) -> Parsed | Malformed 
 
 def parse_llamacpp_timings(obj: Any) -> Parsed | None:
     """A response (with a `timings` key) or a bare `timings` object -> SpecRecord kwargs; None
-    when the request did not speculate (`draft_n` is only present when it is > 0)."""
+    when the request did not speculate (`draft_n` is only present when it is > 0).
+
+    With `predicted_n` and `draft_n_accepted` the record carries the request's all-steps commit
+    length (`all_steps_commit_len` with one request) and its step count."""
     if not isinstance(obj, dict):
         return None
     timings = obj.get("timings", obj)
@@ -113,9 +152,19 @@ def parse_llamacpp_timings(obj: Any) -> Parsed | None:
         k: v for k, v in timings.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
     rid = obj.get("id") if obj is not timings else None
+    predicted = fields.get("predicted_n")
+    commit = n_steps = None
+    if isinstance(accepted, int | float) and isinstance(predicted, int | float):
+        commit = all_steps_commit_len(predicted, 1, accepted)
+        if commit is not None:
+            n_steps = int(predicted - 1 - accepted)
+            fields["commit_len_basis"] = ALL_STEPS
     return {
         "format": "llamacpp_timings",
         "request_id": str(rid) if isinstance(rid, str | int) else None,
+        "commit_len": commit,
+        "accepted_drafts": None if commit is None else commit - 1.0,
+        "n_steps": n_steps,
         "accept_rate": accepted / draft_n if isinstance(accepted, int | float) else None,
         "scope": "request",
         "fields": fields,

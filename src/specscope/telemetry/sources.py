@@ -9,7 +9,6 @@ missing file, a command that does not exist) raise `SourceError` with a one-line
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import selectors
 import shlex
@@ -141,10 +140,8 @@ def file_chunks(path: str, log: SourceLog, block_size: int = BLOCK_SIZE) -> Iter
         if first.startswith(_GZIP_MAGIC):
             yield from _gunzip(first, stream, path, log, block_size)
         else:
-            mapped = _map_file(stream)
-            if mapped is not None:
-                with mapped:
-                    yield from _line_aligned(mapped, block_size)
+            if _is_regular(stream):
+                yield from _line_aligned(stream.fileno(), block_size, 0)  # `first` re-read: cut
                 return
             if first:
                 yield first
@@ -157,47 +154,36 @@ def file_range_chunks(path: str, start: int, stop: int, block_size: int = BLOCK_
     """Blocks of bytes [start, stop) of a plain file (a parallel worker's share), cut after
     newlines like `file_chunks`."""
     with open(path, "rb") as stream:
-        mapped = _map_file(stream)
-        if mapped is not None:
-            with mapped:
-                yield from _line_aligned(mapped, block_size, start, stop)
-            return
-        stream.seek(start)
-        left = stop - start
-        while left > 0:
-            data = stream.read(min(block_size, left))
-            if not data:
-                return
-            left -= len(data)
-            yield data
+        yield from _line_aligned(stream.fileno(), block_size, start, stop)
 
 
-def _map_file(stream: BinaryIO) -> mmap.mmap | None:
-    """A read-only map of a regular, non-empty file; None for pipes, FIFOs, /dev files."""
+def _is_regular(stream: BinaryIO) -> bool:
     try:
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-            return None
-        return mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):  # empty file, or a filesystem that cannot map
-        return None
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
-def _line_aligned(
-    mapped: mmap.mmap, block_size: int, start: int = 0, stop: int | None = None
-) -> Iterator[bytes]:
-    """Blocks of `mapped` cut after their last newline. Why: `whole_lines` then passes each
-    block on as is, where arbitrary reads cost two extra copies of the whole file (joining the
-    carried partial line, then cutting at the newline). A block without a newline (a line
-    longer than `block_size`) is yielded raw and `whole_lines` re-cuts it as before."""
-    size = len(mapped) if stop is None else min(stop, len(mapped))
-    while start < size:
-        end = min(size, start + block_size)
-        if end < size:
-            cut = mapped.rfind(b"\n", start, end)
-            if cut >= 0:
-                end = cut + 1
-        yield mapped[start:end]
-        start = end
+def _line_aligned(fd: int, block_size: int, start: int, stop: int | None = None) -> Iterator[bytes]:
+    """Positioned reads (`pread`) of a regular file from `start` to `stop` (default: its end),
+    each block cut after its last newline and the next read starting there. Why: then
+    `whole_lines` passes every block on as is, where reads of arbitrary length cost two extra
+    copies of the whole file (joining the carried partial line, then cutting at the newline).
+    A block without a newline (a line longer than `block_size`) is yielded raw and
+    `whole_lines` re-cuts it as before. Plain reads, not mmap: a log truncated by rotation
+    while it is read must end the read, not kill the process with SIGBUS."""
+    pos = start
+    while stop is None or pos < stop:
+        want = block_size if stop is None else min(block_size, stop - pos)
+        data = os.pread(fd, want, pos)
+        if not data:
+            return
+        if len(data) == want and (stop is None or pos + want < stop):
+            cut = data.rfind(b"\n") + 1
+            if 0 < cut < len(data):
+                data = data[:cut]
+        pos += len(data)
+        yield data
 
 
 def stdin_chunks(log: SourceLog, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:

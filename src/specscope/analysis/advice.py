@@ -1,0 +1,79 @@
+"""Flavor-aware `next` advice: the knob a finding points at, named the way the diagnosed
+server spells it (reference/observability.md and peers-and-models.md for the flags).
+
+A finding against a llama.cpp server that says "lower --speculative-num-draft-tokens" sends the
+reader to a flag that does not exist there; so the few findings whose fix is a server setting
+ask this module for the wording of `RunInfo.flavor` (sglang | vllm | llamacpp | anything else ->
+generic wording that names no server's flag).
+"""
+
+from __future__ import annotations
+
+KNOWN_FLAVORS = ("sglang", "vllm", "llamacpp")
+
+
+def normalise(flavor: str | None) -> str:
+    """The flavor family ('' when unknown: an OpenAI-compatible server of unknown make)."""
+    f = (flavor or "").strip().lower().replace(".", "").replace("_", "").replace("-", "")
+    if f in ("llamacpp", "llama", "llamaserver"):
+        return "llamacpp"
+    return f if f in KNOWN_FLAVORS else ""
+
+
+def draft_window(flavor: str | None, window_tokens: float) -> str:
+    at = f"{window_tokens:.0f}"
+    return {
+        "sglang": f"raise --speculative-dflash-draft-window-size (SGLang) above {at}, or use a "
+        "drafter trained for longer context",
+        "vllm": f"use a draft model whose context covers more than {at} tokens (--speculative-config "
+        "'model' / 'max_model_len' of the drafter), or a drafter trained for longer context",
+        "llamacpp": f"give the draft model (-md) a context above {at} tokens (--ctx-size-draft), "
+        "or use a draft model trained for longer context",
+    }.get(
+        normalise(flavor),
+        f"raise the drafter's context window (draft window size) above {at} tokens, or use a "
+        "drafter trained for longer context",
+    )
+
+
+def speculation_overhead(flavor: str | None) -> str:
+    return {
+        "sglang": "disable speculation for this workload, or shrink the draft tree (fewer "
+        "--speculative-num-draft-tokens / --speculative-num-steps) so a verify step costs less",
+        "vllm": "disable speculation for this workload, or lower num_speculative_tokens in "
+        "--speculative-config so a verify step costs less",
+        "llamacpp": "disable speculation for this workload (drop -md / --spec-type), or draft "
+        "less per step (lower --spec-draft-n-max / --draft-max, raise --draft-p-min) so a verify "
+        "step costs less",
+    }.get(
+        normalise(flavor),
+        "disable speculation for this workload, or draft fewer tokens per step so a verify step "
+        "costs less",
+    )
+
+
+def acceptance_low(flavor: str | None) -> str:
+    """What to check when the drafter's guesses are rarely accepted (no baseline)."""
+    base = "check temperature (greedy gives the best acceptance), the prompt domain and "
+    return base + {
+        "sglang": "the drafter/target pairing (--speculative-algorithm, "
+        "--speculative-draft-model-path)",
+        "vllm": "the drafter/target pairing ('method' / 'model' in --speculative-config)",
+        "llamacpp": "the drafter: a draft model (-md) of the target's family and tokenizer, or "
+        "for n-gram --spec-type text that repeats itself",
+    }.get(normalise(flavor), "the drafter/target pairing") + "; pass a known-good run as --baseline"
+
+
+def chunk_coalescing(flavor: str | None) -> str:
+    return {
+        "sglang": "set --stream-interval 1 on the SGLang server, or pass --logs with per-step "
+        "server telemetry",
+        "vllm": "set the stream interval to 1 (vLLM stream_interval=1), or pass --logs with "
+        "per-step server telemetry",
+        "llamacpp": "pass --logs with the server's log (llama.cpp streams one event per token, so "
+        "steps come from burst timing) or --metrics-url for the draft counters",
+    }.get(
+        normalise(flavor),
+        "set the server's stream interval to 1 (SGLang --stream-interval 1, vLLM "
+        "stream_interval=1), or pass --logs with per-step server telemetry",
+    )
