@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--tree-depth", type=int, default=6)
     ap.add_argument("--budgets", default="4,16,64")
     ap.add_argument("--draft-layers", type=int, default=8)
-    ap.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup drafter matches")
+    ap.add_argument("--ngram-min", type=int, default=3, help="shortest n-gram the lookup drafter matches")
     ap.add_argument("--configs", default="", help="only run configurations whose name contains one of these (comma list)")
     ap.add_argument("--sets", default="code,chat,edit")
     ap.add_argument("--skip-hf", action="store_true")

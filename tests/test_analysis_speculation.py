@@ -64,7 +64,7 @@ def test_declared_drafter_with_every_draft_rejected_is_still_low_acceptance(plai
     # Same one-token steps, but the server says it drafts 4 per step: the drafter is useless.
     an = analyze(_run(plain, 3, server_info={"speculative_algorithm": "EAGLE",
                                              "speculative_num_draft_tokens": 5}))
-    assert ACCEPTANCE_IDS <= _ids(an)
+    assert _ids(an) >= ACCEPTANCE_IDS
     assert not any("speculation" in n and "off" in n for n in an.notes)
 
 
@@ -125,3 +125,20 @@ def test_speculation_state_rules():
     zero = SpecRecord(format="prometheus", scope="run_delta",
                       fields={"delta": {"drafts": 0.0, "accepted_tokens": 0.0}})
     assert speculation_state({}, ones, [], [zero]).off
+
+
+def test_server_figures_over_drafted_steps_are_labelled_and_yield_to_all_steps_ones():
+    from specscope.analysis.acceptance import from_telemetry
+
+    logged = SpecRecord(format="llamacpp_log", scope="request", commit_len=6.25,
+                        fields={"accepted": 105, "generated": 120,
+                                "commit_len_basis": "drafted_steps"})
+    counters = SpecRecord(format="prometheus", scope="run_delta", commit_len=6.25, n_steps=20,
+                          fields={"delta": {"drafts": 20.0, "accepted_tokens": 105.0}})
+    timings = SpecRecord(format="llamacpp_timings", scope="request", commit_len=3.0, n_steps=50,
+                         fields={"commit_len_basis": "all_steps"})
+    only_drafted = from_telemetry([logged, counters])
+    assert only_drafted.per_drafted_step and "per drafted step" in only_drafted.source
+    mixed = from_telemetry([logged, counters, timings])
+    assert not mixed.per_drafted_step and mixed.mean_commit_len == 3.0
+    assert "per drafted step" not in mixed.source

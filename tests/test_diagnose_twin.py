@@ -170,6 +170,10 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
     shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300")
     base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
     assert proc_a.returncode == 0, proc_a.stderr[-3000:]
+    # no drafter on the plain server: nothing to blame on acceptance, and it says so
+    assert not {"acceptance_low", "speculation_overhead"} & set(finding_ids(base)), finding_ids(base)
+    stored = json.loads((Path(base["run_dir"]) / "analysis.json").read_text())
+    assert any("speculation is off" in n for n in stored["notes"]), stored["notes"]
     obj, proc_b = diagnose_json(spec_srv.url, tmp_path / "spec", *shape, "--baseline", base["run_dir"])
     assert proc_b.returncode == 0, proc_b.stderr[-3000:]
     check_contract(obj)
@@ -186,6 +190,7 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
     for key in ("tps_ratio", "acceptance_factor", "step_time_factor", "findings"):
         assert key in c
     assert c["tps_ratio"] > 1.0  # the speculative run is slower
+    assert "speculation_overhead" in {f["id"] for f in c["findings"]}, c["findings"]
     assert c["acceptance_factor"] * c["step_time_factor"] == pytest.approx(c["tps_ratio"], rel=1e-6)
     gate = specscope("compare", base["run_dir"], obj["run_dir"], "--fail-if-slower", "10%", home=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr

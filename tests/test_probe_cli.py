@@ -139,8 +139,13 @@ def test_llamacpp_per_token_bursts(tmp_path):
     assert body["n_predict"] == 64 and body["ignore_eos"] is True and body["stream"] is True
     assert s["token_count_sources"] == {"events": 1}
     assert s["steps"]["methods"] == {"burst": 1}
-    assert s["mean_commit_len_source"] == "client"
+    # timings give predicted_n and draft_n_accepted: the server's all-steps commit length
+    # ((predicted_n - 1) / (predicted_n - 1 - accepted)), which the bursts must agree with
+    assert s["mean_commit_len_source"] == "server"
     assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=1e-6)
+    assert s["server_spec"]["verify_ct"] == len(sched.commits)
+    [check] = s["steps"]["cross_checks"]
+    assert check["result"].endswith("(agree)") and check["requests"] == 1
     assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.75
     assert_rate(s["decode_tps"], sched.decode_tps)
     assert s["server_spec"]["proposed_drafts"] == len(sched.commits) * sched.max_drafts

@@ -54,3 +54,20 @@ def test_bad_input_exits_2(runs, tmp_path):
     not_a_run.mkdir()
     res = _compare(not_a_run, fast)
     assert res.exit_code == 2 and "not a specscope run directory" in res.output
+
+
+def test_comparative_finding_of_b_stays_in_findings_when_a_has_the_id():
+    """A (analysed alone) may carry speculation_overhead from a low commit length; B measured
+    against A as baseline says B is slower because of speculation: that is the comparison's
+    conclusion and belongs in `findings`, not only in `b_findings`."""
+    from specscope.analysis.model import Analysis, Finding
+    from specscope.store.compare import compare_analyses
+
+    a = Analysis(decode_tps=30.0, mean_commit_len=1.0, mean_step_s=1 / 30, requests=2,
+                 findings=[Finding(id="speculation_overhead", summary="alone")])
+    b = Analysis(decode_tps=20.0, mean_commit_len=1.4, mean_step_s=0.07, requests=2)
+    b_vs_a = Analysis(decode_tps=20.0, requests=2, findings=[
+        Finding(id="speculation_overhead", summary="slower than plain A", factor=1.5)])
+    cmp = compare_analyses(a, b, b_vs_a)
+    assert [f.id for f in cmp.findings] == ["speculation_overhead"]
+    assert cmp.to_dict()["findings"][0]["summary"] == "slower than plain A"

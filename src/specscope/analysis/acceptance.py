@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specscope.telemetry.llamacpp import ALL_STEPS, DRAFTED_STEPS
 from specscope.telemetry.records import SpecRecord
 
 KTOK = 1000.0
@@ -382,6 +383,8 @@ class ServerAcceptance:
     per_step: bool  # True when built from per-step records (a real histogram)
     histogram: dict[int, int] = field(default_factory=dict)
     by_request: dict[str, list[float]] = field(default_factory=dict)  # per-step, in order
+    # True when the figure averages only steps that drafted something (see _basis)
+    per_drafted_step: bool = False
 
 
 STEP_FORMATS = ("ddtree", "avg_commit")
@@ -430,6 +433,13 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
     summaries = [r for r in recs if r.scope != "lifetime"]
     if not summaries:
         return None
+    # Figures over drafted steps only (llama.cpp's `mean len`, 1 + accepted / drafts) overstate
+    # tokens per step where steps draft nothing (n-gram): all-steps figures win when present,
+    # and a drafted-steps-only answer says so in its source.
+    bases = {_basis(r) for r in summaries}
+    if ALL_STEPS in bases and DRAFTED_STEPS in bases:
+        summaries = [r for r in summaries if _basis(r) != DRAFTED_STEPS]
+    drafted_only = all(_basis(r) == DRAFTED_STEPS for r in summaries)
     w = np.asarray(
         [float(r.n_steps) if r.n_steps is not None and r.n_steps > 0 else 1.0 for r in summaries]
     )
@@ -441,6 +451,21 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
     return ServerAcceptance(
         mean_commit_len=float(np.sum(w * v) / np.sum(w)),
         n_steps=float(np.sum(w)),
-        source=f"server summaries ({', '.join(formats)}; {weighting})",
+        source=f"server summaries ({', '.join(formats)}; {weighting}"
+        + ("; per drafted step: steps that drafted nothing are not counted)" if drafted_only else ")"),
         per_step=False,
+        per_drafted_step=drafted_only,
     )
+
+
+def _basis(r: SpecRecord) -> str | None:
+    """Which steps a summary record's commit length averages: llama.cpp records say it; a
+    counter delta's 1 + accepted / drafts (vLLM, llama.cpp) counts only steps with a draft."""
+    basis = r.fields.get("commit_len_basis")
+    if isinstance(basis, str):
+        return basis
+    if r.format == "prometheus" and r.scope == "run_delta":
+        delta = r.fields.get("delta")
+        if isinstance(delta, dict) and delta.get("drafts"):
+            return DRAFTED_STEPS
+    return None

@@ -549,6 +549,12 @@ def analyze(
         out.notes.append(
             f"server telemetry ({server.source}) says {server.mean_commit_len:.2f} tokens/step over "
             f"its window, the client {out.mean_commit_len:.2f} over {m.main_label}"
+            + (
+                " (the server's figure is per drafted step: it is higher wherever steps draft "
+                "nothing, as n-gram lookup often does)"
+                if server.per_drafted_step
+                else ""
+            )
         )
 
     # --- two-point vs full, honeymoon --------------------------------------------------------
