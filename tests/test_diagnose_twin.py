@@ -233,22 +233,35 @@ def test_unreachable_server_exits_1_without_traceback(tmp_path):
     assert proc.returncode == 1 and "not reachable" in obj["error"] and obj["decode_tps"] is None
 
 
-def test_embedded_default_without_gpu_is_the_seed_regression_twin(tmp_path):
-    """What `specscope diagnose` (no URL, no flags) serves on a machine without a GPU, and that
-    it binds loopback and stops with its context."""
+@pytest.mark.engine
+def test_embedded_default_is_the_speculating_engine(tmp_path):
+    """What `specscope diagnose` (no URL, no flags) serves: the real engine with speculation on
+    loopback, which stops with its context."""
     import urllib.request
-
-    import torch
 
     from specscope.commands.diagnose_support import embedded_server
 
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the embedded default is the engine there")
     with embedded_server(log_file=tmp_path / "server.log") as (url, description, notes):
+        assert url.startswith("http://127.0.0.1:")
+        info = json.loads(urllib.request.urlopen(url + "/get_server_info", timeout=10).read())
+        assert description.startswith("engine ")
+        assert "draft tokens" in description
+        assert not notes, notes
+        assert info is not None
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/v1/models", timeout=2)
+
+
+def test_embedded_twin_on_request_is_seed_regression(tmp_path):
+    """`--backend twin` without a scenario gives the story's regression, on loopback."""
+    import urllib.request
+
+    from specscope.commands.diagnose_support import embedded_server
+
+    with embedded_server(backend="twin", log_file=tmp_path / "server.log") as (url, description, _):
         assert url.startswith("http://127.0.0.1:")
         models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=10).read())
         assert models["data"][0]["id"] == "twin-k2.6-ddtree"
         assert description == "twin scenario seed-regression"
-        assert any("no GPU" in n for n in notes)
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/v1/models", timeout=2)

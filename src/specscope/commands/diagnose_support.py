@@ -153,9 +153,7 @@ DEFAULT_SCENARIO = "seed-regression"
 ENGINE_SPEC_OPTIONS: dict[str, Any] = {"drafter": "ngram", "verify": "tree", "num_draft_tokens": 4}
 
 
-def _engine_is_practical() -> bool:
-    """The engine is the embedded default only where it decodes at a useful speed (a GPU);
-    the demo and `--quick` promise about a minute."""
+def _cuda_available() -> bool:
     try:
         import torch
 
@@ -165,14 +163,18 @@ def _engine_is_practical() -> bool:
 
 
 def _engine_backend() -> tuple[Any, str]:
+    """The engine, speculating. On this project's 2-core CPU machines the n-gram tree measured
+    41 tok/s against 12.6 without speculation on the probe's prompts (3.3x; see issue 8's note),
+    so it is the default on CPU as well as on a GPU."""
     from specscope.engine.factory import build_backend
 
-    device = "cuda" if _engine_is_practical() else "cpu"
+    device = "cuda" if _cuda_available() else "cpu"
     backend = build_backend(device=device, **ENGINE_SPEC_OPTIONS)
     info = backend.info
     if not info.num_draft_tokens:
         raise ServerStartError("the engine built without speculation")
-    return backend, f"engine {info.model} ({info.spec_algorithm}, {info.num_draft_tokens} draft tokens)"
+    return backend, (f"engine {info.model} on {device} ({info.spec_algorithm}, "
+                     f"{info.num_draft_tokens} draft tokens)")
 
 
 @contextlib.contextmanager
@@ -182,7 +184,8 @@ def embedded_server(scenario: str | None = None, time_scale: float | None = None
     """Start the default server on 127.0.0.1 in a thread; yield (base URL, description, notes).
 
     Default: the engine with a speculative configuration (n-gram drafter, tree verify) when it
-    has a GPU, builds and really speculates; else the twin with the seed-regression scenario.
+    builds (torch installed) and really speculates; else the twin with the seed-regression
+    scenario, saying why.
     Its log goes to `log_file` (read as evidence).
     """
     from specscope.serve.options import ServeOptions
@@ -192,11 +195,7 @@ def embedded_server(scenario: str | None = None, time_scale: float | None = None
     handle = None
     description = ""
     try:
-        if backend is None and scenario is None and not _engine_is_practical():
-            notes.append("embedded default: the twin (seed-regression), because the engine has no "
-                         "GPU here (on CPU it decodes ~10 tok/s, so the plan would take many minutes); "
-                         "pass --backend engine to diagnose the engine anyway")
-        elif backend == "engine" or (backend is None and scenario is None):
+        if backend == "engine" or (backend is None and scenario is None):
             try:
                 be, description = _engine_backend()
                 handle = run_server(be, ServeOptions(log_file=log_file, log_to_stderr=False))
