@@ -92,7 +92,7 @@ def test_missing_series_say_not_measured_without_crashing():
     page = render_html(ctx)
     assert "Not measured in this run." in page
     assert 'Plotly.newPlot("plot-' not in page
-    assert "No finding." in page
+    assert "No finding:" in page
 
 
 def test_markdown_escapes_and_lists_findings():

@@ -743,10 +743,19 @@ def _no_finding_reason(f: Facts) -> str:
     else:
         parts.append("acceptance is steady (no decay, no window cliff)")
     if f.drift is not None:
-        parts.append(f"no step-time drift beyond noise (z={f.drift.z:.1f})")
+        d = f.drift
+        if not d.significant:
+            parts.append(f"no significant step-time drift with output position (z={d.z:.1f} < 3)")
+        elif d.slope_s_per_token <= 0:
+            parts.append(f"step time does not grow with output position (z={d.z:.1f})")
+        else:
+            parts.append(
+                f"step time grows {d.slope_s_per_token * 1e6:.1f} us per output token (z={d.z:.1f}), "
+                f"{d.share:.0%} of the step over the generation: too small to count as drift"
+            )
     elif f.step_fit is not None and not f.step_fit.identifiable:
         parts.append("drift not testable with one prompt length")
-    return "No finding: " + "; ".join(parts) + "."
+    return "; ".join(parts) + "."
 
 
 class Comparison(BaseModel):

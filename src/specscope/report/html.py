@@ -83,7 +83,7 @@ def _attribution(ctx: ReportContext) -> str:
 def _findings(ctx: ReportContext) -> str:
     a = ctx.analysis
     if not a.findings:
-        return f"<p>No finding. {_e(a.no_finding_reason or '')}</p>"
+        return f"<p>No finding: {_e(a.no_finding_reason or '')}</p>"
     parts = []
     for rank, f in enumerate(a.findings, start=1):
         ev = "".join(

@@ -43,7 +43,7 @@ def render_markdown(ctx: ReportContext) -> str:
                 f"step-time factor {fmt(at.step_time_factor, 3)}", ""]
     out += ["## Findings", ""]
     if not a.findings:
-        out += [f"No finding. {md_escape(a.no_finding_reason or '')}", ""]
+        out += [f"No finding: {md_escape(a.no_finding_reason or '')}", ""]
     for rank, f in enumerate(a.findings, start=1):
         factor = f", factor {fmt(f.factor, 2)}" if f.factor is not None else ""
         out.append(f"{rank}. **{f.id}** (confidence {fmt(f.confidence, 2)}{factor}): {md_escape(f.summary)}")

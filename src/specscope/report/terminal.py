@@ -3,6 +3,7 @@ steps. Server text is printed with markup disabled so `[red]` in a model name st
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -42,7 +43,7 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
                            style="bold yellow"))
 
     if not a.findings:
-        console.print(Text(f"No finding. {a.no_finding_reason or ''}"))
+        console.print(Text(f"No finding: {a.no_finding_reason or ''}"))
     for rank, f in enumerate(a.findings, start=1):
         lines = [Text.assemble((f"{rank}. {f.id}", "bold cyan"),
                                f"  confidence {fmt(f.confidence, 2)}",
@@ -63,12 +64,13 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
 def render_plan(plan: Plan, console: Console, target: str) -> None:
     """What will be sent, before anything is: steps, token counts, estimated time. Steps of one
     tag (two-point's alternating rounds) are shown as one row."""
-    t = Table(title=Text(f"Plan for {target}"), title_justify="left")
+    t = Table(title=Text(f"Plan for {target}"), title_justify="left", box=box.SIMPLE_HEAD,
+              padding=(0, 1))
     t.add_column("experiment", no_wrap=True)
-    t.add_column("prompt tok", justify="right")
-    t.add_column("max tok", justify="right")
-    t.add_column("requests", justify="right")
-    t.add_column("est. s", justify="right")
+    t.add_column("prompt", justify="right")
+    t.add_column("gen", justify="right")
+    t.add_column("req", justify="right")
+    t.add_column("est s", justify="right")
     t.add_column("why", overflow="fold")
     d, p = plan.decode_tps_assumed, plan.prefill_tps_assumed
     rows: dict[str, list] = {}
