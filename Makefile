@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 # The embedded default is the engine (SmolLM2, n-gram drafter, tree verify). On a 2-core CPU the
 # user's default shape (2700-token prompt, 1500 tokens) takes minutes, so the demo asks for a
 # smaller one explicitly; `specscope diagnose` without flags keeps the story's shape.
-DEMO_ARGS ?= --quick --prompt-tokens 512 --max-tokens 256
+DEMO_ARGS ?= --quick --prompt-tokens 1024 --max-tokens 512
 demo: setup
 	$(VENV)/bin/specscope diagnose $(DEMO_ARGS)
 	@echo
