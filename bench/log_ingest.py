@@ -155,8 +155,9 @@ def main() -> int:
     ap.add_argument(
         "--jobs",
         type=int,
-        default=1,
-        help="specscope processes for the file (default 1; 0 = usable CPUs, max 4)",
+        default=0,
+        help="specscope processes for the file (default 0 = usable CPUs, max 4, as `specscope "
+        "logs` does; the shell pipeline runs its four stages in parallel too)",
     )
     args = ap.parse_args()
     size = parse_size(args.size)

@@ -57,8 +57,11 @@ def logs(
         float, typer.Option("--cmd-timeout", help="Seconds before --logs-cmd is killed")
     ] = DEFAULT_COMMAND_TIMEOUT_S,
     jobs: Annotated[
-        int, typer.Option(help="Processes for a big plain file (0 = usable CPUs, max 4)")
-    ] = 1,
+        int,
+        typer.Option(
+            help="Processes for a plain file over 64 MB (0 = usable CPUs, max 4; 1 = one process)"
+        ),
+    ] = 0,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show the first malformed lines")
     ] = False,
