@@ -235,8 +235,9 @@ def fit_acceptance(
         if window_choice and _confirm_window(y, ctx, pos, window_choice[0]) is None:
             if _bic(window_choice[1], n, 3) < bic["none"] - 10:
                 notes.append(
-                    "commit length drops with context inside a generation, but requests that start "
-                    "at a longer context do not confirm a window cliff: read as decay"
+                    "commit length changes with context inside a generation, but requests that "
+                    "start at a longer context do not confirm a window cliff, so it is tested as an "
+                    "output-position effect (decay) instead of a draft window"
                 )
             window_choice = None
         if window_choice:
