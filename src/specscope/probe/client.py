@@ -257,8 +257,9 @@ class ProbeClient:
 def _apply(decoder: Decoder, data: str, t_ns: int, chunks: list[Chunk]) -> None:
     delta = decoder.on_event(data)
     if delta is not None:
-        chunks.append(Chunk(t_ns=t_ns, n_tokens=delta.n_tokens, n_chars=len(delta.text),
-                            server_ts=delta.server_ts))
+        # model_construct: no validation on the receive path (the fields are ours, typed).
+        chunks.append(Chunk.model_construct(t_ns=t_ns, n_tokens=delta.n_tokens,
+                                            n_chars=len(delta.text), server_ts=delta.server_ts))
 
 
 def _fill(trace: RequestTrace, decoder: Decoder) -> None:
