@@ -56,3 +56,20 @@ def test_threshold_parsing():
         except ValueError:
             continue
         raise AssertionError(bad)
+
+
+def test_probe_runs_show_their_numbers(tmp_path, monkeypatch, twin_server):
+    """A plain `specscope probe` run has no analysis.json; the index reads its summary.json."""
+    monkeypatch.setenv("SPECSCOPE_HOME", str(tmp_path))
+    handle = twin_server("healthy", time_scale=0.1)
+    runner = CliRunner()
+    res = runner.invoke(app, ["probe", handle.url, "--prompt-tokens", "64", "--max-tokens", "48",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    probe_tps = json.loads(res.stdout)["summary"]["decode_tps"]
+    res = runner.invoke(app, ["runs", "--json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["kind"] == "probe"
+    assert probe_tps and row["decode_tps"] == probe_tps
+    assert row["mean_commit_len"] is not None

@@ -7,6 +7,7 @@ import time
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -15,8 +16,11 @@ from specscope.report.context import fmt, fmt_ms
 from specscope.store import RunIndex
 
 
-def _short(path: str) -> str:
-    """The run dir relative to the current directory when it lies below it."""
+def _short(path: str, home: str) -> str:
+    """The run's name when it lies in the home the title names (what `compare` and `report`
+    accept after `HOME/`), else its path relative to the current directory when below it."""
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(home):
+        return os.path.basename(path)
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
 
@@ -32,16 +36,17 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON obje
         out_console.print(f"No runs under {index.home} (set SPECSCOPE_HOME to look elsewhere).",
                           markup=False, highlight=False)
         return
-    t = Table(title=Text(f"Runs under {index.home} (newest first)"), title_justify="left")
+    t = Table(title=Text(f"Runs under {index.home} (newest first)"), title_justify="left",
+              box=box.SIMPLE_HEAD)
     t.add_column("started", no_wrap=True)
     t.add_column("status", no_wrap=True)
     t.add_column("tok/s", justify="right", no_wrap=True)
     t.add_column("commit", justify="right", no_wrap=True)
     t.add_column("step", justify="right", no_wrap=True)
-    t.add_column("run dir", overflow="fold")
-    t.add_column("endpoint", overflow="fold")
+    t.add_column("run", no_wrap=True)
+    t.add_column("endpoint", no_wrap=True, overflow="ellipsis")
     for r in rows:
         started = time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-"
         t.add_row(started, Text(r.status), fmt(r.decode_tps, 1), fmt(r.mean_commit_len, 2),
-                  fmt_ms(r.mean_step_s), Text(_short(r.path)), Text(r.endpoint))
+                  fmt_ms(r.mean_step_s), Text(_short(r.path, str(index.home))), Text(r.endpoint))
     out_console.print(t)

@@ -7,7 +7,7 @@ time (`rescan`), so a deleted or corrupted index loses nothing. It lives at
 
 from __future__ import annotations
 
-import os
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specscope.trace.rundir import RunDirError, RunDirReader
+from specscope.trace.rundir import RunDirError, RunDirReader, runs_home
 
 INDEX_FILE = "index.sqlite"
 
@@ -33,11 +33,6 @@ CREATE TABLE IF NOT EXISTS runs (
     mean_step_s REAL
 )
 """
-
-
-def runs_home() -> Path:
-    """Read at call time so tests and users can point SPECSCOPE_HOME elsewhere."""
-    return Path(os.environ.get("SPECSCOPE_HOME", "specscope-runs"))
 
 
 @dataclass
@@ -64,12 +59,23 @@ def _num(obj: dict[str, Any] | None, key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+def _probe_summary(run_dir: Path) -> dict[str, Any] | None:
+    """`summary.json`'s `summary` object (written by `specscope probe`), None when absent or bad."""
+    try:
+        obj = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    summary = obj.get("summary") if isinstance(obj, dict) else None
+    return summary if isinstance(summary, dict) else None
+
+
 def row_from_dir(run_dir: Path | str) -> RunRow:
     """Summarise one run dir (raises RunDirError when it is not one)."""
     reader = RunDirReader(run_dir)
     info = reader.info()
     status = info.status
-    analysis = reader.analysis()
+    # A diagnosis has analysis.json; a plain probe run has only its summary.json.
+    analysis = reader.analysis() or _probe_summary(Path(run_dir))
     return RunRow(path=str(Path(run_dir).resolve()), run_id=info.run_id, kind=info.kind,
                   endpoint=info.endpoint, model=info.model, started=info.started_unix,
                   status=status, decode_tps=_num(analysis, "decode_tps"),

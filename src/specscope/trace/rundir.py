@@ -25,7 +25,12 @@ TELEMETRY_JSONL = "telemetry.jsonl"
 ANALYSIS_JSON = "analysis.json"
 REPORT_HTML = "report.html"
 
-DEFAULT_RUNS_HOME = Path(os.environ.get("SPECSCOPE_HOME", "specscope-runs"))
+
+
+def runs_home() -> Path:
+    """Where runs are kept unless `--out` says otherwise: `SPECSCOPE_HOME`, else
+    ./specscope-runs. Read at call time, so that the writer and the run index always agree."""
+    return Path(os.environ.get("SPECSCOPE_HOME", "specscope-runs"))
 
 
 class RunDirError(Exception):
@@ -47,7 +52,7 @@ class RunDirWriter:
 
     def __init__(self, path: Path | str | None, info: RunInfo):
         if path is None:
-            path = DEFAULT_RUNS_HOME / (info.run_id or new_run_id(info.kind))
+            path = runs_home() / (info.run_id or new_run_id(info.kind))
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         if not info.run_id:
