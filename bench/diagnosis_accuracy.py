@@ -20,8 +20,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from specscope.analysis.accuracy import Outcome, evaluate, randomised_cases
 from specscope.twin.model import load_scenario, scenario_names
+from specscope.validation.accuracy import Outcome, evaluate, randomised_cases
 
 
 def main(argv: list[str] | None = None) -> int:

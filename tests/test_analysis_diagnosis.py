@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specscope.analysis import virtual
-from specscope.analysis.accuracy import HEALTHY_FORBIDDEN, Case, evaluate, randomised_cases
 from specscope.analysis.diagnosis import analyze, compare_runs
 from specscope.analysis.model import FINDING_IDS
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace
 from specscope.twin import model as tw
+from specscope.validation.accuracy import HEALTHY_FORBIDDEN, Case, evaluate, randomised_cases
 
 
 @pytest.fixture(scope="module")
