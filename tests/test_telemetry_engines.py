@@ -1,11 +1,13 @@
 """The fast engines give the general parser's answer exactly.
 
-Production scanning takes three shortcuts: all markers found in one Aho-Corasick pass
+Production scanning takes four shortcuts: all markers found in one Aho-Corasick pass
 (markers.py), the canonical DDTREE lines counted by one regex without building records
-(fastpath.py), and files read as newline-aligned positioned reads (sources.py). The reference here is
+(fastpath.py), the canonical SGLang `Decode batch` / vLLM `SpecDecoding metrics` lines read by
+one regex each (linefast.py), and files read as newline-aligned positioned reads (sources.py). The reference here is
 the general path the fast ones replaced: one `bytes.find` pass per marker (the engine switched
 off), every line parsed into a record (`keep_records=True`), the whole input as one block.
-Hypothesis mixes the real example lines of every format with mutated DDTREE lines, other
+Hypothesis mixes the real example lines of every format with mutated DDTREE, Decode batch and
+SpecDecoding lines, other
 ranks, noise, ANSI codes and binary bytes, and cuts them into random blocks.
 """
 
@@ -115,6 +117,67 @@ def ddtree_line(draw):
     return f"{prefix}{engine} metrics {body}{tail}"
 
 
+@st.composite
+def sglang_decode_line(draw):
+    """The canonical `Decode batch` shape (linefast.py) and its near misses."""
+    rank = draw(ranks)
+    second = draw(st.integers(0, 61))
+    stamp = draw(st.sampled_from([f"2026-11-29 10:00:{second:02d}", "2026-13-40 10:00:00", "2026-11-29T10:00:01"]))
+    prefix = draw(
+        st.sampled_from(
+            [
+                f"[{stamp} {rank}] " if rank else f"[{stamp}] ",
+                f"Nov 29 10:00:01 gpu01 python[7]: [{stamp} {rank}] ",
+                f"[2026-11-29 09:00:00 TP1] x [{stamp} {rank}] ",
+                f"\x1b[32m[{stamp} {rank}] ",
+                "Decode batch [",
+                "",
+            ]
+        )
+    )
+    acc, rate, gen = draw(numbers), draw(numbers), draw(numbers)
+    sep = draw(st.sampled_from([",", ".", " [12],"]))
+    accept = draw(
+        st.sampled_from(
+            [f"accept len: {acc}, accept rate: {rate}, ", f"accept len: {acc}, ", f"accept rate: {rate}, ", ""]
+        )
+    )
+    graph = draw(st.sampled_from(["cuda graph: True, ", "npu graph: False, ", ""]))
+    queue = draw(st.sampled_from(["0", "3", "x"]))
+    tail = draw(st.sampled_from(["", ", ", " ", "\r", ", est. decode TFLOPS/s (per GPU): 1.0", "…"]))
+    return (
+        f"{prefix}Decode batch{sep} #running-req: {draw(st.sampled_from(['1', '24', 'x']))}, "
+        f"#token: 2701, token usage: 0.02, {accept}{graph}gen throughput (token/s): {gen}, "
+        f"#queue-req: {queue}{tail}"
+    )
+
+
+@st.composite
+def vllm_spec_line(draw):
+    """The canonical `SpecDecoding metrics` shape (linefast.py) and its near misses."""
+    second = draw(st.integers(0, 59))
+    prefix = draw(
+        st.sampled_from(
+            [
+                f"(APIServer pid=1) INFO 11-29 10:00:{second:02d} [metrics.py:101] ",
+                f"Nov 29 10:00:{second:02d} gpu01 vllm[9]: INFO 11-29 10:00:00 [metrics.py:1] ",
+                f"[2026-11-29 10:00:{second:02d} TP1] ",
+                "SpecDecoding metrics ",
+                "",
+            ]
+        )
+    )
+    mean, pct = draw(numbers), draw(numbers)
+    per_pos = draw(st.sampled_from(["0.600, 0.385, 0.000", "0.5", "0.600, …", ""]))
+    accepted = draw(st.sampled_from(["89", "0", "x"]))
+    return (
+        f"{prefix}SpecDecoding metrics: Mean acceptance length: {mean}, Accepted throughput: 8.90 "
+        f"tokens/s, Drafted throughput: 97.50 tokens/s, Accepted: {accepted} tokens, Drafted: 975 "
+        f"tokens, Per-position acceptance rate: {per_pos}, Avg Draft acceptance rate: {pct}%"
+        + draw(st.sampled_from(["", " ", "\r", " extra"]))
+    )
+
+
 noise = st.sampled_from(
     [
         'Nov 29 10:00:01 gpu01 python[7]: INFO: 127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK',
@@ -125,7 +188,14 @@ noise = st.sampled_from(
         "",
     ]
 )
-line = st.sampled_from(REAL_LINES) | ddtree_line() | noise | st.text(max_size=40)
+line = (
+    st.sampled_from(REAL_LINES)
+    | ddtree_line()
+    | sglang_decode_line()
+    | vllm_spec_line()
+    | noise
+    | st.text(max_size=40)
+)
 options = st.sampled_from(
     [
         {"rank": "TP0"},
@@ -215,3 +285,75 @@ def test_marker_without_trailing_space_is_still_read(tail):
     fast = _fast(data, [], {"rank": "TP0"})
     assert fast == _reference(data, {"rank": "TP0"})
     assert fast["malformed"] == 1 and fast["formats"] == {"ddtree": 1, "vllm_spec": 1}
+
+
+def test_canonical_interval_lines_take_the_fast_parsers(monkeypatch):
+    """The bench's (and real servers') interval lines are read by linefast.py, not the general
+    parsers, and give the general parsers' summary."""
+    from specscope.telemetry import scan
+
+    data = (
+        b"Nov 29 10:00:01 gpu01 python[7]: [2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, "
+        b"#token: 2702, token usage: 0.02, accept len: 2.05, accept rate: 0.41, cuda graph: True, "
+        b"gen throughput (token/s): 32.70, #queue-req: 0\n"
+        b"[2026-11-29 10:00:02 TP1] Decode batch, #running-req: 2, #token: 9, token usage: 0.02, "
+        b"cuda graph: True, gen throughput (token/s): 30.00, #queue-req: 1\n"
+        b"(APIServer pid=1) INFO 11-29 10:00:03 [metrics.py:101] SpecDecoding metrics: Mean "
+        b"acceptance length: 2.37, Accepted throughput: 8.90 tokens/s, Drafted throughput: 97.50 "
+        b"tokens/s, Accepted: 89 tokens, Drafted: 975 tokens, Per-position acceptance rate: 0.600, "
+        b"0.385, 0.000, Avg Draft acceptance rate: 9.1%\n"
+    )
+    real_clean = scan.clean_bytes
+    calls: list[bytes] = []
+
+    def counting_clean(raw: bytes) -> str:  # every general parse starts here
+        calls.append(raw)
+        return real_clean(raw)
+
+    for opts in ({"rank": "TP0"}, {"rank": None}):
+        expected = _reference(data, opts)
+        calls.clear()
+        monkeypatch.setattr(scan, "clean_bytes", counting_clean)
+        got = _fast(data, [], opts)
+        monkeypatch.setattr(scan, "clean_bytes", real_clean)
+        assert got == expected
+        assert calls == []  # no line went through the general parsers
+        assert got["formats"] == ({"sglang_decode": 1, "vllm_spec": 1} if opts["rank"] else {"sglang_decode": 2, "vllm_spec": 1})
+        assert got["filtered"]["other_rank"] == (1 if opts["rank"] else 0)
+
+
+_DECODE_BODY = (
+    "Decode batch, #running-req: 2, #token: 9, token usage: 0.02, accept len: 2.50, accept rate: "
+    "0.50, cuda graph: True, gen throughput (token/s): 30.00, #queue-req: 1"
+)
+_SPEC_BODY = (
+    "SpecDecoding metrics: Mean acceptance length: 2.37, Accepted throughput: 8.90 tokens/s, "
+    "Drafted throughput: 97.50 tokens/s, Accepted: 89 tokens, Drafted: 975 tokens, Per-position "
+    "acceptance rate: 0.600, 0.385, Avg Draft acceptance rate: 9.1%"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"[2026-11-29 10:00:01 TP0] {_DECODE_BODY}",
+        f"Decode batch [[2026-11-29 10:00:01 TP0] {_DECODE_BODY}",  # marker before the stamp
+        f"[2026-11-29 09:00:00 TP1] x [2026-11-29 10:00:01 TP0] {_DECODE_BODY}",  # first stamp wins
+        f"[2026-11-29 10:00:61 TP0] {_DECODE_BODY}",  # second 61: no timestamp
+        f"[2026-13-29 10:00:01 TP0 EP1] {_DECODE_BODY}",  # month 13: no timestamp
+        f"[2026-11-29 10:00:01] {_DECODE_BODY}, ",  # no rank, old trailing comma
+        f"[2026-11-29 10:00:01 TP0] {_DECODE_BODY}".replace("2.50", "9" * 400),  # inf
+        f"\x1b[32m[2026-11-29 10:00:01 TP0] {_DECODE_BODY}",
+        f"(APIServer pid=1) INFO 11-29 10:00:03 [metrics.py:101] {_SPEC_BODY}",
+        f"SpecDecoding metrics [2026-11-29 10:00:01 TP1] {_SPEC_BODY}",
+        f"[2026-11-29 10:00:01 TP1] {_SPEC_BODY}".replace("2.37", "1.00"),  # no step estimate
+        f"[2026-11-29 10:00:01 TP1] {_SPEC_BODY}".replace("9.1%", "…%"),
+        f"[2026-11-29 10:00:01 TP1] {_SPEC_BODY}".replace("0.385", "9" * 400),  # inf: skipped
+    ],
+)
+def test_interval_line_near_misses_equal_the_general_parser(text):
+    """Shapes next to the canonical ones: the fast parsers read them or hand them on, and the
+    summary is the general parsers' either way."""
+    data = (text + "\n").encode()
+    for opts in ({"rank": "TP0"}, {"rank": None}, {"rank": "TP0", "since": 0.0}):
+        assert _fast(data, [], opts) == _reference(data, opts)

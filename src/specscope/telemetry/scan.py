@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from specscope.telemetry.base import LineFormat, Malformed, Parsed, to_record
+from specscope.telemetry.linefast import FastLines, parsed_of
 from specscope.telemetry.prefix import PrefixParser
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.summary import LogSummary
@@ -75,6 +77,9 @@ class Scanner:
 
             self._fast = FastDDTree(options, self.prefixes)
         self._unmarked = [f for f in options.formats if not f.markers]
+        # Canonical interval lines skip the general parsers when only the summary is wanted.
+        self._line_fast = {} if options.keep_records else FastLines(self.prefixes).by_format
+        self._fast_counts: Counter[tuple] = Counter()  # fast-parsed lines, added at block end
         from specscope.telemetry.markers import MarkerFinder
 
         # Every marker is a scan key; all keys of a block are found in one pass (markers.py).
@@ -108,6 +113,10 @@ class Scanner:
         self._scan_keys(rare, hits, block, source, line_base, seen)
         for fmt in self._unmarked:
             self._scan_all_lines(fmt, block, source, line_base)
+        if self._fast_counts:
+            for key, n in self._fast_counts.items():
+                self.summary.add(parsed_of(key), n)
+            self._fast_counts.clear()
         if len(self.records) > first_new:
             # Formats are scanned one after another; restore line order within the block.
             self.records[first_new:] = sorted(
@@ -158,6 +167,7 @@ class Scanner:
         max_line = self.options.max_line
         prefixes = self.prefixes
         handle = self._handle
+        line_fast = self._line_fast if self.on_record is None else {}
         shared = len(entries) > 1 or entries[0][1] != key
         # Line numbers are counted incrementally (hits come in order), and only when needed.
         count_lines = self.options.keep_records
@@ -195,6 +205,12 @@ class Scanner:
                 ):
                     self.summary.filtered_rank += 1
                     continue
+                fast_line = line_fast.get(fmt.name)
+                if fast_line is not None:
+                    fast_result = fast_line(block, ls, le, at)
+                    if fast_result is not None:
+                        self._count_fast(*fast_result)
+                        continue
                 try:
                     result = fmt.parse(clean_bytes(block[ls:le]), prefixes)
                 except Exception as exc:  # a parser bug must not lose the rest of the log
@@ -202,6 +218,28 @@ class Scanner:
                 if result is not None:
                     handle(result, block, ls, le, line_no, line_base, source)
             pos = next_hit(le)
+
+    def _count_fast(self, ts: float | None, rank: str | None, key: tuple) -> None:
+        """`_handle` for a fast-parsed line: the same filters, then counted by its key."""
+        s, opts = self.summary, self.options
+        if opts.rank is not None and rank is not None and rank != opts.rank:
+            s.filtered_rank += 1
+            return
+        if opts.since is not None or opts.until is not None:
+            if ts is None:
+                s.undated += 1
+                return
+            if (opts.since is not None and ts < opts.since) or (
+                opts.until is not None and ts >= opts.until
+            ):
+                s.filtered_time += 1
+                return
+        self._fast_counts[key] += 1
+        if ts is not None:
+            if s.ts_min is None or ts < s.ts_min:
+                s.ts_min = ts
+            if s.ts_max is None or ts > s.ts_max:
+                s.ts_max = ts
 
     def _other_rank(self, block: bytes, start: int, pos: int) -> bool:
         """A DDTREE line tagged `TPn ...] ` right before its marker, n not the wanted rank: it is
