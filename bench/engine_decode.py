@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import itertools
 
 from specscope.engine.backend import EngineBackend
+from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
 from specscope.serve.backend import SamplingParams
@@ -41,15 +42,8 @@ def sync(device: torch.device) -> None:
 def engine_steps(lm: LoadedModel, prompt: list[int], steps: int, page_size: int) -> list[float]:
     cfg = lm.config
     rows = len(prompt) + steps + 1
-    kv = KVCache(
-        num_layers=cfg.num_layers,
-        num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        num_pages=-(-rows // page_size),
-        page_size=page_size,
-        dtype=lm.dtype,
-        device=lm.device,
-    )
+    kv = KVCache.for_model(cfg, pool_tokens=rows, page_size=page_size, dtype=lm.dtype,
+                           device=lm.device)
     backend = EngineBackend(lm, kv, max_batch=1)
     backend.prefill_sync("r", prompt, SamplingParams(max_tokens=steps, ignore_eos=True))
     times = []
@@ -60,30 +54,7 @@ def engine_steps(lm: LoadedModel, prompt: list[int], steps: int, page_size: int)
 
 
 def hf_model(lm: LoadedModel):
-    import transformers
-
-    c = lm.config
-    hc = transformers.LlamaConfig(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers,
-        num_attention_heads=c.num_heads,
-        num_key_value_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        rms_norm_eps=c.rms_norm_eps,
-        rope_theta=c.rope_theta,
-        max_position_embeddings=c.max_position_embeddings,
-        tie_word_embeddings=c.tie_word_embeddings,
-    )
-    with torch.device(lm.device):
-        hf = transformers.LlamaForCausalLM(hc).to(lm.dtype)
-    state = {
-        k if k == "lm_head.weight" else f"model.{k}": v for k, v in lm.model.state_dict().items()
-    }
-    hf.load_state_dict(state, strict=False)
-    hf.tie_weights()
-    return hf.eval()
+    return hf_llama_from(lm)
 
 
 def hf_steps(hf, prompt: list[int], steps: int, device: torch.device) -> list[float]:

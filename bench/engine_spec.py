@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from specscope.engine.backend import EngineBackend
+from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
 from specscope.engine.spec.setup import attach_speculation
@@ -73,8 +74,8 @@ def engine_run(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, spec:
     cfg = lm.config
     page = 16
     rows = max(len(p) for p in prompts) + new_tokens + 80
-    kv = KVCache(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                 num_pages=-(-rows // page) + 1, page_size=page, dtype=lm.dtype, device=lm.device)
+    kv = KVCache.for_model(cfg, pool_tokens=rows + page, page_size=page, dtype=lm.dtype,
+                           device=lm.device)
     backend = EngineBackend(lm, kv, max_batch=1)
     attach_speculation(backend, **spec)
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
@@ -113,30 +114,7 @@ def pool(a: dict, b: dict) -> dict:
 
 
 def hf_models(lm: LoadedModel, draft_layers: int):
-    import transformers
-
-    c = lm.config
-
-    def build(n_layers: int):
-        hc = transformers.LlamaConfig(
-            vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-            num_hidden_layers=n_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
-            head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta,
-            max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
-        )
-        hf = transformers.LlamaForCausalLM(hc)
-        state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v
-                 for k, v in lm.model.state_dict().items()
-                 if not k.startswith("layers.") or int(k.split(".")[1]) < n_layers}
-        if c.tie_word_embeddings:
-            state["lm_head.weight"] = lm.model.embed_tokens.weight
-        missing, _ = hf.load_state_dict(state, strict=False, assign=True)
-        if [m for m in missing if "rotary" not in m]:
-            raise SystemExit(f"transformers model lacks weights: {missing[:5]}")
-        hf.tie_weights()
-        return hf.to(device=lm.device, dtype=lm.dtype).eval()
-
-    return build(c.num_layers), build(draft_layers)
+    return hf_llama_from(lm), hf_llama_from(lm, num_layers=draft_layers)
 
 
 def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, **kw) -> dict:

@@ -41,17 +41,9 @@ LAYOUTS = [(1, "scattered"), (16, "contiguous")]
 
 def backend_for(lm: LoadedModel, page_size: int, policy: str, pool_tokens: int) -> EngineBackend:
     cfg = lm.config
-    kv = KVCache(
-        num_layers=cfg.num_layers,
-        num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        num_pages=pool_tokens // page_size,
-        page_size=page_size,
-        policy=policy,
-        dtype=lm.dtype,
-        device=lm.device,
-        seed=1,
-    )
+    kv = KVCache.for_model(cfg, pool_tokens=pool_tokens // page_size * page_size,
+                           page_size=page_size, policy=policy, dtype=lm.dtype, device=lm.device,
+                           seed=1)
     return EngineBackend(lm, kv, max_batch=2)
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from specscope.engine.backend import EngineBackend
+from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model
 from specscope.serve.backend import BackendError, SamplingParams
@@ -35,15 +36,8 @@ def make_backend(
     lm: LoadedModel, page_size: int, policy: str, pool_tokens: int = 2048, seed: int = 7
 ):
     cfg = lm.config
-    kv = KVCache(
-        num_layers=cfg.num_layers,
-        num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        num_pages=pool_tokens // page_size,
-        page_size=page_size,
-        policy=policy,
-        seed=seed,
-    )
+    kv = KVCache.for_model(cfg, pool_tokens=pool_tokens // page_size * page_size,
+                           page_size=page_size, policy=policy, seed=seed)
     return EngineBackend(lm, kv, max_batch=8)
 
 
@@ -66,28 +60,8 @@ def run_to_end(
 
 
 def hf_reference(lm: LoadedModel):
-    transformers = pytest.importorskip("transformers")
-    c = lm.config
-    hc = transformers.LlamaConfig(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers,
-        num_attention_heads=c.num_heads,
-        num_key_value_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        rms_norm_eps=c.rms_norm_eps,
-        rope_theta=c.rope_theta,
-        max_position_embeddings=c.max_position_embeddings,
-        tie_word_embeddings=c.tie_word_embeddings,
-    )
-    hf = transformers.LlamaForCausalLM(hc)
-    state = {
-        k if k == "lm_head.weight" else f"model.{k}": v for k, v in lm.model.state_dict().items()
-    }
-    hf.load_state_dict(state, strict=False)
-    hf.tie_weights()
-    return hf.eval()
+    pytest.importorskip("transformers")
+    return hf_llama_from(lm)
 
 
 def test_logits_match_transformers_on_prefill_and_decode(lm):

@@ -41,8 +41,8 @@ def smollm():
 
 def _backend(loaded, page_size: int, policy: str = "contiguous", **spec) -> EngineBackend:
     cfg = loaded.config
-    kv = KVCache(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                 num_pages=4096 // page_size, page_size=page_size, policy=policy)
+    kv = KVCache.for_model(cfg, pool_tokens=4096 // page_size * page_size, page_size=page_size,
+                           policy=policy)
     backend = EngineBackend(loaded, kv, max_batch=4)
     attach_speculation(backend, **spec)
     return backend

@@ -38,15 +38,9 @@ def build_backend(
     if kv_pool_tokens is None:
         cap = GPU_POOL_CAP_TOKENS if device == "cuda" else CPU_POOL_CAP_TOKENS
         kv_pool_tokens = min(max_batch * cfg.max_position_embeddings, cap)
-    kv = KVCache(
-        num_layers=cfg.num_layers,
-        num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        num_pages=max(1, kv_pool_tokens // page_size),
-        page_size=page_size,
-        policy=kv_alloc,
-        dtype=loaded.dtype,
-        device=loaded.device,
+    kv = KVCache.for_model(
+        cfg, pool_tokens=kv_pool_tokens // page_size * page_size or page_size,
+        page_size=page_size, policy=kv_alloc, dtype=loaded.dtype, device=loaded.device,
         seed=seed or 0,
     )
     backend = EngineBackend(loaded, kv, max_batch=max_batch, seed=seed)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -50,6 +51,32 @@ class SeqKV:
 
 
 class KVCache:
+    @classmethod
+    def for_model(
+        cls,
+        cfg: Any,
+        *,
+        pool_tokens: int,
+        page_size: int,
+        policy: str = "contiguous",
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> KVCache:
+        """A pool of at least `pool_tokens` rows shaped for a model config (layers, KV heads,
+        head dim): the one place that sizes a cache from a model."""
+        return cls(
+            num_layers=cfg.num_layers,
+            num_kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim,
+            num_pages=max(1, -(-pool_tokens // page_size)),
+            page_size=page_size,
+            policy=policy,
+            dtype=dtype,
+            device=device,
+            seed=seed,
+        )
+
     def __init__(
         self,
         *,

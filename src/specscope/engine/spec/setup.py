@@ -66,10 +66,8 @@ def make_drafter(
             target = backend.requests[request_id].seq.reserved_pages * page
             return min(target, window_rows) if window_rows else target
 
-        kv = KVCache(
-            num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-            num_pages=max(1, pool // page), page_size=page, dtype=dtype, device=device,
-        )
+        kv = KVCache.for_model(cfg, pool_tokens=pool // page * page or page, page_size=page,
+                               dtype=dtype, device=device)
         top_k = draft_top_k or (min(8, budget) if verify == "tree" else 1)
         return ModelDrafter(EngineLM(model, kv, rows), top_k=top_k, draft_window=draft_window or None, name=name)
     raise ValueError(f"unknown drafter {drafter!r} (expected none, ngram, model:PATH or layers:N)")
