@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from specscope.analysis import acceptance as acc
 from specscope.analysis import decompose as dec
+from specscope.analysis import serving
 from specscope.analysis import steptime as stm
 from specscope.analysis.findings import Facts, TwoPoint, build_findings
 from specscope.analysis.model import Analysis, Attribution, Finding, Interval
@@ -441,6 +442,8 @@ def analyze(
         out.notes.append(
             f"{len(run.errors)} request(s) failed ({', '.join(kinds)}); analysed the rest"
         )
+    out.serving = serving.serving_of_run(run, {i: rc.steps if rc.reliable and rc.timing_reliable
+                                               else [] for i, rc in m.recs.items()})
     if not m.ok:
         out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
         return out

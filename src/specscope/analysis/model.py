@@ -95,5 +95,7 @@ class Analysis(BaseModel):
     step_time_model: dict[str, Any] | None = None  # {"s0":..,"per_context_token":..,"r2":..}
     series: dict[str, dict[str, Any]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    # TTFT, TPOT, per-token and per-step latency, throughput, goodput (analysis.serving)
+    serving: dict[str, Any] | None = None
 
     model_config = {"populate_by_name": True}

@@ -24,6 +24,22 @@ def fail_usage(message: str) -> NoReturn:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
+def slo_option(text: str | None) -> dict[str, float] | None:
+    """`--slo ttft=2s,tpot=50ms` as seconds by metric; bad text exits 2 with the reason."""
+    if text is None:
+        return None
+    from specscope.analysis.serving import SloError, parse_slo
+
+    try:
+        return parse_slo(text)
+    except SloError as e:
+        fail_usage(str(e))
+
+
+SLO_HELP = ("Latency SLOs for goodput, e.g. ttft=2s,tpot=50ms (also itl, step, e2e; units s, ms, "
+            "us): the share and rate of requests meeting all of them")
+
+
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()

@@ -27,10 +27,12 @@ from specscope.commands import diagnose_support as support
 from specscope.commands.common import (
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
+    SLO_HELP,
     err_console,
     fail_usage,
     out_console,
     print_json,
+    slo_option,
 )
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
@@ -191,6 +193,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
                    for r in run.requests if r.error is not None][:50],
         "no_finding_reason": analysis.no_finding_reason,
         "report_html": str(html_path),
+        "serving": analysis.serving,
     }
 
 
@@ -246,7 +249,9 @@ def diagnose(
     backend: Annotated[str | None, typer.Option(help="Embedded backend: engine|twin (default: engine if it works)")] = None,
     logs_timeout: Annotated[float, typer.Option(help="Seconds --logs-cmd may run")] = 30.0,
     api_key: Annotated[str | None, typer.Option(envvar="SPECSCOPE_API_KEY", help="Bearer token (never written)")] = None,
+    slo: Annotated[str | None, typer.Option(help=SLO_HELP)] = None,
 ) -> None:
+    slo_s = slo_option(slo)
     if prompt_tokens < 1 or max_tokens < 2:
         fail_usage(f"--prompt-tokens must be >= 1 and --max-tokens >= 2 (got {prompt_tokens}, {max_tokens})")
     if not 1 <= repeat <= 100:
@@ -278,6 +283,7 @@ def diagnose(
         "baseline": str(baseline) if baseline else None, "logs": logs, "logs_cmd": logs_argv, "logs_cmd_text": logs_cmd,
         "logs_timeout": logs_timeout, "metrics_url": metrics_url, "out": str(run_dir),
         "scenario": scenario, "time_scale": time_scale, "backend": backend, "api_key": api_key,
+        "slo": slo_s,
     }
 
     result = ExecutionResult()

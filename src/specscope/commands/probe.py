@@ -26,14 +26,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from specscope.analysis.serving import serving_metrics
 from specscope.analysis.summary import summarize
 from specscope.commands.common import (
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
+    SLO_HELP,
     err_console,
     fail_usage,
     out_console,
     print_json,
+    slo_option,
 )
 from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
 from specscope.probe.detect import detect, max_commit_len_from
@@ -67,6 +70,7 @@ class _Outcome:
     summary: dict[str, Any]
     detection: str
     notes: list[str] = field(default_factory=list)
+    serving: dict[str, Any] | None = None
 
 
 def _progress() -> Progress:
@@ -96,7 +100,8 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                                                  message=f"server not reachable: {det.error}"))
             writer.append_request(trace)
             writer.close("failed", f"server not reachable: {det.error}")
-            return _Outcome(writer.path, info, [trace], summarize([trace]), det.evidence)
+            return _Outcome(writer.path, info, [trace], summarize([trace]), det.evidence,
+                            serving=serving_metrics([trace], slo=args.get("slo")))
         try:
             flavor = make_flavor(det.flavor, api=api, model=model or det.model)
         except ValueError as e:
@@ -162,12 +167,14 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
         finally:
             writer.close(status, reason)  # type: ignore[arg-type]
         summary = summarize(traces, max_commit_len=max_commit_len)
+        serving = serving_metrics(traces, run_concurrency=concurrency, slo=args.get("slo"),
+                                  max_commit_len=max_commit_len)
         try:
             (writer.path / SUMMARY_JSON).write_text(
-                json.dumps({"schema": 1, "summary": summary}, indent=2) + "\n")
+                json.dumps({"schema": 1, "summary": summary, "serving": serving}, indent=2) + "\n")
         except OSError as e:
             notes.append(f"could not write {SUMMARY_JSON}: {e}")
-        return _Outcome(writer.path, info, traces, summary, det.evidence, notes)
+        return _Outcome(writer.path, info, traces, summary, det.evidence, notes, serving)
 
 
 def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
@@ -217,6 +224,10 @@ def _render(o: _Outcome) -> None:
         t.add_row("[red]errors[/]", ", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items()))
     t.add_row("run directory", str(o.run_dir))
     out_console.print(t)
+    if o.serving:
+        from specscope.report.terminal import render_serving  # plotly-heavy package: only here
+
+        render_serving(o.serving, out_console)
     for tr in [x for x in o.traces if x.error is not None][:3]:
         err_console.print(f"[red]request {tr.index}:[/] {tr.error.kind}: {tr.error.message}",  # type: ignore[union-attr]
                           highlight=False, markup=True)
@@ -251,8 +262,10 @@ def probe(
     timeout_first_byte: Annotated[float, typer.Option(help="Seconds from send to first byte")] = 120.0,
     timeout_between_chunks: Annotated[float, typer.Option(help="Seconds between reads")] = 60.0,
     timeout_total: Annotated[float, typer.Option(help="Seconds per request")] = 900.0,
+    slo: Annotated[str | None, typer.Option(help=SLO_HELP)] = None,
 ) -> None:
     url = _check_url(url)
+    slo_s = slo_option(slo)
     if flavor != "auto" and flavor not in FLAVORS:
         fail_usage(f"--flavor must be auto or one of {', '.join(FLAVORS)}, got {flavor!r}")
     if api is not None and api not in ("completions", "chat", "native"):
@@ -292,7 +305,7 @@ def probe(
             "ignore_eos": ignore_eos, "model": model, "vary_prompts": vary_prompts,
             "tokenizer": str(tokenizer) if tokenizer else None,
             "prompt_file": str(prompt_file) if prompt_file else None,
-            "max_commit_len": max_commit_len, "timeouts": {
+            "max_commit_len": max_commit_len, "slo": slo_s, "timeouts": {
                 "connect": timeout_connect, "first_byte": timeout_first_byte,
                 "between_chunks": timeout_between_chunks, "total": timeout_total}}
     timeouts = Timeouts(connect=timeout_connect, first_byte=timeout_first_byte,
@@ -315,6 +328,7 @@ def probe(
             "detection": outcome.detection,
             "notes": outcome.notes,
             "summary": outcome.summary,
+            "serving": outcome.serving,
             "failed_requests": [
                 {"index": t.index, "kind": t.error.kind, "message": t.error.message,
                  "http_status": t.error.http_status}

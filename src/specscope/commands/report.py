@@ -8,8 +8,11 @@ from typing import Annotated
 
 import typer
 
+from specscope.analysis.diagnosis import max_commit_from
+from specscope.analysis.serving import serving_of_run
 from specscope.commands.common import err_console, fail_usage, out_console
 from specscope.report import context_from_run, render_terminal, write_html, write_markdown
+from specscope.report.csv_export import write_csv
 from specscope.store.analyses import load_analysis
 from specscope.trace.rundir import REPORT_HTML, RunDirError
 
@@ -19,11 +22,17 @@ def report(
     html: Annotated[Path | None, typer.Option(help="Write the HTML report here")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a Markdown report here")] = None,
     reanalyze: Annotated[bool, typer.Option("--reanalyze", help="Analyse again even if analysis.json exists")] = False,
+    csv_dir: Annotated[Path | None, typer.Option(
+        "--csv", help="Write requests.csv (one row per request) and steps.csv (one row per "
+                      "timed verify step) into this directory")] = None,
 ) -> None:
     try:
         run, analysis = load_analysis(run_dir, reanalyze=reanalyze)
     except RunDirError as e:
         fail_usage(str(e))
+    max_commit = max_commit_from(run.info.server_info)
+    if analysis.serving is None:  # an analysis.json written before serving metrics existed
+        analysis.serving = serving_of_run(run, max_commit_len=max_commit)
     ctx = context_from_run(run, analysis, str(run_dir))
     render_terminal(ctx, out_console)
     if html is None and markdown is None:
@@ -35,5 +44,8 @@ def report(
         if markdown is not None:
             write_markdown(ctx, markdown)
             err_console.print(f"Markdown report: {markdown}", markup=False, highlight=False)
+        if csv_dir is not None:
+            req_csv, step_csv = write_csv(run, csv_dir, max_commit_len=max_commit)
+            err_console.print(f"CSV: {req_csv}, {step_csv}", markup=False, highlight=False)
     except OSError as e:
         fail_usage(f"cannot write report: {e}")

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 import plotly.offline
 
 from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
 from specscope.report.figures import build_figures
+from specscope.report.serving import (
+    GLOSSARY,
+    GLOSSARY_HEADER,
+    LEVEL_HEADER,
+    TABLE_HEADER,
+    latency_rows,
+    level_rows,
+    summary_lines,
+)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
@@ -30,6 +40,7 @@ table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #dde;paddi
 .finding .id{font-family:monospace;color:#3b6ea5} .next{margin-top:.4rem}
 .plot{margin:1.5rem 0} .explains{color:#556;font-size:.9rem} .nodata{color:#889;font-style:italic}
 code{background:#f0f2f5;padding:0 .2rem}
+.glossary{margin-top:2.5rem;font-size:.85rem;color:#334}
 """
 
 
@@ -100,6 +111,42 @@ def _findings(ctx: ReportContext) -> str:
             + "</div>"
         )
     return "".join(parts)
+
+
+def _rows_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _serving(ctx: ReportContext) -> str:
+    s = ctx.analysis.serving
+    if not s:
+        return ""
+    rows = latency_rows(s.get("run") or {})
+    levels = level_rows(s)
+    return ("<h2>Serving metrics</h2>"
+            + (_rows_table(TABLE_HEADER, rows) if rows else "")
+            + "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in summary_lines(s)) + "</ul>"
+            + (_rows_table(LEVEL_HEADER, levels) if len(levels) > 1 else ""))
+
+
+def _inline_md(text: str) -> str:
+    """Glossary cells: escaped, then `code` and **bold** as tags (our own text, no markup in it)."""
+    out = _e(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+
+
+def _glossary() -> str:
+    head = "".join(f"<th>{_inline_md(h)}</th>" for h in GLOSSARY_HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{_inline_md(c)}</td>" for c in t) + "</tr>"
+                   for t in GLOSSARY)
+    return ('<footer class="glossary"><h2>Glossary: what each serving metric means, and its name '
+            "in other tools</h2><p>With speculative decoding one streamed chunk carries a whole "
+            "verify step (several tokens), so a per-chunk ITL is a per-step latency and reads "
+            "commit-length times a per-token ITL.</p>"
+            f"<table><tr>{head}</tr>{body}</table></footer>")
 
 
 def _plan(ctx: ReportContext) -> str:
@@ -177,11 +224,13 @@ def render_html(ctx: ReportContext) -> str:
         f"<h1>{_e(title)}</h1><div class=\"meta\">{meta}</div>{partial}"
         f"<h2>Headline</h2>{_headline(ctx)}"
         f"<h2>Attribution</h2>{_attribution(ctx)}"
-        f"<h2>Findings</h2>{_findings(ctx)}"
+        + _serving(ctx)
+        + f"<h2>Findings</h2>{_findings(ctx)}"
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + f"<h2>Plots</h2>{_plots(ctx)}"
         + _plan(ctx)
         + _errors(ctx)
+        + _glossary()
         + f"<p class=\"meta\">analysis: {_e(json.dumps({'schema': a.schema_}))} &middot; specscope "
         f"{_e(info.tool_version)}</p></body></html>\n"
     )

@@ -9,6 +9,13 @@ import re
 from pathlib import Path
 
 from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
+from specscope.report.serving import (
+    LEVEL_HEADER,
+    TABLE_HEADER,
+    latency_rows,
+    level_rows,
+    summary_lines,
+)
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>&])")
 
@@ -41,6 +48,8 @@ def render_markdown(ctx: ReportContext) -> str:
         out += ["## Attribution", "", f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
                 f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
                 f"step-time factor {fmt(at.step_time_factor, 3)}", ""]
+    if a.serving:
+        out += _serving(a.serving)
     out += ["## Findings", ""]
     if not a.findings:
         out += [f"No finding: {md_escape(a.no_finding_reason or '')}", ""]
@@ -62,6 +71,23 @@ def render_markdown(ctx: ReportContext) -> str:
         out += ["## Errors", ""] + [f"- request {e.index} ({md_escape(e.tag)}): {md_escape(e.kind)}: "
                                     f"{md_escape(e.message)}" for e in ctx.errors[:50]] + [""]
     return "\n".join(out)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows] + [""])
+
+
+def _serving(serving: dict) -> list[str]:
+    out = ["## Serving metrics", ""]
+    rows = latency_rows(serving.get("run") or {})
+    if rows:
+        out += _table(TABLE_HEADER, rows)
+    out += [f"- {md_escape(line)}" for line in summary_lines(serving)] + [""]
+    levels = level_rows(serving)
+    if len(levels) > 1:
+        out += _table(LEVEL_HEADER, levels)
+    return out
 
 
 def write_markdown(ctx: ReportContext, path: Path) -> Path:

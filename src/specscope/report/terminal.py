@@ -11,6 +11,13 @@ from rich.text import Text
 
 from specscope.experiments.plan import Plan
 from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
+from specscope.report.serving import (
+    LEVEL_HEADER,
+    TABLE_HEADER,
+    latency_rows,
+    level_rows,
+    summary_lines,
+)
 
 
 def render_terminal(ctx: ReportContext, console: Console) -> None:
@@ -42,6 +49,8 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
         console.print(Text(f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
                            style="bold yellow"))
 
+    if a.serving:
+        render_serving(a.serving, console)
     if not a.findings:
         console.print(Text(f"No finding: {a.no_finding_reason or ''}"))
     for rank, f in enumerate(a.findings, start=1):
@@ -59,6 +68,31 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
     if ctx.errors:
         console.print(Text(f"{len(ctx.errors)} request(s) failed; first: {ctx.errors[0].kind}: "
                            f"{ctx.errors[0].message}", style="red"))
+
+
+def render_serving(serving: dict, console: Console) -> None:
+    """The serving table: latency percentiles with the mean's interval, throughput, goodput, and
+    a row per concurrency level when there are several."""
+    rows = latency_rows(serving.get("run") or {})
+    if rows:
+        t = Table(title=Text("Serving metrics"), title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1))
+        for i, h in enumerate(TABLE_HEADER):
+            t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+    for line in summary_lines(serving):
+        console.print(Text(line))
+    levels = level_rows(serving)
+    if len(levels) > 1:
+        t = Table(title=Text("By concurrency"), title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1))
+        for h in LEVEL_HEADER:
+            t.add_column(h, justify="right")
+        for r in levels:
+            t.add_row(*r)
+        console.print(t)
 
 
 def render_plan(plan: Plan, console: Console, target: str) -> None:
