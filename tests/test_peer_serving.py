@@ -1,0 +1,81 @@
+"""Serving metrics against llama.cpp's own clock: `specscope probe` on the real speculative server
+(xllamacpp, draft-model speculation), then each request's client TPOT and per-step latency next
+to the `timings` llama.cpp returned for that same request.
+
+llama.cpp times generation from the end of prompt processing to the slot's release
+(`predicted_ms`, over `predicted_n` tokens, the first one included), so its
+`predicted_per_token_ms` = predicted_ms / predicted_n; TTFT is excluded on both sides, and the
+definition-matched figure is predicted_ms / (predicted_n - 1) (the first token is sampled from
+prefill, not decoded). Its verify steps are predicted_n - 1 - accepted drafts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("xllamacpp")
+
+from specscope.analysis.serving import request_metrics, timed_steps, tpot_s
+from specscope.cli import app
+from specscope.peers.llamacpp import LlamaCppServer
+from specscope.peers.models import PeerModelError, ensure_peer_models
+from specscope.trace import load_run
+
+pytestmark = [pytest.mark.peer, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / ".cache" / "peer-models"
+THREADS = 1  # see test_peer_llamacpp.py: two threads collapse on a busy machine
+AGREEMENT = 0.05
+
+
+@pytest.fixture(scope="module")
+def draft_server() -> Iterator[LlamaCppServer]:
+    try:
+        ensure_peer_models(MODELS_DIR, log=lambda _line: None)
+    except PeerModelError as exc:
+        pytest.skip(str(exc))
+    with LlamaCppServer("draft", models_dir=MODELS_DIR, threads=THREADS) as srv:
+        yield srv
+
+
+def test_tpot_and_step_latency_agree_with_llamacpp_timings(draft_server, tmp_path) -> None:
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["probe", draft_server.url, "--json", "--out", str(out),
+                                   "--prompt-tokens", "64", "--max-tokens", "64", "--repeat", "3",
+                                   "--slo", "ttft=30s,tpot=5s"])
+    assert res.exit_code == 0, res.output[-2000:]
+    serving = json.loads(res.stdout)["serving"]
+    run = load_run(out)
+    assert len(run.requests) == 3
+    rows = []
+    for tr in run.requests:
+        raw = tr.server_spec.raw if tr.server_spec else {}
+        n, ms = raw["predicted_n"], raw["predicted_ms"]
+        steps = tr.server_spec.verify_ct
+        ours = tpot_s(tr)
+        m = request_metrics(tr, timed_steps(tr), 1)
+        rows.append((ours, ms / 1e3 / (n - 1), ms / n, len(m.steps), steps,
+                     sum(m.step_latencies_s) / len(m.steps) if m.steps else None,
+                     ms / 1e3 / steps))
+    print("\nTPOT ours / llama.cpp ms/(n-1) / predicted_per_token_ms; steps ours / server; "
+          "per-step ours / predicted_ms/steps")
+    for r in rows:
+        print(f"  {r[0] * 1e3:.3f} / {r[1] * 1e3:.3f} / {r[2]:.3f} ms; {r[3]} / {r[4]}; "
+              f"{(r[5] or 0) * 1e3:.2f} / {r[6] * 1e3:.2f} ms")
+    for ours, theirs, *_ in rows:
+        assert ours == pytest.approx(theirs, rel=AGREEMENT)
+    for _, _, _, n_ours, n_server, per_step, theirs in rows:
+        assert n_ours == n_server  # one burst of token events per verify step
+        assert per_step == pytest.approx(theirs, rel=AGREEMENT)
+    run_block = serving["run"]
+    mean_theirs = sum(r[1] for r in rows) / len(rows)
+    assert run_block["tpot_s"]["mean"] == pytest.approx(mean_theirs, rel=AGREEMENT)
+    rel = run_block["per_step_relation"]
+    assert rel["steps"] == sum(r[4] for r in rows)
+    assert run_block["goodput"]["good_requests"] == 3
