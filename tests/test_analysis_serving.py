@@ -193,3 +193,19 @@ def test_export_rows_have_the_documented_columns():
     assert [r["commit_len"] for r in step_rows] == [3, 2]
     assert step_rows[0]["inter_token_latency_s"] == pytest.approx(0.040 / 3)
     assert step_rows[1]["end_s"] == pytest.approx(0.180)
+
+
+def test_server_lists_of_drafted_steps_only_still_leave_the_chunks_timed():
+    """vLLM's per_step_accepted lists only the steps that drafted: 4 entries for 6 chunk steps.
+    The server steps cannot be timed then; the chunk gaps are the per-step latencies."""
+    from specscope.trace.model import ServerSpecFields
+
+    commits = [3, 1, 4, 1, 2, 4]
+    gaps = [40.0, 20.0, 45.0, 20.0, 35.0, 45.0]
+    tr = trace(commits, step_ms=gaps)
+    tr.server_spec = ServerSpecFields(per_step_accepted=[2, 3, 1, 3], source="vllm.metrics")
+    out = serving_metrics([tr])["run"]
+    assert out["requests_with_timed_steps"] == 1
+    assert out["inter_step_latency_s"]["n"] == 6
+    assert out["inter_step_latency_s"]["mean"] == pytest.approx(np.mean(gaps) / 1e3)
+    assert out["per_step_relation"]["mean_commit_len"] == pytest.approx(np.mean(commits))

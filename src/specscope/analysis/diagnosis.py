@@ -442,8 +442,7 @@ def analyze(
         out.notes.append(
             f"{len(run.errors)} request(s) failed ({', '.join(kinds)}); analysed the rest"
         )
-    out.serving = serving.serving_of_run(run, {i: rc.steps if rc.reliable and rc.timing_reliable
-                                               else [] for i, rc in m.recs.items()})
+    out.serving = serving.serving_of_run(run, max_commit_len=max_commit_from(run.info.server_info))
     if not m.ok:
         out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
         return out

@@ -181,10 +181,22 @@ def request_metrics(trace: RequestTrace, steps: Sequence[Step], concurrency: int
 
 
 def timed_steps(trace: RequestTrace, *, max_commit_len: int | None = None) -> list[Step]:
-    """Steps whose latency the client measured and trusts: a reliable reconstruction timed by
-    client chunks (server per-step lists spread evenly over the decode window are not timed)."""
+    """Steps whose latency the client measured and trusts.
+
+    A reliable reconstruction timed by client chunks is used as is. When the server's per-step
+    lists won but could not be timed (their count differs from the chunks': vLLM lists only the
+    steps that drafted) or disagreed with the chunks, the chunks alone are reconstructed again
+    (the coalescing checks still apply): their gaps are the step latencies the user saw, whatever
+    the server counts.
+    """
     rec = reconstruct_steps(trace, max_commit_len=max_commit_len)
-    return list(rec.steps) if rec.reliable and rec.timed_by_client else []
+    if rec.reliable and rec.timed_by_client:
+        return list(rec.steps)
+    if trace.server_spec is None:
+        return []
+    client = reconstruct_steps(trace.model_copy(update={"server_spec": None}),
+                               max_commit_len=max_commit_len)
+    return list(client.steps) if client.reliable and client.timed_by_client else []
 
 
 # --- statistics --------------------------------------------------------------------------------
