@@ -119,33 +119,35 @@ GLOSSARY: tuple[Term, ...] = (
          "`time_to_first_token_seconds` (engine side: no network, from arrival)",
          "≈ `prompt_ms` (prefill only: no queue, no network)", "TTFT / first chunk latency (same)"),
     Term("`tpot_s`", "(last token chunk − first token chunk) / (output tokens − 1): decode time "
-         "per token, TTFT excluded", "ITL, `inter_token_latency` (same, but to the last response, which may be a usage chunk)",
+         "per token, TTFT excluded", "ITL, `inter_token_latency` (same, but to the last response, "
+         "which may be a usage chunk)",
          "`inter_token_latency_ms` (same); its `time_per_output_token_ms` **includes TTFT** "
          "((last − start) / tokens)", "TPOT (same, excl. 1st token)",
          "`request_time_per_output_token_seconds` (same, engine timestamps)",
-         "`predicted_per_token_ms` = `predicted_ms` / `predicted_n`: the first token is counted,"
-         " so ×(n−1)/n of ours", "TPOT (same)"),
+         "`predicted_per_token_ms` = `predicted_ms` / `predicted_n`: the first token is counted, "
+         "so (n−1)/n × ours; `predicted_ms` / (n − 1) is ours", "TPOT (same)"),
     Term("`inter_token_latency_s`", "each verify step's gap spread over the tokens it "
          "committed: one sample per token; mean = decode time / decode tokens",
-         "`chunked` ITL of genai-perf; aiperf has none per token", "none (per-request mean only)",
-         "none (its ITL is per chunk)", "SGLang's `inter_token_latency_seconds` is this; "
-         "vLLM's is not", "—", "none"),
+         "none (genai-perf's chunked ITL is this)", "none (per-request mean only)",
+         "none (its ITL is per chunk)", "none (SGLang's `inter_token_latency_seconds` is this)",
+         "—", "none"),
     Term("`inter_step_latency_s`", "gap before each verify step: one sample per step = per token"
          " × commit length", "ICL (inter-chunk) when one chunk is one step",
          "none", "ITL (one sample per chunk = per step)",
          "`inter_token_latency_seconds` (one observation per output event = per step)",
          "≈ `predicted_ms` / steps (steps: `n_decode_total` delta − 1)",
-         "ITL (mean of per-chunk gaps = per step)"),
+         "ITL (mean of per-chunk gaps: per step when one chunk is one step)"),
     Term("`inter_chunk_latency_s`", "raw gaps between token-bearing chunks (a chunk may merge or "
          "split steps)", "ICL, `inter_chunk_latency` (same)", "none", "ITL (same)", "—",
-         "per token event (one event per token)", "ITL (same)"),
+         "our chunks are its per-token events (gaps inside a step ≈ 0)", "ITL (same)"),
     Term("`e2e_s`", "send → end of the stream", "request latency (same)", "request latency "
          "(same)", "E2EL (same)", "`e2e_request_latency_seconds` (engine side)",
          "≈ `prompt_ms` + `predicted_ms`", "latency (same)"),
-    Term("`output_tps_per_request`", "output tokens / e2e (TTFT included)",
-         "output token throughput per user is 1 / ITL (= our `decode_tps_per_request`)",
-         "`output_tokens_per_second` (same)", "none", "—",
-         "`predicted_per_second` is a decode rate (= ours ×n/(n−1) of 1/TPOT)", "none"),
+    Term("`output_tps_per_request`", "output tokens / e2e (TTFT included)", "none",
+         "`output_tokens_per_second` (same)", "none", "—", "—", "none"),
+    Term("`decode_tps_per_request`", "1 / TPOT", "output token throughput per user (same)",
+         "none", "none", "—", "`predicted_per_second` = n / `predicted_ms`: n/(n−1) × ours",
+         "none"),
     Term("`output_tps`", "all output tokens / wall span (first send → last end)",
          "output token throughput (same)", "output tokens/s (same)",
          "output token throughput (same)", "rate of `generation_tokens_total`", "—",
