@@ -394,13 +394,13 @@ def serving_metrics(
     levels: dict[int, list[RequestMetrics]] = {}
     for t in swept or main:
         levels.setdefault(metrics[t.index].concurrency, []).append(metrics[t.index])
-    return {
-        "scope": scope,
-        "slo_s": dict(slo) if slo else None,
-        "run": group_metrics([metrics[t.index] for t in main], slo),
-        "by_concurrency": [{"concurrency": c, **group_metrics(rs, slo)}
-                           for c, rs in sorted(levels.items())],
-    }
+    run = group_metrics([metrics[t.index] for t in main], slo)
+    main_ids = [t.index for t in main]
+    by_level = [{"concurrency": c, **(run if [r.trace.index for r in rs] == main_ids
+                                      else group_metrics(rs, slo))}
+                for c, rs in sorted(levels.items())]
+    return {"scope": scope, "slo_s": dict(slo) if slo else None, "run": run,
+            "by_concurrency": by_level}
 
 
 def run_concurrency(run: Run) -> int:
