@@ -209,3 +209,25 @@ def test_server_lists_of_drafted_steps_only_still_leave_the_chunks_timed():
     assert out["inter_step_latency_s"]["n"] == 6
     assert out["inter_step_latency_s"]["mean"] == pytest.approx(np.mean(gaps) / 1e3)
     assert out["per_step_relation"]["mean_commit_len"] == pytest.approx(np.mean(commits))
+
+
+def test_chunks_the_server_says_merge_steps_are_not_timed():
+    """Irregular chunks that look like steps, but the server counted twice as many verify
+    steps (SGLang with a stream interval): no per-step latency, TPOT still there."""
+    from specscope.trace.model import ServerSpecFields
+
+    commits = [3, 5, 2, 6, 4, 3, 5, 6, 2, 4]
+    tr = trace(commits, step_ms=[41.0, 77.0, 33.0, 95.0, 58.0, 44.0, 81.0, 90.0, 30.0, 62.0])
+    tr.server_spec = ServerSpecFields(verify_ct=2 * len(commits), source="sglang.meta_info")
+    out = serving_metrics([tr])["run"]
+    assert out["requests_with_timed_steps"] == 0 and out["inter_step_latency_s"]["n"] == 0
+    assert out["tpot_s"]["n"] == 1
+
+
+def test_fewer_chunks_than_the_servers_listed_steps_are_not_timed():
+    from specscope.trace.model import ServerSpecFields
+
+    tr = trace([4, 4, 5, 3], step_ms=[80.0, 85.0, 90.0, 70.0])
+    tr.server_spec = ServerSpecFields(per_step_accepted=[1, 1, 2, 1, 1, 2, 1, 0],
+                                      source="vllm.metrics")
+    assert serving_metrics([tr])["run"]["requests_with_timed_steps"] == 0

@@ -1,6 +1,7 @@
 """Serving metrics against llama.cpp's own clock: `specscope probe` on the real speculative server
-(xllamacpp, draft-model speculation), then each request's client TPOT and per-step latency next
-to the `timings` llama.cpp returned for that same request.
+(xllamacpp; draft-model speculation, which commits ~8 tokens a step here, and n-gram, which
+commits 1-9), then each request's client TPOT and per-step latency next to the `timings`
+llama.cpp returned for that same request.
 
 llama.cpp times generation from the end of prompt processing to the slot's release
 (`predicted_ms`, over `predicted_n` tokens, the first one included), so its
@@ -32,23 +33,35 @@ REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / ".cache" / "peer-models"
 THREADS = 1  # see test_peer_llamacpp.py: two threads collapse on a busy machine
 AGREEMENT = 0.05
+# Code whose continuation repeats what came before, so that n-gram lookup finds drafts too.
+PROMPT = (
+    "class Config:\n"
+    "    def __init__(self, values):\n"
+    "        self.values = values\n\n"
+    "    def get_host(self):\n        return self.values[\"host\"]\n\n"
+    "    def get_port(self):\n        return self.values[\"port\"]\n\n"
+    "    def get_user(self):\n        return self.values[\"user\"]\n\n"
+    "    def get_"
+)
 
 
-@pytest.fixture(scope="module")
-def draft_server() -> Iterator[LlamaCppServer]:
+@pytest.fixture(scope="module", params=["draft", "ngram"])
+def spec_server(request: pytest.FixtureRequest) -> Iterator[LlamaCppServer]:
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
         pytest.skip(str(exc))
-    with LlamaCppServer("draft", models_dir=MODELS_DIR, threads=THREADS) as srv:
+    with LlamaCppServer(request.param, models_dir=MODELS_DIR, threads=THREADS) as srv:
         yield srv
 
 
-def test_tpot_and_step_latency_agree_with_llamacpp_timings(draft_server, tmp_path) -> None:
+def test_tpot_and_step_latency_agree_with_llamacpp_timings(spec_server, tmp_path) -> None:
     out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["probe", draft_server.url, "--json", "--out", str(out),
-                                   "--prompt-tokens", "64", "--max-tokens", "64", "--repeat", "3",
-                                   "--slo", "ttft=30s,tpot=5s"])
+    prompt = tmp_path / "prompt.py"
+    prompt.write_text(PROMPT, encoding="utf-8")
+    res = CliRunner().invoke(app, ["probe", spec_server.url, "--json", "--out", str(out),
+                                   "--prompt-file", str(prompt), "--max-tokens", "64",
+                                   "--repeat", "3", "--slo", "ttft=30s,tpot=5s"])
     assert res.exit_code == 0, res.output[-2000:]
     serving = json.loads(res.stdout)["serving"]
     run = load_run(out)

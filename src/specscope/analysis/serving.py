@@ -184,19 +184,23 @@ def timed_steps(trace: RequestTrace, *, max_commit_len: int | None = None) -> li
     """Steps whose latency the client measured and trusts.
 
     A reliable reconstruction timed by client chunks is used as is. When the server's per-step
-    lists won but could not be timed (their count differs from the chunks': vLLM lists only the
-    steps that drafted) or disagreed with the chunks, the chunks alone are reconstructed again
-    (the coalescing checks still apply): their gaps are the step latencies the user saw, whatever
-    the server counts.
+    lists won but could not be timed because their count differs from the chunks' (vLLM lists
+    only the steps that drafted), the chunks alone are reconstructed again, with every
+    coalescing check, and used when reliable and at least as many as the listed steps (fewer
+    chunks than listed steps means chunks merge steps). A disagreement with the server's mean
+    commit length is never overridden: it is the evidence of coalescing.
     """
     rec = reconstruct_steps(trace, max_commit_len=max_commit_len)
     if rec.reliable and rec.timed_by_client:
         return list(rec.steps)
-    if trace.server_spec is None:
+    listed = trace.server_spec.per_step_accepted if trace.server_spec else None
+    if rec.method != "server" or not listed:
         return []
     client = reconstruct_steps(trace.model_copy(update={"server_spec": None}),
                                max_commit_len=max_commit_len)
-    return list(client.steps) if client.reliable and client.timed_by_client else []
+    if client.reliable and client.timed_by_client and len(client.steps) >= len(listed):
+        return list(client.steps)
+    return []
 
 
 # --- statistics --------------------------------------------------------------------------------
