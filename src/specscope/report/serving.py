@@ -26,7 +26,9 @@ def _num(v: float | None, scale: float = 1.0) -> str:
     if v is None:
         return "-"
     x = v * scale
-    return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+    if abs(x) < 10:
+        return f"{x:.3g}"
+    return f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
 
 
 def _ci(ci: list[float] | None, scale: float) -> str:
