@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specscope.analysis.steps import reconstruct_steps
+from specscope.analysis.steps import reconstruct_steps, server_mean_commit_len
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
@@ -456,8 +456,6 @@ def export_rows(run: Run, steps: Mapping[int, Sequence[Step]] | None = None, *,
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one row per request, one row per timed step), columns REQUEST_COLUMNS / STEP_COLUMNS.
     Times are seconds from the run's start on the client clock; unknown values are None."""
-    from specscope.analysis.steps import server_mean_commit_len
-
     slo = run_slo(run)
     origin = _origin_ns(run)
     conc = run_concurrency(run)
