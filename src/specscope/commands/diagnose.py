@@ -203,7 +203,8 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
     err_console.print(f"error: {message}", markup=False, highlight=False)
     if json_:
         print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
-                                     "attribution", "run_dir")), "findings": [], "error": message})
+                                     "attribution", "run_dir", "serving")), "findings": [],
+                    "error": message})
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 
 
