@@ -109,7 +109,7 @@ def test_tree_mask_equals_running_each_branch_alone(tiny_model):
     kv = cache(num_pages=64, page_size=1, policy="scattered")
     seq = kv.admit("t", 64)
     _, slots = run(tiny_model, kv, seq, prompt, list(range(4)))
-    kv.commit(seq, slots)
+    kv.commit(seq, len(slots))
     r, a, b, c = 7, 13, 17, 19
     mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     tree_logits, _ = run(tiny_model, kv, seq, [r, a, b, c], [4, 5, 5, 6], mask)
@@ -130,8 +130,8 @@ def test_padded_batch_does_not_touch_other_requests(tiny_model):
     w1, w2 = kv.alloc_slots(s1, 5), kv.alloc_slots(s2, 2)
     batch = ForwardBatch.pack(
         [
-            NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, s1.context),
-            NewTokens([6, 7], [0, 1], w2, s2.context),
+            NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, kv.context_slots(s1)),
+            NewTokens([6, 7], [0, 1], w2, kv.context_slots(s2)),
         ],
         "cpu",
         kv.pad_slot,
