@@ -144,7 +144,8 @@ def main() -> None:
     print(f"{'batch':>5} {'ctx':>5} | {'engine ms':>9} {'tok/s':>9} | {'hf ms':>8} {'tok/s':>8} | "
           f"{'floor ms':>8} {'tok/s':>9} | {'eng/hf':>6} {'floor/eng':>9}")
     out = []
-    for batch, ctx in itertools.product(batches, contexts):
+    for batch, wanted in itertools.product(batches, contexts):
+        ctx = min(wanted, backend.max_context - steps - 2)  # the context the last step sees
         prompts = [torch.randint(100, cfg.vocab_size, (ctx,), generator=gen).tolist() for _ in range(batch)]
         ours = statistics.median(engine_steps(backend, batch, prompts, steps))
         theirs = None

@@ -140,7 +140,7 @@ def _combine_kernel(
              mask=m_ok[:, None])
 
 
-def num_splits_for(batch: int, kv_heads: int, max_splits: int = 64) -> int:
+def num_splits_for(batch: int, kv_heads: int, max_splits: int = 16) -> int:
     """Splits of the context per (request, KV head) so that a launch fills the chip: a batch-1
     decode over 8192 tokens must not run on 3 programs."""
     want = math.ceil(SM_TARGET_PROGRAMS / max(1, batch * kv_heads))
