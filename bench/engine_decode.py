@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--kv-alloc", default="contiguous", choices=["contiguous", "scattered"])
     ap.add_argument("--eager", action="store_true", help="engine without CUDA graphs / paged kernel")
     ap.add_argument("--no-compile", action="store_true", help="CUDA graphs without torch.compile")
+    ap.add_argument("--no-gemv", action="store_true", help="cuBLAS matmuls for one-token steps too")
     ap.add_argument("--hf-max-tokens", type=int, default=1 << 19,
                     help="skip transformers where batch x context exceeds this (its prefill and cache)")
     ap.add_argument("--skip-hf", action="store_true")
@@ -126,10 +127,10 @@ def main() -> None:
     kv = KVCache.for_model(cfg, pool_tokens=rows, page_size=args.page_size, policy=args.kv_alloc,
                            dtype=lm.dtype, device=lm.device)
     t0 = time.perf_counter()
-    backend = assemble(lm, kv, EngineOptions(device=args.device, page_size=args.page_size,
-                                             kv_alloc=args.kv_alloc, max_batch=max(batches),
-                                             cuda_graphs=not args.eager,
-                                             torch_compile=not args.no_compile))
+    opts = EngineOptions(device=args.device, page_size=args.page_size, kv_alloc=args.kv_alloc,
+                         max_batch=max(batches), cuda_graphs=not args.eager,
+                         torch_compile=not args.no_compile, single_token_gemv=not args.no_gemv)
+    backend = assemble(lm, kv, opts)
     setup_s = time.perf_counter() - t0
     bandwidth = copy_bandwidth(lm.device)
     print(f"device={lm.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}) dtype={lm.dtype} "

@@ -50,7 +50,8 @@ def assemble(loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: b
         from specscope.engine.cuda.graph_runner import CudaGraphRunner
 
         graph_runner = CudaGraphRunner(loaded.model, kv, max_batch=opts.max_batch,
-                                       max_nodes=stepper.max_nodes, compile=opts.torch_compile)
+                                       max_nodes=stepper.max_nodes, compile=opts.torch_compile,
+                                       gemv=opts.single_token_gemv)
         if warmup:
             graph_runner.warmup()
         runner = graph_runner

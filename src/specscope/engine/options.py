@@ -65,6 +65,7 @@ class EngineOptions:
     # the same one the CPU runs).
     cuda_graphs: bool = True
     torch_compile: bool = True  # fuse the token-wise layer parts (the graphs work without it)
+    single_token_gemv: bool = True  # batch-1 decode: fused multiply-reduce instead of cuBLAS
     speculation: SpeculationOptions | None = None
 
     def __post_init__(self) -> None:

@@ -52,7 +52,7 @@ class _TokenwiseLayers:
     dtype; rotate-half RoPE)."""
 
     @torch.no_grad()
-    def __init__(self, model: Transformer, compile: bool):
+    def __init__(self, model: Transformer, compile: bool, gemv: bool = True):
         cfg = model.cfg
         self.h, self.kvh, self.d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         h, kvh, d = self.h, self.kvh, self.d
@@ -77,17 +77,25 @@ class _TokenwiseLayers:
             hx = hx * torch.rsqrt(hx.pow(2).mean(-1, keepdim=True) + eps)
             return w * hx.to(x.dtype)
 
+        def linear(a, w):
+            # One token (batch-1 decode): a multiply-reduce that Inductor fuses with the norm /
+            # activation feeding it, instead of a cuBLAS launch whose fixed latency dominates at
+            # M = 1. Several tokens: the matrix product (tensor cores, weights read once).
+            if gemv and a.shape[0] == 1:
+                return (a[:, None, :].float() * w[None].float()).sum(-1).to(a.dtype)
+            return a @ w.t()
+
         def rot(x, cos, sin):
             x1, x2 = x.chunk(2, dim=-1)
             return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
         def qkv(x, ln, wqkv, cos, sin):
+            # One RoPE pass over q and k together; q, k, v leave as views (the attention
+            # kernel takes token strides), so no copy kernels.
             t = x.shape[0]
-            y = rms(x, ln) @ wqkv.t()
-            q = y[:, : h * d].view(t, h, d)
-            k = y[:, h * d : (h + kvh) * d].view(t, kvh, d)
-            v = y[:, (h + kvh) * d :].view(t, kvh, d)
-            return rot(q, cos, sin).contiguous(), rot(k, cos, sin).contiguous(), v.contiguous()
+            y = linear(rms(x, ln), wqkv)
+            qk = rot(y[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
+            return qk[:, :h], qk[:, h:], y[:, (h + kvh) * d :].view(t, kvh, d)
 
         def first(tokens, positions, embed, inv_freq, ln, wqkv):
             x = F.embedding(tokens, embed)
@@ -98,9 +106,9 @@ class _TokenwiseLayers:
             return x, cos, sin, q, k, v
 
         def mlp_block(x, o, wo, ln2, wgu, wd):
-            x = x + o.reshape(x.shape[0], -1) @ wo.t()
-            g, u = (rms(x, ln2) @ wgu.t()).chunk(2, dim=-1)
-            return x + (F.silu(g) * u) @ wd.t()
+            x = x + linear(o.reshape(x.shape[0], -1), wo)
+            g, u = linear(rms(x, ln2), wgu).chunk(2, dim=-1)
+            return x + linear(F.silu(g) * u, wd)
 
         def middle(x, o, wo, ln2, wgu, wd, ln_next, wqkv_next, cos, sin):
             x = mlp_block(x, o, wo, ln2, wgu, wd)
@@ -109,13 +117,13 @@ class _TokenwiseLayers:
 
         def last(x, o, wo, ln2, wgu, wd, norm, head):
             x = mlp_block(x, o, wo, ln2, wgu, wd)
-            logits = (rms(x, norm) @ head.t()).float()
+            logits = linear(rms(x, norm), head).float()
             return logits, logits.argmax(dim=-1)
 
         wrap = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
         # One compiled set per architecture shape: a second runner (another bench configuration,
         # another KV layout) reuses the compiled code instead of compiling again.
-        key = (h, kvh, d, eps, compile)
+        key = (h, kvh, d, eps, compile, gemv)
         if key not in _COMPILED:
             _COMPILED[key] = (wrap(first), wrap(middle), wrap(last))
         self.first, self.middle, self.last = _COMPILED[key]
@@ -125,7 +133,7 @@ class CudaGraphRunner:
     """Runner (engine/runner.py) for CUDA: graphs for decode (Q = 1) and verify (Q = node budget)."""
 
     def __init__(self, model: Transformer, kv: KVCache, *, max_batch: int, max_nodes: int = 1,
-                 compile: bool = True, max_context: int | None = None):
+                 compile: bool = True, gemv: bool = True, max_context: int | None = None):
         if kv.device.type != "cuda":
             raise ValueError("CudaGraphRunner needs the KV pool on a CUDA device")
         self.model, self.kv, self.device = model, kv, kv.device
@@ -137,7 +145,7 @@ class CudaGraphRunner:
             # Rows: every running request + the draft pool's own, if it shares this cache.
             kv.enable_device_table(self.buckets[-1] + 1, kv.pages_for(rows + max_nodes) + 1)
         self.table = kv.device_table.table
-        self.layers = _TokenwiseLayers(model, compile)
+        self.layers = _TokenwiseLayers(model, compile, gemv and compile)
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle()
         self._inputs = {q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long, device=self.device)
@@ -169,8 +177,8 @@ class CudaGraphRunner:
                                           lay.layers[0][0], lay.layers[0][1])
         n = len(lay.layers)
         for i, (_, _, wo, ln2, wgu, wd) in enumerate(lay.layers):
-            o = paged_attention(qh.view(b, q, lay.h, lay.d), k.view(b, q, lay.kvh, lay.d),
-                                v.view(b, q, lay.kvh, lay.d), kv.k[i], kv.v[i], self.table, rows,
+            o = paged_attention(qh.unflatten(0, (b, q)), k.unflatten(0, (b, q)),
+                                v.unflatten(0, (b, q)), kv.k[i], kv.v[i], self.table, rows,
                                 lens, write, bits, kv.page_size, splits)
             if i + 1 < n:
                 nxt = lay.layers[i + 1]

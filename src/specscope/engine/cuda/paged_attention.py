@@ -46,7 +46,7 @@ def _attend(q, k, v, visible, m_i, l_i, acc, sm_scale, IEEE: tl.constexpr):
 def _paged_attention_kernel(
     q_ptr, k_new_ptr, v_new_ptr, k_pool_ptr, v_pool_ptr, table_ptr, rows_ptr, lens_ptr,
     write_ptr, bits_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
-    sm_scale, max_pages,
+    sm_scale, max_pages, stride_q, stride_k, stride_v,
     Q_LEN: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr,
     NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr,
@@ -59,8 +59,10 @@ def _paged_attention_kernel(
     g = offs_m % G
     m_ok = offs_m < Q_LEN * G
     offs_d = tl.arange(0, D)
-    q_off = ((b * Q_LEN + j) * (KVH * G) + hk * G + g).to(tl.int64) * D
-    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+    tok = (b * Q_LEN + j).to(tl.int64)
+    q = tl.load(q_ptr + (tok * stride_q + (hk * G + g) * D)[:, None] + offs_d[None, :],
+                mask=m_ok[:, None], other=0.0)
+    out_off = (tok * (KVH * G) + hk * G + g) * D
     ctx = tl.load(lens_ptr + b).to(tl.int32)
     row = tl.load(rows_ptr + b).to(tl.int64)
     per = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -83,9 +85,11 @@ def _paged_attention_kernel(
         # program of this launch reads) and attend to them under the mask bits.
         offs_q = tl.arange(0, BLOCK_Q)
         q_ok = offs_q < Q_LEN
-        new_off = ((b * Q_LEN + offs_q) * KVH + hk).to(tl.int64) * D
-        kn = tl.load(k_new_ptr + new_off[:, None] + offs_d[None, :], mask=q_ok[:, None], other=0.0)
-        vn = tl.load(v_new_ptr + new_off[:, None] + offs_d[None, :], mask=q_ok[:, None], other=0.0)
+        new_tok = (b * Q_LEN + offs_q).to(tl.int64)
+        k_off = new_tok * stride_k + hk * D
+        v_off = new_tok * stride_v + hk * D
+        kn = tl.load(k_new_ptr + k_off[:, None] + offs_d[None, :], mask=q_ok[:, None], other=0.0)
+        vn = tl.load(v_new_ptr + v_off[:, None] + offs_d[None, :], mask=q_ok[:, None], other=0.0)
         slot = tl.load(write_ptr + b * Q_LEN + offs_q, mask=q_ok, other=0).to(tl.int64)
         pool_off = (slot * KVH + hk) * D
         tl.store(k_pool_ptr + pool_off[:, None] + offs_d[None, :], kn, mask=q_ok[:, None])
@@ -95,7 +99,7 @@ def _paged_attention_kernel(
         m_i, l_i, acc = _attend(q, kn, vn, seen & q_ok[None, :], m_i, l_i, acc, sm_scale, IEEE)
     if NUM_SPLITS == 1:
         out = acc / l_i[:, None]
-        tl.store(out_ptr + q_off[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
+        tl.store(out_ptr + out_off[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=m_ok[:, None])
     else:
         part = ((b * KVH + hk) * NUM_SPLITS + s) * BLOCK_M + offs_m
@@ -110,34 +114,25 @@ def _combine_kernel(
     Q_LEN: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, NUM_SPLITS: tl.constexpr,
 ):
+    """Merge the splits' partial softmaxes of one query row (one program per row: the splits
+    are loaded at once, not one after another)."""
     b = tl.program_id(0)
     hk = tl.program_id(1)
-    offs_m = tl.arange(0, BLOCK_M)
+    m = tl.program_id(2)  # query row < Q_LEN * G
+    offs_s = tl.arange(0, NUM_SPLITS)
     offs_d = tl.arange(0, D)
-    m_all = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_all = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    base = (b * KVH + hk) * NUM_SPLITS
-    for s in range(NUM_SPLITS):
-        part = (base + s) * BLOCK_M + offs_m
-        m_s = tl.load(part_m_ptr + part)
-        l_s = tl.load(part_l_ptr + part)
-        a_s = tl.load(part_acc_ptr + part[:, None] * D + offs_d[None, :])
-        m_new = tl.maximum(m_all, m_s)
-        # Splits with no keys hold m = -inf; the new-token split never does, so m_new is finite
-        # once it is merged, and exp(-inf - finite) = 0 drops the empty ones.
-        w_old = tl.where(m_all == float("-inf"), 0.0, tl.exp(m_all - m_new))
-        w_new = tl.where(m_s == float("-inf"), 0.0, tl.exp(m_s - m_new))
-        l_all = l_all * w_old + l_s * w_new
-        acc = acc * w_old[:, None] + a_s * w_new[:, None]
-        m_all = m_new
-    j = offs_m // G
-    g = offs_m % G
-    m_ok = offs_m < Q_LEN * G
-    q_off = ((b * Q_LEN + j) * (KVH * G) + hk * G + g).to(tl.int64) * D
-    out = acc / l_all[:, None]
-    tl.store(out_ptr + q_off[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=m_ok[:, None])
+    part = ((b * KVH + hk) * NUM_SPLITS + offs_s) * BLOCK_M + m
+    m_s = tl.load(part_m_ptr + part)
+    l_s = tl.load(part_l_ptr + part)
+    a_s = tl.load(part_acc_ptr + part[:, None] * D + offs_d[None, :])
+    # Splits with no keys hold m = -inf; split 0 (the new tokens) never does.
+    m_max = tl.max(m_s, 0)
+    w = tl.where(m_s == float("-inf"), 0.0, tl.exp(m_s - m_max))
+    out = tl.sum(a_s * w[:, None], 0) / tl.sum(l_s * w, 0)
+    j = m // G
+    g = m % G
+    out_off = ((b * Q_LEN + j).to(tl.int64) * (KVH * G) + hk * G + g) * D
+    tl.store(out_ptr + out_off + offs_d, out.to(out_ptr.dtype.element_ty))
 
 
 def num_splits_for(batch: int, kv_heads: int, max_splits: int = 16) -> int:
@@ -148,8 +143,8 @@ def num_splits_for(batch: int, kv_heads: int, max_splits: int = 16) -> int:
 
 
 def paged_attention(
-    q: torch.Tensor,  # [B, Q, H, D]
-    k_new: torch.Tensor,  # [B, Q, KVH, D]
+    q: torch.Tensor,  # [B, Q, H, D]; heads and head dim dense, tokens at any stride
+    k_new: torch.Tensor,  # [B, Q, KVH, D], likewise (views into a fused QKV output are fine)
     v_new: torch.Tensor,
     k_pool: torch.Tensor,  # [slots + 1, KVH, D] (one layer of KVCache.k)
     v_pool: torch.Tensor,
@@ -171,7 +166,10 @@ def paged_attention(
         raise ValueError("paged_attention: at most 63 new tokens per request (one mask word)")
     block_m = max(16, triton.next_power_of_2(q_len * g))
     block_q = max(16, triton.next_power_of_2(q_len))
-    out = torch.empty_like(q)
+    for t in (q, k_new, v_new):
+        if t.stride(3) != 1 or t.stride(2) != d or t.stride(0) != q_len * t.stride(1):
+            raise ValueError("paged_attention: heads x head_dim must be dense per token")
+    out = torch.empty(b, q_len, h, d, dtype=q.dtype, device=q.device)
     if num_splits > 1:
         part_m = torch.empty(b * kvh * num_splits * block_m, dtype=torch.float32, device=q.device)
         part_l = torch.empty_like(part_m)
@@ -182,11 +180,12 @@ def paged_attention(
     _paged_attention_kernel[(b, kvh, num_splits)](
         q, k_new, v_new, k_pool, v_pool, block_table, seq_rows, ctx_lens, write_slots, mask_bits,
         out, part_m, part_l, part_acc, 1.0 / math.sqrt(d), block_table.shape[1],
+        q.stride(1), k_new.stride(1), v_new.stride(1),
         Q_LEN=q_len, G=g, KVH=kvh, D=d, PAGE=page_size, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
         BLOCK_Q=block_q, NUM_SPLITS=num_splits, IEEE=ieee,
     )
     if num_splits > 1:
-        _combine_kernel[(b, kvh)](
+        _combine_kernel[(b, kvh, q_len * g)](
             part_m, part_l, part_acc, out,
             Q_LEN=q_len, G=g, KVH=kvh, D=d, BLOCK_M=block_m, NUM_SPLITS=num_splits,
         )
