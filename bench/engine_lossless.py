@@ -26,14 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from specscope.engine.factory import assemble
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.loader import load_model, random_model
-from specscope.engine.model import ModelConfig
+from specscope.engine.loader import TINY_CONFIG, load_model, random_model
 from specscope.engine.options import EngineOptions, SpeculationOptions
 from specscope.engine.runner import EagerRunner, Work
 from specscope.serve.backend import SamplingParams
 
-TINY = ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=3, num_heads=6,
-                   num_kv_heads=2, head_dim=16, max_position_embeddings=1024, tie_word_embeddings=False)
 SPECS = [
     ("ngram chain k=4", SpeculationOptions(drafter="ngram", verify="chain", num_draft_tokens=4, ngram_min=1), 16, "contiguous"),
     ("ngram tree B=16", SpeculationOptions(drafter="ngram", verify="tree", budget=16, ngram_min=1), 16, "scattered"),
@@ -119,7 +116,7 @@ def main() -> None:
     failed = False
     for dtype in (torch.float32, torch.bfloat16):
         if args.tiny:
-            lm = random_model(TINY, device=args.device, dtype=dtype)
+            lm = random_model(TINY_CONFIG, device=args.device, dtype=dtype)
         elif args.random_weights:
             lm = random_model(device=args.device, dtype=dtype)
         else:

@@ -142,6 +142,14 @@ def num_splits_for(batch: int, kv_heads: int, max_splits: int = 16) -> int:
     return 1 if want <= 1 else min(max_splits, triton.next_power_of_2(want))
 
 
+def _token_strided(t: torch.Tensor) -> torch.Tensor:
+    """The layout the kernel addresses: token (b * Q + j) at one stride, heads x head_dim dense;
+    anything else (a layout Inductor chose) is copied once."""
+    if t.stride(3) == 1 and t.stride(2) == t.shape[3] and t.stride(0) == t.shape[1] * t.stride(1):
+        return t
+    return t.contiguous()
+
+
 def paged_attention(
     q: torch.Tensor,  # [B, Q, H, D]; heads and head dim dense, tokens at any stride
     k_new: torch.Tensor,  # [B, Q, KVH, D], likewise (views into a fused QKV output are fine)
@@ -166,9 +174,7 @@ def paged_attention(
         raise ValueError("paged_attention: at most 63 new tokens per request (one mask word)")
     block_m = max(16, triton.next_power_of_2(q_len * g))
     block_q = max(16, triton.next_power_of_2(q_len))
-    for t in (q, k_new, v_new):
-        if t.stride(3) != 1 or t.stride(2) != d or t.stride(0) != q_len * t.stride(1):
-            raise ValueError("paged_attention: heads x head_dim must be dense per token")
+    q, k_new, v_new = (_token_strided(t) for t in (q, k_new, v_new))
     out = torch.empty(b, q_len, h, d, dtype=q.dtype, device=q.device)
     if num_splits > 1:
         part_m = torch.empty(b * kvh * num_splits * block_m, dtype=torch.float32, device=q.device)
