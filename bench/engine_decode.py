@@ -136,7 +136,7 @@ def main() -> None:
     print(f"device={lm.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}) dtype={lm.dtype} "
           f"weights={weights} engine path={backend.info.extra['fast_path']} page={args.page_size} "
           f"{args.kv_alloc} steps/point={steps} torch={torch.__version__} setup={setup_s:.1f}s "
-          f"copy bandwidth={bandwidth / 1e12:.2f} TB/s", flush=True)
+          f"copy bandwidth={bandwidth / 1e9:.0f} GB/s", flush=True)
     hf = None if args.skip_hf else hf_llama_from(lm)
     gen = torch.Generator().manual_seed(0)
     engine_steps(backend, 1, [[5] * 32], 3)  # warm-up outside the timings
