@@ -14,7 +14,7 @@ Every step's wall time is recorded. For each layout we fit step_time = a + b * c
 
     .venv/bin/python bench/kv_fragmentation.py --layers 4            # CPU, bounded: 4-layer model
     .venv/bin/python bench/kv_fragmentation.py                       # CPU, real SmolLM2 (slow)
-    python3 bench/kv_fragmentation.py --device cuda --random-weights # speed only, no GGUF needed
+    python3 bench/kv_fragmentation.py --device cuda --random-weights # paged kernel, speed only
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from scipy.stats import theilslopes
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from specscope.engine.backend import EngineBackend
+from specscope.engine.factory import assemble
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import SMOLLM2_CONFIG, LoadedModel, load_model, random_model
+from specscope.engine.options import EngineOptions
 from specscope.serve.backend import SamplingParams
 
 LAYOUTS = [(1, "scattered"), (16, "contiguous")]
@@ -44,7 +46,10 @@ def backend_for(lm: LoadedModel, page_size: int, policy: str, pool_tokens: int) 
     kv = KVCache.for_model(cfg, pool_tokens=pool_tokens // page_size * page_size,
                            page_size=page_size, policy=policy, dtype=lm.dtype, device=lm.device,
                            seed=1)
-    return EngineBackend(lm, kv, max_batch=2)
+    # On CUDA: the paged attention kernel reading the page table (a serving engine's kind of
+    # kernel), under CUDA graphs; on CPU: the eager slot gather.
+    return assemble(lm, kv, EngineOptions(device=lm.device.type, page_size=page_size,
+                                          kv_alloc=policy, max_batch=2))
 
 
 def interleaved(

@@ -70,7 +70,7 @@ def test_hf_folder_logits_match_transformers(hf_folder):
     slots = kv.alloc_slots(seq, 300)
     ours = lm.model(
         ForwardBatch.pack(
-            [NewTokens(ids, list(range(300)), slots, seq.context)], "cpu", kv.pad_slot
+            [NewTokens(ids, list(range(300)), slots, kv.context_slots(seq))], "cpu", kv.pad_slot
         ),
         kv,
     )[0]

@@ -109,7 +109,7 @@ def test_tree_mask_equals_running_each_branch_alone(tiny_model):
     kv = cache(num_pages=64, page_size=1, policy="scattered")
     seq = kv.admit("t", 64)
     _, slots = run(tiny_model, kv, seq, prompt, list(range(4)))
-    kv.commit(seq, slots)
+    kv.commit(seq, len(slots))
     r, a, b, c = 7, 13, 17, 19
     mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     tree_logits, _ = run(tiny_model, kv, seq, [r, a, b, c], [4, 5, 5, 6], mask)
@@ -130,8 +130,8 @@ def test_padded_batch_does_not_touch_other_requests(tiny_model):
     w1, w2 = kv.alloc_slots(s1, 5), kv.alloc_slots(s2, 2)
     batch = ForwardBatch.pack(
         [
-            NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, s1.context),
-            NewTokens([6, 7], [0, 1], w2, s2.context),
+            NewTokens([1, 2, 3, 4, 5], list(range(5)), w1, kv.context_slots(s1)),
+            NewTokens([6, 7], [0, 1], w2, kv.context_slots(s2)),
         ],
         "cpu",
         kv.pad_slot,
@@ -144,3 +144,48 @@ def test_padded_batch_does_not_touch_other_requests(tiny_model):
     used = set(w1.tolist()) | set(w2.tolist()) | {kv.pad_slot}
     untouched = [s for s in range(kv.pad_slot) if s not in used]
     assert kv.k[:, untouched].abs().sum() == 0
+
+
+def test_device_block_table_mirrors_every_page_change():
+    """The fixed-shape page table a captured attention kernel reads: after each sync it equals
+    every request's page list, through growth, truncation (rejected drafts) and reordering."""
+    kv = cache(num_pages=64, page_size=1, policy="scattered", seed=3)
+    table = kv.enable_device_table(max_seqs=2, max_pages=40)
+
+    def check():
+        kv.sync_device_table(list(kv.seqs.values()))
+        for seq in kv.seqs.values():
+            assert seq.table_row > 0
+            assert table.table[seq.table_row, : len(seq.pages)].tolist() == seq.pages
+
+    a, b = kv.admit("a", 30), kv.admit("b", 30)
+    assert {a.table_row, b.table_row} == {1, 2}
+    kv.alloc_rows(a, 10)
+    kv.commit(a, 10)
+    kv.alloc_rows(b, 4)
+    check()
+    kv.alloc_rows(a, 5)  # a verify's pending rows
+    check()
+    kv.reorder_rows(a, 10, [2, 4])  # accepted nodes 2 and 4 become rows 10, 11
+    kv.commit(a, 2)
+    kv.truncate(a, 12)
+    check()
+    kv.alloc_rows(a, 3)
+    check()
+    kv.release("b")
+    c = kv.admit("c", 8)
+    assert c.table_row == b.table_row  # rows are reused
+    kv.alloc_rows(c, 8)
+    check()
+    with pytest.raises(BackendError):
+        kv.admit("d", 4)  # both table rows taken
+
+
+def test_commit_never_passes_the_allocated_rows():
+    kv = cache()
+    seq = kv.admit("a", 8)
+    kv.alloc_rows(seq, 3)
+    kv.commit(seq, 2)
+    with pytest.raises(ValueError):
+        kv.commit(seq, 2)
+    assert kv.context_slots(seq).tolist() == kv.slot_ids(seq, 0, 2)

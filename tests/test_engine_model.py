@@ -1,10 +1,14 @@
-"""The engine's model and decoding against references, on the real SmolLM2-135M weights.
+"""The engine's model and decoding against references.
 
+On the real SmolLM2-135M weights (the smoke tests: what a tiny model cannot show):
 - logits equal Hugging Face transformers' LlamaForCausalLM built from OUR loaded tensors
   (fp32, CPU; tolerance: max |diff| <= 2e-3 on logits of magnitude ~10-30, and identical argmax);
-- greedy text is identical for page sizes 1 and 16 under both allocation policies;
+- it answers sensibly, and a stop string ends a request.
+On a tiny random Llama (invariances hold for any weights):
+- greedy tokens are identical for page sizes 1 and 16 under both allocation policies;
 - a batch of different-length requests decodes exactly as each request alone;
-- an exhausted pool refuses a request with a clear BackendError and leaves the others intact.
+- an exhausted pool refuses a request with a clear BackendError and leaves the others intact;
+- sampling is reproducible with a seed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import torch
 from specscope.engine.backend import EngineBackend
 from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.loader import LoadedModel, load_model
+from specscope.engine.loader import TINY_CONFIG, LoadedModel, load_model, random_model
 from specscope.serve.backend import BackendError, SamplingParams
 
 pytestmark = pytest.mark.engine
@@ -30,6 +34,14 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def lm() -> LoadedModel:
     return load_model("smollm2", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    return random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=1)
+
+
+TINY_PROMPTS = [[3, 14, 15, 92, 65], [35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28], [8, 41]]
 
 
 def make_backend(
@@ -74,8 +86,8 @@ def test_logits_match_transformers_on_prefill_and_decode(lm):
     req = backend.requests["r"]
     # Prefill the first half in one forward, then decode the rest one token at a time.
     half = len(ids) // 2
-    ours = [backend.forward([(req, ids[:half])])[0]]
-    ours += [backend.forward([(req, [t])])[0] for t in ids[half:]]
+    ours = [backend.forward([(req, ids[:half])]).tensor[0]]
+    ours += [backend.forward([(req, [t])]).tensor[0] for t in ids[half:]]
     ours_t = torch.cat(ours)
     assert ours_t.shape == ref.shape
     assert (ours_t - ref).abs().max().item() <= 2e-3
@@ -98,8 +110,9 @@ def test_model_answers_sensibly(lm):
     assert "Paris" in backend.detokenize(text)
 
 
-def test_greedy_identical_across_page_sizes_and_policies(lm):
-    prompts = {f"p{i}": lm.codec.encode(p) for i, p in enumerate(PROMPTS[:2])}
+def test_greedy_identical_across_page_sizes_and_policies(tiny):
+    lm = tiny
+    prompts = {f"p{i}": p for i, p in enumerate(TINY_PROMPTS[:2])}
     results = {}
     for page_size in (1, 16):
         for policy in ("contiguous", "scattered"):
@@ -116,8 +129,9 @@ def test_greedy_identical_across_page_sizes_and_policies(lm):
         assert got == first, key
 
 
-def test_batch_of_different_lengths_equals_each_alone(lm):
-    prompts = {f"p{i}": lm.codec.encode(p) for i, p in enumerate(PROMPTS)}
+def test_batch_of_different_lengths_equals_each_alone(tiny):
+    lm = tiny
+    prompts = {f"p{i}": p for i, p in enumerate(TINY_PROMPTS)}
     assert len({len(v) for v in prompts.values()}) == 3
     together = run_to_end(make_backend(lm, 16, "contiguous"), prompts, max_tokens=6)
     for rid, ids in prompts.items():
@@ -125,8 +139,9 @@ def test_batch_of_different_lengths_equals_each_alone(lm):
         assert alone[rid] == together[rid], rid
 
 
-def test_pool_exhaustion_refuses_cleanly_and_spares_the_running_request(lm):
-    ids = lm.codec.encode(PROMPTS[0])
+def test_pool_exhaustion_refuses_cleanly_and_spares_the_running_request(tiny):
+    lm = tiny
+    ids = TINY_PROMPTS[1]
     reference = run_to_end(make_backend(lm, 16, "contiguous"), {"a": ids}, max_tokens=8)["a"]
     backend = make_backend(lm, page_size=16, policy="contiguous", pool_tokens=64)
     backend.prefill_sync("a", ids, SamplingParams(max_tokens=8, ignore_eos=True))
@@ -166,8 +181,9 @@ def test_stop_string_and_max_tokens(lm):
         backend.prefill_sync("y", [lm.config.vocab_size + 5], SamplingParams())
 
 
-def test_sampling_is_reproducible_with_a_seed(lm):
-    ids = lm.codec.encode(PROMPTS[0])
+def test_sampling_is_reproducible_with_a_seed(tiny):
+    lm = tiny
+    ids = TINY_PROMPTS[0]
 
     def sampled(seed: int) -> list[int]:
         backend = make_backend(lm, 16, "contiguous")

@@ -1,4 +1,4 @@
-"""The draft-model drafter on real weights (SmolLM2-135M, fp32, CPU): drafting for itself it
+"""The draft-model drafter (a tiny random Llama, fp32, CPU): drafting for itself it
 proposes exactly the model's greedy continuation, its cache reconciles after partial accepts
 (same drafts as a fresh drafter), the draft window bounds what it sees, release frees pages."""
 
@@ -10,10 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from specscope.engine.kv_cache import KVCache  # noqa: E402
-from specscope.engine.loader import load_model  # noqa: E402
-from specscope.engine.spec.drafter import DraftRequest  # noqa: E402
-from specscope.engine.spec.engine_lm import EngineLM  # noqa: E402
-from specscope.engine.spec.model_drafter import ModelDrafter, window_base  # noqa: E402
+from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
+from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
+from specscope.engine.speculative.model_drafter import EngineLM, ModelDrafter, window_base  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.engine
 def smollm():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the shared cores are oversubscribed; see test_engine_spec_lossless
-    yield load_model("smollm2", device="cpu", dtype=torch.float32)
+    yield random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=2)
     torch.set_num_threads(threads)
 
 
@@ -45,8 +44,8 @@ def _greedy(lm: EngineLM, prompt: list[int], n: int) -> list[int]:
 
 
 def test_self_drafting_proposes_greedy_continuation_and_reconciles(smollm):
-    prompt_a = smollm.codec.encode("def fibonacci(n):\n    if n < 2:\n        return n\n")
-    prompt_b = smollm.codec.encode("The capital of France is")
+    prompt_a = [12, 40, 7, 7, 91, 3, 55, 12, 40, 7, 60, 2, 18, 33]
+    prompt_b = [4, 86, 23, 9]
     lm = _lm(smollm)
     drafter = ModelDrafter(lm, top_k=4)
     drafts = drafter.propose([DraftRequest("a", prompt_a, 5), DraftRequest("b", prompt_b, 3)])
@@ -74,7 +73,7 @@ def test_self_drafting_proposes_greedy_continuation_and_reconciles(smollm):
 
 def test_sampled_drafts_carry_q(smollm):
     drafter = ModelDrafter(_lm(smollm), top_k=3)
-    prompt = smollm.codec.encode("Once upon a time")
+    prompt = [30, 1, 77, 45]
     d = drafter.propose([DraftRequest("s", prompt, 3, temperature=0.8, seed=1)])[0]
     assert d.q_probs.shape == (3, smollm.config.vocab_size)
     np.testing.assert_allclose(d.q_probs.sum(axis=1), 1.0, atol=1e-6)

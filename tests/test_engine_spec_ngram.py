@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.engine.spec.drafter import DraftRequest
-from specscope.engine.spec.ngram import NgramDrafter
+from specscope.engine.speculative.drafter import DraftRequest
+from specscope.engine.speculative.ngram import NgramDrafter
 
 
 def test_continues_most_recent_longest_match():

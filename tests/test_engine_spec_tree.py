@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specscope.engine.spec.tree import build_ddtree, chain_tree, trie_tree
+from specscope.engine.speculative.tree import build_ddtree, chain_tree, trie_tree
 
 
 def _brute_force_best(logp: np.ndarray, budget: int) -> list[float]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from specscope.engine.spec.tree import build_ddtree, chain_tree
-from specscope.engine.spec.verify import (
+from specscope.engine.speculative.tree import build_ddtree, chain_tree
+from specscope.engine.speculative.verify import (
     softmax,
     verify_chain_sampled,
     verify_greedy,

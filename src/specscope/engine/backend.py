@@ -1,11 +1,16 @@
 """EngineBackend: the real decoder behind `serve`'s Backend protocol (continuous batching).
 
+`EngineBackend(model, kv, stepper)`: a loaded model, its paged KV cache, and a stepper (plain,
+or speculative) that decides what one step does; the target forward goes through a `Runner`
+(eager on CPU, CUDA graphs + paged attention on the GPU fast path).
+
 Life of a request:
 - `prefill` admits it (KV reservation, see kv_cache.py) and runs the prompt minus its last token
   through the model in chunks, so the KV cache holds everything but the "pending" token;
-- each `step` feeds every listed request its pending token (the last prompt token, then the
-  last sampled one) in ONE batched forward, samples the next token per request and commits it;
-- `release` frees the pages (also on client disconnect).
+- each `step` hands every listed live request to the stepper (plain: feed the pending token,
+  sample the next one; speculative: draft, verify, accept), then applies EOS, stop strings and
+  limits to what each request committed;
+- `release` frees the pages and the stepper's state (also on client disconnect).
 So every step is the same kind of forward, and a step's time is honest decode time.
 
 Torch work runs in a worker thread (asyncio.to_thread) under one lock: the event loop keeps
@@ -17,35 +22,19 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from specscope.engine.kv_cache import KVCache, SeqKV
+from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel
-from specscope.engine.model import ForwardBatch, NewTokens
-from specscope.engine.sampling import make_generator, sample
+from specscope.engine.request import Request
+from specscope.engine.runner import EagerRunner, Runner, Work, extend
+from specscope.engine.sampling import make_generator
+from specscope.engine.stepper import PlainStepper, Stepper
 from specscope.serve.backend import BackendError, BackendInfo, BatchStep, SamplingParams, StepOutput
 
 PREFILL_CHUNK = 256  # tokens per prefill forward: bounds the [chunk x context] attention matrix
-
-
-@dataclass
-class Request:
-    request_id: str
-    params: SamplingParams
-    seq: SeqKV
-    tokens: list[int]  # prompt + generated; tokens[-1] is pending (its KV is not written yet)
-    num_prompt: int
-    generator: torch.Generator
-    finished: bool = False
-    finish_reason: str | None = None
-    state: dict[str, Any] = field(default_factory=dict)  # room for drafter state (ENGINE2)
-
-    @property
-    def generated(self) -> list[int]:
-        return self.tokens[self.num_prompt :]
+CUDA_PREFILL_CHUNK = 2048  # on a GPU the bound is memory, not time: larger chunks, fewer launches
+CUDA_PREFILL_TOKENS = 16384  # requests prefilled together per forward, in tokens
 
 
 class EngineBackend:
@@ -53,22 +42,26 @@ class EngineBackend:
         self,
         loaded: LoadedModel,
         kv: KVCache,
+        stepper: Stepper | None = None,
         *,
+        runner: Runner | None = None,
         max_batch: int = 8,
-        kv_headroom_tokens: int = 0,
         seed: int | None = None,
     ):
-        self.lm, self.model, self.codec, self.kv = loaded, loaded.model, loaded.codec, kv
+        self.lm, self.codec, self.kv = loaded, loaded.codec, kv
+        self.stepper: Stepper = stepper or PlainStepper()
+        self.runner: Runner = runner or EagerRunner(loaded.model, kv)
         self.max_batch = max_batch
-        # Extra rows reserved per request beyond prompt + max_tokens (speculative drafts).
-        self.kv_headroom_tokens = kv_headroom_tokens
         self.seed = seed
         self.max_context = min(loaded.config.max_position_embeddings, kv.num_pages * kv.page_size)
+        spec = self.stepper.speculation()
+        # Rows reserved per request past prompt + max_tokens: one verify's pending nodes.
+        self._headroom = self.stepper.max_nodes if spec else 0
         self.info = BackendInfo(
             model=loaded.name,
             max_context=self.max_context,
-            spec_algorithm=None,
-            num_draft_tokens=0,
+            spec_algorithm=spec.algorithm if spec else None,
+            num_draft_tokens=spec.num_draft_tokens if spec else 0,
             page_size=kv.page_size,
             extra={
                 "engine": "specscope",
@@ -78,14 +71,13 @@ class EngineBackend:
                 "max_batch": max_batch,
                 "device": str(loaded.device),
                 "dtype": str(loaded.dtype).removeprefix("torch."),
+                "fast_path": type(self.runner).__name__,
+                **(spec.extra if spec else {}),
             },
         )
         self.requests: dict[str, Request] = {}
         self._lock = threading.Lock()
         self._deferred_release: set[str] = set()
-        # ENGINE2: a SpeculativeStepper (engine/spec/stepper.py) set by attach_speculation; when
-        # present it runs the whole step (draft, tree, verify, commit) and frees drafter state.
-        self.spec: Any = None
 
     # -- text ---------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -130,13 +122,40 @@ class EngineBackend:
     def _release_now(self, request_id: str) -> None:
         self.requests.pop(request_id, None)
         self.kv.release(request_id)
-        if self.spec is not None:
-            self.spec.release(request_id)
+        self.stepper.release(request_id)
 
     def prefill_sync(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        self.prefill_many_sync([(request_id, prompt_ids, params)])
+
+    def prefill_many_sync(self, items: list[tuple[str, list[int], SamplingParams]]) -> None:
+        """Admit several requests (all or none) and prefill them in batched chunks: benches fill
+        a batch of 256 long contexts this way; serve admits one at a time."""
+        admitted: list[Request] = []
+        try:
+            for request_id, prompt_ids, params in items:
+                admitted.append(self._admit(request_id, prompt_ids, params, admitted))
+            cuda = self.kv.device.type == "cuda"
+            chunk = CUDA_PREFILL_CHUNK if cuda else PREFILL_CHUNK
+            group = max(1, (CUDA_PREFILL_TOKENS if cuda else PREFILL_CHUNK) // chunk)
+            for g in range(0, len(admitted), group):
+                reqs = admitted[g : g + group]
+                longest = max(len(r.tokens) - 1 for r in reqs)
+                for start in range(0, longest, chunk):
+                    work = [(r, r.tokens[start : min(start + chunk, len(r.tokens) - 1)])
+                            for r in reqs if start < len(r.tokens) - 1]
+                    self.forward(work, compute_logits=False)
+        except Exception:
+            for req in admitted:
+                self.kv.release(req.request_id)
+            raise
+        for req in admitted:
+            self.requests[req.request_id] = req
+
+    def _admit(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+               admitted: list[Request]) -> Request:
         if not prompt_ids:
             raise BackendError("empty prompt")
-        if request_id in self.requests:
+        if request_id in self.requests or any(r.request_id == request_id for r in admitted):
             raise BackendError(f"request id {request_id!r} is already running", 409)
         vocab = self.lm.config.vocab_size
         if any(not 0 <= t < vocab for t in prompt_ids):
@@ -145,69 +164,39 @@ class EngineBackend:
             raise BackendError(
                 f"prompt of {len(prompt_ids)} tokens does not fit the context of {self.max_context}"
             )
-        if len(self.requests) >= self.max_batch:
+        if len(self.requests) + len(admitted) >= self.max_batch:
             raise BackendError(f"engine busy: {self.max_batch} requests running (max_batch)", 503)
         rows = min(len(prompt_ids) + max(params.max_tokens, 1), self.max_context)
-        seq = self.kv.admit(request_id, rows + self.kv_headroom_tokens)
+        seq = self.kv.admit(request_id, rows + self._headroom)
         seed = params.seed if params.seed is not None else self.seed
-        req = Request(
-            request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed)
-        )
-        try:
-            known = prompt_ids[:-1]
-            for start in range(0, len(known), PREFILL_CHUNK):
-                chunk = known[start : start + PREFILL_CHUNK]
-                self.forward([(req, chunk)], compute_logits=False)
-        except Exception:
-            self.kv.release(request_id)
-            raise
-        self.requests[request_id] = req
+        return Request(request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed))
 
-    def forward(
-        self, work: list[tuple[Request, list[int]]], compute_logits: bool = True
-    ) -> torch.Tensor | None:
-        """Append `tokens` to each request's committed KV (causal, consecutive positions) in one
-        batched forward; returns logits [B, Q, vocab]. The building block of prefill and decode."""
-        items = []
-        for req, tokens in work:
-            slots = self.kv.alloc_slots(req.seq, len(tokens))
-            start = req.seq.context_len
-            items.append(
-                NewTokens(tokens, list(range(start, start + len(tokens))), slots, req.seq.context)
-            )
-        batch = ForwardBatch.pack(items, self.lm.device, self.kv.pad_slot)
-        logits = self.model(batch, self.kv, compute_logits=compute_logits)
-        for (req, _), it in zip(work, items, strict=True):
-            self.kv.commit(req.seq, it.write_slots)
-        return logits
+    def forward(self, work: list[tuple[Request, list[int]]], compute_logits: bool = True):
+        """Append tokens to each request's committed KV in one batched forward (causal,
+        consecutive positions); returns the logits (`runner.Logits`) or None."""
+        return extend(self.runner, [Work(req.seq, tokens) for req, tokens in work], compute_logits)
 
     def step_sync(self, request_ids: list[str]) -> BatchStep:
-        if self.spec is not None:
-            return self.spec.step_sync(self, request_ids)
         t0 = time.perf_counter()
         missing = [r for r in request_ids if r not in self.requests]
         if missing:
             raise BackendError(f"unknown or released request(s): {missing}", 404)
         reqs = [self.requests[r] for r in request_ids]
         live = [r for r in reqs if not r.finished]
-        timing: dict[str, float] = {}
-        new_tokens: dict[str, list[int]] = {}
-        if live:
-            logits = self.forward([(r, [r.tokens[-1]]) for r in live])
-            assert logits is not None
-            if logits.is_cuda:
-                torch.cuda.synchronize()
-            t1 = time.perf_counter()
-            timing["verify"] = t1 - t0
-            for i, r in enumerate(live):
-                p = r.params
-                new_tokens[r.request_id] = [
-                    sample(logits[i, 0], p.temperature, p.top_p, r.generator)
-                ]
-        outputs = [self.accept_tokens(r, new_tokens.get(r.request_id, [])) for r in reqs]
+        result = self.stepper.step(self.runner, live, self.max_context) if live else None
+        outputs = []
+        for r in reqs:
+            proposal = result.proposals.get(r.request_id) if result else None
+            out = self.accept_tokens(r, proposal.tokens if proposal else [])
+            if proposal is not None:
+                out.accepted_drafts = proposal.accepted_drafts
+                out.proposed_drafts = proposal.proposed_drafts
+                out.accepted_per_position = proposal.accepted_per_position
+            outputs.append(out)
         step_s = time.perf_counter() - t0
-        if live:
-            timing["commit"] = step_s - timing["verify"]
+        timing = dict(result.timing) if result else {}
+        if timing:  # the commit phase also holds the bookkeeping above
+            timing["commit"] = step_s - sum(v for k, v in timing.items() if k != "commit")
         return BatchStep(outputs=outputs, step_s=step_s, timing=timing)
 
     def accept_tokens(self, req: Request, tokens: list[int]) -> StepOutput:

@@ -1,9 +1,8 @@
-"""build_backend(**options): what `specscope serve --backend engine` calls.
+"""build_backend(options): what `specscope serve --backend engine` and the embedded default call.
 
-Options it reads (others, e.g. the speculation ones ENGINE2 handles, are ignored here):
-model ("smollm2" | .gguf path | Hugging Face folder), device ("cpu" | "cuda"), page_size,
-kv_alloc ("contiguous" | "scattered"), max_batch, kv_pool_tokens (pool size; default fits
-max_batch full-context requests, capped to keep CPU memory modest), seed.
+Options are an `EngineOptions` (engine/options.py), or the same as loose keyword flags (the
+CLI's names, validated: an unknown flag is an error). `--device cuda` takes the fast path
+(paged attention kernel + CUDA graphs per batch bucket) unless `cuda_graphs` is False.
 """
 
 from __future__ import annotations
@@ -14,38 +13,48 @@ import torch
 
 from specscope.engine.backend import EngineBackend
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.loader import load_model
-from specscope.engine.spec.setup import SPEC_OPTIONS, attach_speculation
+from specscope.engine.loader import LoadedModel, load_model
+from specscope.engine.options import EngineOptions
+from specscope.engine.runner import EagerRunner, Runner
+from specscope.engine.speculative.setup import make_stepper
+from specscope.engine.stepper import PlainStepper, Stepper
 
 CPU_POOL_CAP_TOKENS = 16384  # ~0.75 GB of fp32 K/V for SmolLM2-135M
 GPU_POOL_CAP_TOKENS = 262144
 
 
-def build_backend(
-    model: str = "smollm2",
-    device: str = "cpu",
-    page_size: int = 16,
-    kv_alloc: str = "contiguous",
-    max_batch: int = 8,
-    kv_pool_tokens: int | None = None,
-    seed: int | None = None,
-    **_ignored: Any,
-) -> EngineBackend:
-    if device == "cuda" and not torch.cuda.is_available():
+def build_backend(options: EngineOptions | None = None, /, **flags: Any) -> EngineBackend:
+    opts = options if options is not None else EngineOptions.from_flags(**flags)
+    if opts.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no CUDA device")
-    loaded = load_model(model or "smollm2", device=device)
+    loaded = load_model(opts.model or "smollm2", device=opts.device)
     cfg = loaded.config
-    if kv_pool_tokens is None:
-        cap = GPU_POOL_CAP_TOKENS if device == "cuda" else CPU_POOL_CAP_TOKENS
-        kv_pool_tokens = min(max_batch * cfg.max_position_embeddings, cap)
+    pool_tokens = opts.kv_pool_tokens
+    if pool_tokens is None:
+        cap = GPU_POOL_CAP_TOKENS if opts.device == "cuda" else CPU_POOL_CAP_TOKENS
+        pool_tokens = min(opts.max_batch * cfg.max_position_embeddings, cap)
     kv = KVCache.for_model(
-        cfg, pool_tokens=kv_pool_tokens // page_size * page_size or page_size,
-        page_size=page_size, policy=kv_alloc, dtype=loaded.dtype, device=loaded.device,
-        seed=seed or 0,
+        cfg, pool_tokens=pool_tokens // opts.page_size * opts.page_size or opts.page_size,
+        page_size=opts.page_size, policy=opts.kv_alloc, dtype=loaded.dtype, device=loaded.device,
+        seed=opts.seed or 0,
     )
-    backend = EngineBackend(loaded, kv, max_batch=max_batch, seed=seed)
-    # ENGINE2: speculation options (drafter, verify, num_draft_tokens, budget, draft_window,
-    # tree_kv, ...; see engine/spec/setup.py). drafter none/absent leaves plain decoding.
-    spec = {k: v for k, v in _ignored.items() if k in SPEC_OPTIONS and v is not None}
-    attach_speculation(backend, **spec)
-    return backend
+    return assemble(loaded, kv, opts)
+
+
+def assemble(loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: bool = True) -> EngineBackend:
+    """The backend for a loaded model and its KV cache: stepper from the speculation options,
+    runner from the device (benches and tests build their cache, then call this)."""
+    stepper: Stepper = PlainStepper() if opts.speculation is None else make_stepper(loaded, kv, opts.speculation)
+    runner: Runner
+    if loaded.device.type == "cuda" and opts.cuda_graphs:
+        from specscope.engine.cuda.graph_runner import CudaGraphRunner
+
+        graph_runner = CudaGraphRunner(loaded.model, kv, max_batch=opts.max_batch,
+                                       max_nodes=stepper.max_nodes, compile=opts.torch_compile,
+                                       gemv=opts.single_token_gemv)
+        if warmup:
+            graph_runner.warmup()
+        runner = graph_runner
+    else:
+        runner = EagerRunner(loaded.model, kv)
+    return EngineBackend(loaded, kv, stepper, runner=runner, max_batch=opts.max_batch, seed=opts.seed)

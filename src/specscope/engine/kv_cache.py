@@ -13,10 +13,15 @@ Admission control instead of mid-generation failure: `admit` reserves the pages 
 ever need (prompt + max_tokens + speculation headroom) and raises `BackendError` (503) when the
 pool cannot promise them, so a running request never runs out and never touches another's pages.
 
-For speculation (ENGINE2) a request's KV is "committed context" (visible to every later token,
-in position order) plus "pending rows" handed out by `alloc_slots`: verify k tokens in pending
-rows, then `commit` the accepted ones (in place) or `move_rows` them to the front first
-(compaction), and `truncate` to give back the rows past the context.
+For speculation a request's KV is "committed context" (rows 0..context_len-1, visible to every
+later token) plus "pending rows" handed out by `alloc_slots`: verify k tokens in pending rows,
+then `move_rows` the accepted ones to the front (compaction) or `reorder_rows` the page table
+over them (page size 1), `commit` them, and `truncate` to give back the rows past the context.
+So the committed context is always rows 0..context_len-1 of the page table, in position order.
+
+The page table has a device mirror (`DeviceBlockTable`) when a fixed-shape attention kernel
+reads it (the CUDA fast path): every change to a request's pages marks where its row became
+stale, and `sync_device_table` writes only those entries before the next forward.
 """
 
 from __future__ import annotations
@@ -41,13 +46,9 @@ class SeqKV:
     reserved_pages: int
     pages: list[int] = field(default_factory=list)
     num_rows: int = 0  # rows handed out by alloc_slots (committed or pending)
-    # Slots of the committed context in position order (the expanded page table, kept
-    # incrementally so a decode step does not rebuild it).
-    context: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
-
-    @property
-    def context_len(self) -> int:
-        return int(self.context.numel())
+    context_len: int = 0  # committed rows (0..context_len-1), visible to later tokens
+    table_row: int = 0  # this request's row of the device block table (0: none)
+    table_synced: int = 0  # leading entries of `pages` the device table holds correctly
 
 
 class KVCache:
@@ -106,6 +107,7 @@ class KVCache:
         self._where: dict[int, int] = {p: i for i, p in enumerate(self._free)}
         self._rng = random.Random(seed)
         self.seqs: dict[str, SeqKV] = {}
+        self.device_table: DeviceBlockTable | None = None
 
     # -- accounting -------------------------------------------------------------------------
     @property
@@ -131,7 +133,9 @@ class KVCache:
                 f"{available} of {self.num_pages} are unpromised; retry later",
                 503,
             )
-        seq = SeqKV(request_id, need, context=torch.empty(0, dtype=torch.long, device=self.device))
+        seq = SeqKV(request_id, need)
+        if self.device_table is not None:
+            seq.table_row = self.device_table.take_row()
         self.seqs[request_id] = seq
         return seq
 
@@ -144,6 +148,8 @@ class KVCache:
             self._where[p] = len(self._free)
             self._free.append(p)
         seq.pages.clear()
+        if self.device_table is not None and seq.table_row:
+            self.device_table.give_row(seq.table_row)
 
     # -- page allocation --------------------------------------------------------------------
     def _take(self, page: int) -> int:
@@ -170,29 +176,47 @@ class KVCache:
             return self._take(after)
         return self._take(min(self._free))
 
+    def slot_ids(self, seq: SeqKV, start: int, stop: int) -> list[int]:
+        """Pool slots of rows start..stop-1, computed on the host (O(rows), no device work)."""
+        ps, pages = self.page_size, seq.pages
+        return [pages[r // ps] * ps + r % ps for r in range(start, stop)]
+
     def _slots_of_rows(self, seq: SeqKV, start: int, stop: int) -> torch.Tensor:
-        # Only the pages under the new rows are looked up: O(new rows), not O(context).
-        first = start // self.page_size
-        rows = torch.arange(start, stop)
-        pages = torch.tensor(seq.pages[first : (stop - 1) // self.page_size + 1], dtype=torch.long)
-        slots = pages[rows // self.page_size - first] * self.page_size + rows % self.page_size
-        return slots.to(self.device)
+        return torch.tensor(self.slot_ids(seq, start, stop), dtype=torch.long, device=self.device)
 
     # -- the per-request operations ---------------------------------------------------------
-    def alloc_slots(self, seq: SeqKV, n: int) -> torch.Tensor:
-        """Hand out the next `n` rows (growing the page table) and return their slots [n]."""
+    def alloc_rows(self, seq: SeqKV, n: int) -> list[int]:
+        """Hand out the next `n` rows (growing the page table); their slots, on the host."""
         start = seq.num_rows
         while len(seq.pages) * self.page_size < start + n:
             seq.pages.append(self._new_page(seq))
         seq.num_rows = start + n
-        return self._slots_of_rows(seq, start, start + n)
+        return self.slot_ids(seq, start, start + n)
 
-    def commit(self, seq: SeqKV, slots: torch.Tensor) -> None:
-        """Append `slots` (already written, e.g. accepted tokens) to the visible context."""
-        seq.context = torch.cat([seq.context, slots.to(self.device, torch.long)])
+    def alloc_slots(self, seq: SeqKV, n: int) -> torch.Tensor:
+        """`alloc_rows` as a long tensor [n] on the pool's device."""
+        return torch.tensor(self.alloc_rows(seq, n), dtype=torch.long, device=self.device)
+
+    def commit(self, seq: SeqKV, n: int) -> None:
+        """Make the next `n` rows (already written: prefill, decode, accepted drafts moved or
+        reordered into place) part of the visible context."""
+        if seq.context_len + n > seq.num_rows:
+            raise ValueError(f"cannot commit {n} rows: only {seq.num_rows - seq.context_len} pending")
+        seq.context_len += n
 
     def context_slots(self, seq: SeqKV) -> torch.Tensor:
-        return seq.context
+        """Slots of the committed context in position order, long [context_len] on the device."""
+        return self._slots_of_rows(seq, 0, seq.context_len)
+
+    def reorder_rows(self, seq: SeqKV, start: int, order: list[int]) -> None:
+        """Page size 1: let rows start, start+1, ... point at the slots rows start+order[0],
+        start+order[1], ... held (no K/V copy); rows not named follow in their old order."""
+        if self.page_size != 1:
+            raise ValueError("reordering rows rewrites the page table per token: needs page_size 1")
+        tail = seq.pages[start:]
+        named = set(order)
+        seq.pages[start:] = [tail[j] for j in order] + [p for j, p in enumerate(tail) if j not in named]
+        seq.table_synced = min(seq.table_synced, start)
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Copy K/V rows (all layers) from src to dst slots: compaction of accepted drafts."""
@@ -210,11 +234,60 @@ class KVCache:
             self._where[p] = len(self._free)
             self._free.append(p)
         del seq.pages[keep:]
+        seq.table_synced = min(seq.table_synced, keep)
 
     def rewind(self, seq: SeqKV, length: int) -> None:
         """Keep only the first `length` committed tokens, for a request whose context occupies
         rows 0..len-1 in order (plain decode, or compacted speculation); frees the rest."""
         if length > seq.context_len:
             raise ValueError(f"cannot rewind {seq.context_len} tokens to {length}")
-        seq.context = seq.context[:length]
+        seq.context_len = length
         self.truncate(seq, length)
+
+    # -- the device mirror of the page table ------------------------------------------------
+    def enable_device_table(self, max_seqs: int, max_pages: int) -> DeviceBlockTable:
+        """Keep a [max_seqs + 1, max_pages] int32 copy of the page tables on the device (row 0
+        is a dummy for padded batch entries). Call before admitting requests."""
+        if self.seqs:
+            raise RuntimeError("enable the device block table before admitting requests")
+        self.device_table = DeviceBlockTable(max_seqs, max_pages, self.device)
+        return self.device_table
+
+    def sync_device_table(self, seqs: list[SeqKV]) -> None:
+        """Write the stale entries of these requests' rows (one batched copy, none if clean)."""
+        table = self.device_table
+        assert table is not None, "no device block table"
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[int] = []
+        for seq in seqs:
+            n = len(seq.pages)
+            if seq.table_synced < n:
+                start = seq.table_synced
+                rows.extend([seq.table_row] * (n - start))
+                cols.extend(range(start, n))
+                vals.extend(seq.pages[start:])
+                seq.table_synced = n
+        if rows:
+            if max(cols) >= table.max_pages:
+                raise ValueError(f"request outgrew the device block table ({table.max_pages} pages)")
+            idx = torch.tensor([rows, cols], dtype=torch.long).to(self.device, non_blocking=True)
+            table.table[idx[0], idx[1]] = torch.tensor(vals, dtype=torch.int32).to(self.device)
+
+
+class DeviceBlockTable:
+    """Fixed-capacity page tables on the device: what a CUDA-graph-captured attention kernel
+    reads (its shape never changes; only entries do)."""
+
+    def __init__(self, max_seqs: int, max_pages: int, device: torch.device):
+        self.max_pages = max_pages
+        self.table = torch.zeros(max_seqs + 1, max_pages, dtype=torch.int32, device=device)
+        self._free_rows = list(range(max_seqs, 0, -1))
+
+    def take_row(self) -> int:
+        if not self._free_rows:
+            raise BackendError("engine busy: no free block-table row", 503)
+        return self._free_rows.pop()
+
+    def give_row(self, row: int) -> None:
+        self._free_rows.append(row)

@@ -123,6 +123,21 @@ SMOLLM2_CONFIG = ModelConfig(
 )
 
 
+# A Llama small enough for invariance tests and CPU smoke runs (GQA, untied head, 3 layers so an
+# early-exit drafter can be a strict part of it).
+TINY_CONFIG = ModelConfig(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    max_position_embeddings=1024,
+    tie_word_embeddings=False,
+)
+
+
 def random_model(
     cfg: ModelConfig = SMOLLM2_CONFIG,
     device: str = "cpu",

@@ -31,6 +31,7 @@ safetensors checkpoint loads by stripping it and tests can copy our tensors into
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,16 @@ class ForwardBatch:
         )
 
 
+def _sdpa_backends(device: torch.device):
+    """On CUDA, SDPA without cuDNN: cuDNN builds an execution plan for every new KV length
+    (~40 ms each on an H200), and prefill chunks and eager decode change the length every call."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -193,13 +204,14 @@ class Attention(nn.Module):
         values = torch.cat([v_pool[batch.context_slots], xv], dim=1)
         k_pool.index_copy_(0, batch.write_slots.reshape(-1), xk.reshape(-1, kvh, d))
         v_pool.index_copy_(0, batch.write_slots.reshape(-1), xv.reshape(-1, kvh, d))
-        out = F.scaled_dot_product_attention(
-            xq.transpose(1, 2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-            attn_mask=batch.attn_mask,
-            enable_gqa=True,
-        )
+        with _sdpa_backends(x.device):
+            out = F.scaled_dot_product_attention(
+                xq.transpose(1, 2),
+                keys.transpose(1, 2),
+                values.transpose(1, 2),
+                attn_mask=batch.attn_mask,
+                enable_gqa=True,
+            )
         return self.o_proj(out.transpose(1, 2).reshape(b, q, h * d))
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specscope.engine.spec.tree import DraftTree
+from specscope.engine.speculative.tree import DraftTree
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specscope.engine.spec.drafter import Draft, DraftRequest, window
+from specscope.engine.speculative.drafter import Draft, DraftRequest, window
 
 
 @dataclass

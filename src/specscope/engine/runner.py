@@ -1,0 +1,92 @@
+"""Target forwards over the paged KV cache: the narrow interface steppers (plain, speculative)
+and prefill use, and its eager implementation (CPU, and the GPU's fallback for big prefills).
+
+`forward(work)` runs each request's new tokens at explicit positions (causal, or under a tree
+mask) against its committed context, writes their K/V into freshly allocated rows, and returns
+those rows' slots and the logits; it commits nothing: the caller commits what it accepts.
+The CUDA fast path (engine/cuda/graph_runner.py) has the same interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from specscope.engine.kv_cache import KVCache, SeqKV
+from specscope.engine.model import ForwardBatch, NewTokens, Transformer
+
+
+@dataclass
+class Work:
+    """One request's new tokens for a forward."""
+
+    seq: SeqKV
+    tokens: list[int]
+    positions: list[int] | None = None  # None: consecutive from the context length
+    mask: np.ndarray | None = None  # bool [q, q]: new j sees new i (diagonal implied); None = causal
+
+    def resolved_positions(self) -> list[int]:
+        if self.positions is not None:
+            return self.positions
+        start = self.seq.context_len
+        return list(range(start, start + len(self.tokens)))
+
+
+class Logits:
+    """A forward's logits: the float32 tensor [B, Q, vocab] on the device, and per request the
+    argmax of each of its q rows on the host (what greedy decoding and verification need)."""
+
+    def __init__(self, tensor: torch.Tensor, num_new: Sequence[int], argmax: torch.Tensor | None = None):
+        self.tensor = tensor
+        self.num_new = list(num_new)
+        self._argmax_dev = argmax
+        self._argmax: list[list[int]] | None = None
+
+    def argmax(self) -> list[list[int]]:
+        if self._argmax is None:
+            dev = self._argmax_dev if self._argmax_dev is not None else self.tensor.argmax(dim=-1)
+            rows = dev.tolist()  # the step's one device->host synchronisation
+            self._argmax = [row[:q] for row, q in zip(rows, self.num_new, strict=False)]
+        return self._argmax
+
+
+class Runner(Protocol):
+    kv: KVCache
+    device: torch.device
+
+    def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+        """Write the new tokens' K/V into new rows and return (their slots per request, logits)."""
+        ...
+
+
+def extend(runner: Runner, work: Sequence[Work], want_logits: bool = True) -> Logits | None:
+    """Forward and commit every new token (prefill chunks, plain decode)."""
+    _, logits = runner.forward(work, want_logits)
+    for w in work:
+        runner.kv.commit(w.seq, len(w.tokens))
+    return logits
+
+
+class EagerRunner:
+    """`Transformer.forward` on a packed batch: context gathered by slot, SDPA attention."""
+
+    def __init__(self, model: Transformer, kv: KVCache):
+        self.model, self.kv = model, kv
+        self.device = kv.device
+
+    def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+        items, slots = [], []
+        for w in work:
+            context = self.kv.context_slots(w.seq)
+            s = self.kv.alloc_rows(w.seq, len(w.tokens))
+            slots.append(s)
+            mask = None if w.mask is None else torch.from_numpy(np.asarray(w.mask, dtype=bool))
+            items.append(NewTokens(w.tokens, w.resolved_positions(),
+                                   torch.tensor(s, dtype=torch.long, device=self.device), context, mask))
+        batch = ForwardBatch.pack(items, self.device, self.kv.pad_slot)
+        out = self.model(batch, self.kv, compute_logits=want_logits)
+        return slots, (None if out is None else Logits(out, batch.num_new))

@@ -1,0 +1,53 @@
+"""A speculative stepper from `SpeculationOptions`: the drafter it names, on the target's model.
+
+drafter "ngram" (prompt lookup), "model:PATH" (PATH as for --model: "smollm2", a .gguf file or a
+Hugging Face folder; same vocabulary as the target) or "layers:N" (early exit: the target's own
+first N layers, weights shared).
+"""
+
+from __future__ import annotations
+
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.loader import LoadedModel, load_model
+from specscope.engine.options import SpeculationOptions
+from specscope.engine.speculative.drafter import Drafter
+from specscope.engine.speculative.model_drafter import EngineLM, ModelDrafter, early_exit_model
+from specscope.engine.speculative.ngram import NgramDrafter
+from specscope.engine.speculative.stepper import SpeculativeStepper
+
+
+def make_stepper(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions) -> SpeculativeStepper:
+    if opts.tree_kv == "inplace" and target_kv.page_size != 1:
+        raise ValueError("tree_kv inplace rewrites the page table per token: needs page_size 1")
+    return SpeculativeStepper(make_drafter(target, target_kv, opts), opts)
+
+
+def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions) -> Drafter:
+    if opts.drafter == "ngram":
+        candidates = opts.ngram_candidates or (4 if opts.verify == "tree" else 1)
+        return NgramDrafter(opts.ngram_min, opts.ngram_max, candidates, opts.draft_window or None)
+    if opts.drafter.startswith("layers:"):  # early exit: the target's first N layers
+        model = early_exit_model(target.model, int(opts.drafter.removeprefix("layers:")))
+        name, dtype, device = opts.drafter, target.dtype, target.device
+    else:
+        path = opts.drafter.removeprefix("model:") or "smollm2"
+        loaded = load_model(path, device=str(target.device), dtype=target.dtype)
+        if loaded.config.vocab_size != target.config.vocab_size:
+            raise ValueError(
+                f"draft model {path} has vocabulary {loaded.config.vocab_size}, "
+                f"target has {target.config.vocab_size}: they must match"
+            )
+        model, name, dtype, device = loaded.model, f"model:{loaded.name}", loaded.dtype, loaded.device
+    page = target_kv.page_size
+    pool = target_kv.num_pages * page  # as large as the target's: see EngineLM.max_rows
+    window = opts.draft_window
+    window_rows = (window + window // 4 + opts.num_draft_tokens + 1) if window else None
+
+    def rows(request_id: str) -> int:
+        reserved = target_kv.seqs[request_id].reserved_pages * page
+        return min(reserved, window_rows) if window_rows else reserved
+
+    kv = KVCache.for_model(model.cfg, pool_tokens=pool // page * page or page, page_size=page,
+                           dtype=dtype, device=device)
+    top_k = opts.draft_top_k or (min(8, opts.budget) if opts.verify == "tree" else 1)
+    return ModelDrafter(EngineLM(model, kv, rows), top_k=top_k, draft_window=window or None, name=name)

@@ -1,0 +1,80 @@
+"""What one engine step does with the running requests: the `Stepper` interface and the plain
+(one token per request) stepper. The speculative one lives in engine/speculative/stepper.py.
+
+A stepper gets the target `Runner` and the live requests, and returns what each request
+commits; it never sees the backend. The backend then applies EOS, stop strings and limits
+(`EngineBackend.accept_tokens`), so both steppers finish requests the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specscope.engine.request import Request
+from specscope.engine.runner import Runner, Work, extend
+from specscope.engine.sampling import sample
+
+
+@dataclass
+class Proposal:
+    """What one request commits from one step (accepted drafts + the bonus token)."""
+
+    tokens: list[int]
+    accepted_drafts: int = 0
+    proposed_drafts: int = 0
+    accepted_per_position: list[bool] | None = None
+
+
+@dataclass
+class StepResult:
+    proposals: dict[str, Proposal]
+    timing: dict[str, float] = field(default_factory=dict)  # seconds per phase of the step
+
+
+@dataclass
+class SpeculationInfo:
+    """How a stepper describes itself in BackendInfo (SGLang's conventions)."""
+
+    algorithm: str
+    num_draft_tokens: int  # tokens per verify forward, root included
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Stepper(Protocol):
+    # Graph node budget / KV rows one step needs per request beyond its context (1: decode).
+    max_nodes: int
+
+    def speculation(self) -> SpeculationInfo | None: ...
+
+    def step(self, runner: Runner, live: Sequence[Request], max_context: int) -> StepResult: ...
+
+    def release(self, request_id: str) -> None: ...
+
+
+class PlainStepper:
+    """Every live request feeds its pending token; one batched forward; sample per request."""
+
+    max_nodes = 1
+
+    def speculation(self) -> SpeculationInfo | None:
+        return None
+
+    def step(self, runner: Runner, live: Sequence[Request], max_context: int) -> StepResult:
+        t0 = time.perf_counter()
+        logits = extend(runner, [Work(r.seq, [r.tokens[-1]]) for r in live])
+        assert logits is not None
+        greedy = logits.argmax()  # synchronises: the step's GPU work is done after this
+        t1 = time.perf_counter()
+        proposals = {}
+        for i, r in enumerate(live):
+            p = r.params
+            tok = greedy[i][0] if p.temperature <= 0 else sample(
+                logits.tensor[i, 0], p.temperature, p.top_p, r.generator)
+            proposals[r.request_id] = Proposal([tok])
+        return StepResult(proposals, {"verify": t1 - t0, "commit": time.perf_counter() - t1})
+
+    def release(self, request_id: str) -> None:
+        return None
