@@ -33,6 +33,23 @@ class PromptError(Exception):
     """No way to count tokens, or the count cannot be met. The message says what to pass."""
 
 
+class TokenizeError(PromptError):
+    """The server's tokenize endpoint answered a count that cannot be true (the server
+    misbehaved, not the user): the message keeps the raw value."""
+
+
+# A token covers at least one byte of text; a tokenizer adds a few special tokens at most.
+_SPECIAL_TOKENS_SLACK = 16
+
+
+def plausible_count(n: int, text: str, where: str) -> int:
+    """`n` when a tokenizer could have counted it for `text`, else TokenizeError."""
+    if not 0 <= n <= len(text.encode("utf-8")) + _SPECIAL_TOKENS_SLACK:
+        raise TokenizeError(f"{where} counted {n} tokens for {len(text)} characters of text: "
+                            "impossible, so no prompt length can be trusted")
+    return n
+
+
 @dataclass
 class BuiltPrompt:
     text: str
@@ -90,9 +107,10 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
                 async with session.post(base + path, json=body) as resp:
                     if resp.status != 200:
                         return None
-                    return _parse_count(await resp.json(content_type=None))
-        except (TimeoutError, aiohttp.ClientError, ValueError):
+                    n = _parse_count(await resp.json(content_type=None))
+        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError):
             return None
+        return None if n is None else plausible_count(n, text, f"POST {path}")
 
     for path, key in endpoints:
         if await ask(path, key, "hello world") is not None:

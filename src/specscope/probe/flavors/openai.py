@@ -84,8 +84,9 @@ class OpenAIDecoder(Decoder):
                 if has_choices:
                     self.continuous_usage = True
                 if self.continuous_usage:
-                    n = self.counted("usage", max(0, ct - self._last_usage_ct))
-                    self._last_usage_ct = max(ct, self._last_usage_ct)
+                    n = self.counted("usage", self.increment("usage.completion_tokens", ct,
+                                                             self._last_usage_ct))
+                    self._last_usage_ct = ct
                 self.completion_tokens = ct
             pt = usage.get("prompt_tokens")
             if isinstance(pt, int) and not isinstance(pt, bool):

@@ -65,8 +65,9 @@ class SGLangNativeDecoder(Decoder):
             self.prompt_tokens = pt
         ct = meta.get("completion_tokens")
         if isinstance(ct, int) and not isinstance(ct, bool):
-            n = self.counted("meta_info", max(0, ct - self._last_ct))
-            self._last_ct = max(ct, self._last_ct)
+            n = self.counted("meta_info", self.increment("meta_info.completion_tokens", ct,
+                                                         self._last_ct))
+            self._last_ct = ct
             self.completion_tokens = ct
         else:
             n = self.count_text(delta_text)
