@@ -6,6 +6,7 @@ turns bad input into one `fail_usage` line (exit 2), never a traceback.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -84,3 +85,16 @@ def context_check(prompt_tokens: int, max_tokens: int, max_context: int | None) 
         return (f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
                 f"server's context of {max_context} tokens")
     return None
+
+
+def out_dir_or_fail(path: Path, what: str = "--out") -> Path:
+    """A directory a run can be written to (created if missing), or exit 2 naming why."""
+    if path.exists() and not path.is_dir():
+        fail_usage(f"{what}: {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail_usage(f"{what}: cannot create {path}: {e.strerror or e}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        fail_usage(f"{what}: {path} is not writable")
+    return path

@@ -161,6 +161,8 @@ class RunDirReader:
                 out.append(RequestTrace.model_validate(row))
             except ValidationError:
                 bad += 1
+        # Appended as each request ended (concurrent ones finish in any order): request order.
+        out.sort(key=lambda t: t.index)
         return out, bad
 
     def telemetry(self) -> tuple[list[dict[str, Any]], int]:
