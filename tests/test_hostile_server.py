@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from specscope.cli import app
 from specscope.probe.client import ProbeClient, Timeouts
 from specscope.probe.flavors import make_flavor
-MAX_LINE_BYTES = 8 << 20  # probe.sse.MAX_LINE_BYTES
+from specscope.probe.sse import MAX_LINE_BYTES
 from specscope.trace import load_run
 from specscope.trace.model import RequestSpec
 from test_probe_support import LoopbackServer, _models, _tokenize_prompt, sse
