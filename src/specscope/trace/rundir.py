@@ -127,8 +127,14 @@ class RunDirReader:
 
     def info(self) -> RunInfo:
         try:
-            return RunInfo.model_validate_json((self.path / RUN_JSON).read_text())
-        except (ValidationError, ValueError, OSError) as e:
+            raw = (self.path / RUN_JSON).read_text(encoding="utf-8", errors="replace")
+            try:
+                return RunInfo.model_validate_json(raw)
+            except ValidationError:
+                # JSON escapes of lone surrogates (`"\ud83d"`, as json.dumps writes them) are
+                # valid JSON that pydantic's parser refuses: read them as escape text instead.
+                return RunInfo.model_validate(scrub_tree(json.loads(raw)))
+        except (ValidationError, ValueError, OSError, RecursionError) as e:
             raise RunDirError(f"unreadable {RUN_JSON} in {self.path}: {e.__class__.__name__}") from e
 
     def _jsonl(self, name: str) -> tuple[list[dict[str, Any]], int]:
@@ -144,9 +150,11 @@ class RunDirReader:
                     continue
                 try:
                     obj = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     bad += 1  # a line cut by a crash mid-write
                     continue
+                if "\\ud" in line or "\\uD" in line:  # maybe a lone surrogate: escape text
+                    obj = scrub_tree(obj)
                 if isinstance(obj, dict):
                     rows.append(obj)
                 else:
