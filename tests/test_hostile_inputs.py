@@ -142,7 +142,7 @@ def test_a_corrupt_index_is_rebuilt_with_a_warning(tmp_path):
 def test_a_runs_home_that_is_a_file_is_exit_2(tmp_path):
     home = tmp_path / "file"
     home.write_text("x")
-    for args in (["runs"], ["diagnose", "http://127.0.0.1:9"]):
+    for args in (["runs"], ["diagnose", "http://127.0.0.1:9"], ["probe", "http://127.0.0.1:9"]):
         res = _cli(*args, env={"SPECSCOPE_HOME": str(home)})
         _clean(res)
         assert res.returncode == 2, (args, res.stderr)

@@ -49,6 +49,7 @@ from specscope.commands.inputs import (
     Tokenizer,
     context_check,
     endpoint_or_fail,
+    out_dir_or_fail,
     prompt_text_or_fail,
     prompt_tokens_or_fail,
     timeouts_or_fail,
@@ -68,7 +69,7 @@ from specscope.probe.prompts import (
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
 from specscope.trace import tags
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
-from specscope.trace.rundir import RunDirWriter
+from specscope.trace.rundir import RunDirWriter, runs_home
 
 MAX_REQUESTS = 100_000
 SUMMARY_JSON = "summary.json"
@@ -288,6 +289,11 @@ def probe(
                                 timeout_total)
     local_count = tokenizer_or_fail(tokenizer)
     prompt_text = prompt_text_or_fail(prompt_file)
+    # Where the run goes is checked before anything is sent (a run is always written).
+    if out is not None:
+        out_dir_or_fail(out)
+    else:
+        out_dir_or_fail(runs_home(), "the runs home (SPECSCOPE_HOME)")
     # Recorded arguments: everything the user chose, never the API key.
     args = {"url": url, "flavor": flavor, "api": api, "prompt_tokens": prompt_tokens,
             "max_tokens": max_tokens, "repeat": repeat, "concurrency": concurrency,
