@@ -129,7 +129,10 @@ async def _measure(
                        server_info=desc.get("server_info") or {},
                        args={k: v for k, v in args.items() if k != "api_key"},
                        notes=list(args.get("embedded_notes") or []))
-        writer = RunDirWriter(args["out"], info)
+        try:
+            writer = RunDirWriter(args["out"], info)
+        except OSError as e:
+            fail_usage(f"--out: cannot write a run directory at {args['out']}: {e.strerror or e}")
         writer_holder["writer"] = writer
         executor = Executor(target, writer, max_consecutive_errors=3,
                             same_prompt=args["same_prompt"])
@@ -327,8 +330,8 @@ def diagnose(
         except RunDirError as e:
             fail_usage(f"--baseline: {e}")
     run_dir = (out_dir_or_fail(out) if out is not None else
-               out_dir_or_fail(RunIndex().home / new_run_id("diagnose"),
-                               "the runs home (SPECSCOPE_HOME)"))
+               out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
+               / new_run_id("diagnose"))
     args: dict[str, Any] = {
         "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "quick": quick, "repeat": repeat,
         "flavor": flavor, "api": api, "concurrency_levels": _parse_levels(concurrency),

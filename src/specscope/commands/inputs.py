@@ -88,13 +88,19 @@ def context_check(prompt_tokens: int, max_tokens: int, max_context: int | None) 
 
 
 def out_dir_or_fail(path: Path, what: str = "--out") -> Path:
-    """A directory a run can be written to (created if missing), or exit 2 naming why."""
-    if path.exists() and not path.is_dir():
-        fail_usage(f"{what}: {path} exists and is not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        fail_usage(f"{what}: cannot create {path}: {e.strerror or e}")
-    if not os.access(path, os.W_OK | os.X_OK):
-        fail_usage(f"{what}: {path} is not writable")
+    """`path` when a run directory can be written there (checked, not created: a command that
+    then finds the server down leaves no empty directory behind), or exit 2 naming why."""
+    if path.exists():
+        if not path.is_dir():
+            fail_usage(f"{what}: {path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            fail_usage(f"{what}: {path} is not writable")
+        return path
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        fail_usage(f"{what}: cannot create {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail_usage(f"{what}: cannot create {path}: {parent} is not writable")
     return path
