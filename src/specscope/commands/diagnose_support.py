@@ -103,6 +103,7 @@ class ProbeTarget(Target):
 
 
 def _close_enough(got: int, want: int) -> bool:
+    """Within 1% (at least 2 tokens): a sweep point this close still measures that length."""
     return abs(got - want) <= max(2, want // 100)
 
 
@@ -140,20 +141,22 @@ class _FilePrompts:
         reps = 1 if have >= n_tokens else -(-n_tokens // max(1, have)) + 1
         source = "\n".join([source] * reps)
         lo, hi = 1, len(source)
-        best = (abs(have - n_tokens), source)
-        while lo <= hi:
+        best_got, best_len = -1, len(source)
+        while lo <= hi:  # bisection on the character count: tokens grow with characters
             mid = (lo + hi) // 2
             got = await self.count(source[:mid])
-            best = min(best, (abs(got - n_tokens), source[:mid]), key=lambda b: b[0])
+            if abs(got - n_tokens) < abs(best_got - n_tokens):
+                best_got, best_len = got, mid
             if got == n_tokens:
                 break
             if got < n_tokens:
                 lo = mid + 1
             else:
                 hi = mid - 1
-        if not _close_enough(n_tokens + best[0], n_tokens):
-            raise TargetError(f"could not cut a prompt of {n_tokens} tokens from --prompt-file")
-        return best[1]
+        if not _close_enough(best_got, n_tokens):
+            raise TargetError(f"could not cut a prompt of {n_tokens} tokens from --prompt-file "
+                              f"(closest: {best_got})")
+        return source[:best_len]
 
 
 @contextlib.asynccontextmanager

@@ -209,6 +209,22 @@ def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
     return f"{v}{unit}"
 
 
+def chunks_vs_steps_note(s: dict[str, Any]) -> str | None:
+    """A line saying why the commit length and the tokens per chunk differ (when they do by
+    more than 5%): the same table must not show two numbers for one idea without a reason."""
+    commit, per_chunk = s.get("mean_commit_len"), s.get("tokens_per_chunk_mean")
+    if not isinstance(commit, float | int) or not isinstance(per_chunk, float | int) or not per_chunk:
+        return None
+    if abs(commit - per_chunk) <= 0.05 * per_chunk:
+        return None
+    source = s.get("mean_commit_len_source") or "?"
+    if per_chunk > commit:
+        return (f"the server sends several verify steps per chunk (stream interval or "
+                f"coalescing); the commit length ({source}) counts tokens per verify step")
+    return (f"chunks carry fewer tokens than a verify step commits (the server splits steps "
+            f"over several events); the commit length ({source}) counts tokens per verify step")
+
+
 def _render(o: _Outcome) -> None:
     s = o.summary
     t = Table(title=untrusted(f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}"),
@@ -225,6 +241,9 @@ def _render(o: _Outcome) -> None:
         + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else "")))
     t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
     t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
+    why = chunks_vs_steps_note(s)
+    if why:
+        t.add_row(Text("why they differ", style="dim"), untrusted(why))
     for r in s["steps"]["unreliable_reasons"][:2]:
         t.add_row(Text("client steps unreliable", style="yellow"),
                   untrusted(f"{r['reason']} ({r['requests']} req)"))
