@@ -80,7 +80,7 @@ def test_a_silent_server_is_bounded_by_the_timeout_flags(tmp_path):
         t0 = time.monotonic()
         proc = _specscope(["diagnose", srv.url, "--out", str(tmp_path / "run"), *QUICK,
                            "--timeout-first-byte", "1", "--timeout-total", "3"], tmp_path)
-        out, err = _finish(proc)
+        _, err = _finish(proc)
     assert time.monotonic() - t0 < 60
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err
@@ -123,7 +123,7 @@ def test_ctrl_c_during_the_full_generation_keeps_the_request_in_flight(tmp_path)
             time.sleep(0.05)
         time.sleep(1.5)  # the full generation is streaming
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = _finish(proc)
+        _, err = _finish(proc)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err
     run = load_run(run_dir)
@@ -154,7 +154,7 @@ def test_prompt_file_local_tokenizer_model_and_same_prompt(tmp_path):
                            "--same-prompt"], tmp_path)
         out, err = _finish(proc)
         bodies = srv.posts("/v1/completions")
-    assert proc.returncode in (0, 1), err[-3000:]
+    assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err
     json.loads(out)
     run = load_run(tmp_path / "run")
