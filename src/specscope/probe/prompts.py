@@ -13,6 +13,7 @@ sequence so that a prefix cache cannot turn repeated requests into cache hits.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ class TokenizeError(PromptError):
     misbehaved, not the user): the message keeps the raw value."""
 
 
+# A tokenize answer lists the ids: ~8 bytes a token, so this fits a million-token prompt.
+_MAX_TOKENIZE_ANSWER = 64 << 20
 # A token covers at least one byte of text; a tokenizer adds a few special tokens at most.
 _SPECIAL_TOKENS_SLACK = 16
 
@@ -107,7 +110,8 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
                 async with session.post(base + path, json=body) as resp:
                     if resp.status != 200:
                         return None
-                    n = _parse_count(await resp.json(content_type=None))
+                    raw = await resp.content.read(_MAX_TOKENIZE_ANSWER)  # bounded: a hostile
+                    n = _parse_count(json.loads(raw))  # server's endless body is cut here
         except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError):
             return None
         return None if n is None else plausible_count(n, text, f"POST {path}")
