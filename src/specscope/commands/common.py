@@ -1,4 +1,5 @@
-"""Helpers shared by commands: one stdout JSON object, clear errors with the contract's exit codes."""
+"""Helpers shared by commands: the two consoles, untrusted text, one stdout JSON object, clear
+errors with the contract's exit codes."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
+
+from specscope.trace.text import scrub
 
 # Progress and tables go to stderr so that `--json` leaves exactly one object on stdout.
-err_console = Console(stderr=True)
+# soft_wrap: a warning or an error naming a long path stays one line (grep-able, and a test
+# looking for the whole path finds it), whatever the terminal width.
+err_console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
 
 EXIT_OK = 0
@@ -18,9 +24,24 @@ EXIT_TARGET_MISBEHAVED = 1
 EXIT_BAD_INPUT = 2
 
 
-def fail_usage(message: str) -> NoReturn:
+def untrusted(text: object, style: str = "") -> Text:
+    """Text from a server, a file or the user, as rich shows it: never parsed as markup (a
+    `[/red]` in a 500 body is text), lone surrogates escaped so the terminal can encode it."""
+    return Text(scrub(str(text)), style=style)
+
+
+def labelled(label: str, style: str, text: object) -> Text:
+    """`label` in `style`, then untrusted `text`: the one shape of error/warning/note lines."""
+    return Text.assemble((label, style), " ", untrusted(text))
+
+
+def warn(message: object) -> None:
+    err_console.print(labelled("warning:", "yellow", message), highlight=False)
+
+
+def fail_usage(message: object) -> NoReturn:
     """Bad usage or bad input: one clear line naming the input, exit 2, no traceback."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    err_console.print(labelled("error:", "bold red", message), highlight=False)
     raise typer.Exit(EXIT_BAD_INPUT)
 
 

@@ -30,12 +30,31 @@ from specscope.commands.common import (
     SLO_HELP,
     err_console,
     fail_usage,
+    labelled,
     out_console,
     print_json,
     slo_option,
+    untrusted,
+)
+from specscope.commands.inputs import (
+    Model,
+    PromptFile,
+    TimeoutBetweenChunks,
+    TimeoutConnect,
+    TimeoutFirstByte,
+    TimeoutTotal,
+    Tokenizer,
+    endpoint_or_fail,
+    out_dir_or_fail,
+    prompt_text_or_fail,
+    prompt_tokens_or_fail,
+    timeouts_or_fail,
+    tokenizer_or_fail,
 )
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
+from specscope.probe.client import Timeouts, resolve_api_key
+from specscope.probe.endpoint import redact_url
 from specscope.report import (
     context_from_run,
     render_plan,
@@ -50,6 +69,7 @@ from specscope.trace.rundir import REPORT_HTML, RunDirError, new_run_id
 
 EXIT_INTERRUPTED = 130
 CALIBRATION_ATTEMPTS = 3
+DEFAULT_PROMPT_TOKENS = 2700
 
 
 def _parse_levels(text: str | None) -> list[int] | None:
@@ -92,14 +112,17 @@ class _ProgressBar:
 
 async def _measure(
     url: str, args: dict[str, Any], writer_holder: dict[str, Any], result: ExecutionResult,
-    show_progress: bool,
+    show_progress: bool, inputs: support.ProbeInputs,
 ) -> tuple[Plan, RunDirWriter]:
     """Detect the server, calibrate, print the plan, then run it. Fills `result` as it goes so
     that a Ctrl-C (task cancelled) keeps what was measured."""
     async with support.open_target(url, flavor=args["flavor"], api=args["api"],
-                                   api_key=args.get("api_key")) as target:
+                                   inputs=inputs) as target:
         desc = target.describe()
         max_context = desc.get("max_context")
+        if args["prompt_tokens"] is None:
+            args["prompt_tokens"] = prompt_tokens_or_fail(
+                await target.count_tokens(inputs.prompt_text or ""))
         plan = diagnosis_plan.build(args["prompt_tokens"], args["max_tokens"], quick=args["quick"],
                                     repeat=args["repeat"], max_context=max_context,
                                     concurrency_levels=args["concurrency_levels"])
@@ -108,16 +131,21 @@ async def _measure(
                        server_info=desc.get("server_info") or {},
                        args={k: v for k, v in args.items() if k != "api_key"},
                        notes=list(args.get("embedded_notes") or []))
-        writer = RunDirWriter(args["out"], info)
+        try:
+            writer = RunDirWriter(args["out"], info)
+        except OSError as e:
+            fail_usage(f"--out: cannot write a run directory at {args['out']}: {e.strerror or e}")
         writer_holder["writer"] = writer
-        executor = Executor(target, writer, max_consecutive_errors=3)
+        executor = Executor(target, writer, max_consecutive_errors=3,
+                            same_prompt=args["same_prompt"])
         writer_holder["metrics_before"] = await support.scrape_metrics(args.get("metrics_url"))
         calib: list = []
         step = diagnosis_plan.calibration_step(args["prompt_tokens"], max_context)
         for _ in range(CALIBRATION_ATTEMPTS):  # a flaky server gets a few tries, a dead one not
             calib += await executor.run_step(step)
-            if calib[-1].error is None:
-                break
+            last = calib[-1].error
+            if last is None or last.kind.startswith("timeout"):
+                break  # a request that ran out of time would only run out of time again
         result.traces.extend(calib)
         plan.calibrate(*support.rates_from(calib))
         info.args["plan"] = plan.to_dict()
@@ -200,7 +228,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
 def _fail_target(message: str, json_: bool) -> NoReturn:
     """Nothing could be measured: one line on stderr (and, with --json, the contract's object
     with null numbers and the error), exit 1."""
-    err_console.print(f"error: {message}", markup=False, highlight=False)
+    err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
         print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
                                      "attribution", "run_dir", "serving")), "findings": [],
@@ -220,9 +248,9 @@ def _server(url: str | None, args: dict[str, Any]) -> Iterator[str]:
     log_file = run_dir / "server.log"
     with support.embedded_server(scenario=args.get("scenario"), time_scale=args.get("time_scale"),
                                  backend=args.get("backend"), log_file=log_file) as (base, desc, notes):
-        err_console.print(f"embedded server: {desc} at {base}", markup=False, highlight=False)
+        err_console.print(untrusted(f"embedded server: {desc} at {base}"), highlight=False)
         for n in notes:
-            err_console.print(f"note: {n}", markup=False, highlight=False)
+            err_console.print(untrusted(f"note: {n}"), highlight=False)
         args["embedded"] = desc
         args["embedded_notes"] = notes
         args["logs"] = [*(args.get("logs") or []), str(log_file)]
@@ -236,7 +264,9 @@ def diagnose(
     logs: Annotated[list[str] | None, typer.Option(help="Server log file(s) to read")] = None,
     logs_cmd: Annotated[str | None, typer.Option(help="Command printing server logs (no shell)")] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL")] = None,
-    prompt_tokens: Annotated[int, typer.Option(help="Prompt length of the user's case")] = 2700,
+    prompt_tokens: Annotated[int | None, typer.Option(
+        help=f"Prompt length of the user's case (default {DEFAULT_PROMPT_TOKENS}, or "
+             "--prompt-file's length)", show_default=False)] = None,
     max_tokens: Annotated[int, typer.Option(help="Generation length of the user's case")] = 1500,
     quick: Annotated[bool, typer.Option("--quick", help="A one-minute version")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory")] = None,
@@ -251,10 +281,31 @@ def diagnose(
     logs_timeout: Annotated[float, typer.Option(help="Seconds --logs-cmd may run")] = 30.0,
     api_key: Annotated[str | None, typer.Option(envvar="SPECSCOPE_API_KEY", help="Bearer token (never written)")] = None,
     slo: Annotated[str | None, typer.Option(help=SLO_HELP)] = None,
+    model: Model = None,
+    tokenizer: Tokenizer = None,
+    prompt_file: PromptFile = None,
+    same_prompt: Annotated[bool, typer.Option(
+        "--same-prompt", help="One prompt text for every point (lets a prefix cache hit)")] = False,
+    timeout_connect: TimeoutConnect = Timeouts.connect,
+    timeout_first_byte: TimeoutFirstByte = Timeouts.first_byte,
+    timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
+    timeout_total: TimeoutTotal = Timeouts.total,
 ) -> None:
     slo_s = slo_option(slo)
-    if prompt_tokens < 1 or max_tokens < 2:
-        fail_usage(f"--prompt-tokens must be >= 1 and --max-tokens >= 2 (got {prompt_tokens}, {max_tokens})")
+    endpoint = endpoint_or_fail(url) if url is not None else None
+    url = endpoint.url if endpoint is not None else None
+    timeouts = timeouts_or_fail(timeout_connect, timeout_first_byte, timeout_between_chunks,
+                                timeout_total)
+    local_count = tokenizer_or_fail(tokenizer)
+    prompt_text = prompt_text_or_fail(prompt_file)
+    if prompt_tokens is None and prompt_text is None:
+        prompt_tokens = DEFAULT_PROMPT_TOKENS
+    if prompt_tokens is not None:  # else: --prompt-file's length, counted by the server
+        prompt_tokens_or_fail(prompt_tokens)
+    if max_tokens < 2:
+        fail_usage(f"--max-tokens must be >= 2 (got {max_tokens})")
+    if not logs_timeout > 0 or logs_timeout == float("inf"):
+        fail_usage(f"--logs-timeout must be a number of seconds > 0 (got {logs_timeout})")
     if not 1 <= repeat <= 100:
         fail_usage(f"--repeat must be within 1..100 (got {repeat})")
     if logs and logs_cmd:
@@ -268,6 +319,13 @@ def diagnose(
         fail_usage(f"--backend must be engine or twin (got {backend!r})")
     if url is not None and (scenario or time_scale or backend):
         fail_usage("--scenario/--time-scale/--backend apply only to the embedded server (no URL)")
+    if scenario is not None:
+        from specscope.twin.model import ScenarioError, load_scenario
+
+        try:
+            load_scenario(scenario)
+        except ScenarioError as e:
+            fail_usage(f"--scenario: {e}")
     logs_argv = support.split_command(logs_cmd) if logs_cmd else None
     if logs_cmd and not logs_argv:
         fail_usage(f"--logs-cmd: cannot parse {logs_cmd!r}")
@@ -277,15 +335,24 @@ def diagnose(
             baseline_run = load_run(baseline)
         except RunDirError as e:
             fail_usage(f"--baseline: {e}")
-    run_dir = out if out is not None else RunIndex().home / new_run_id("diagnose")
+    run_dir = (out_dir_or_fail(out) if out is not None else
+               out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
+               / new_run_id("diagnose"))
     args: dict[str, Any] = {
         "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "quick": quick, "repeat": repeat,
         "flavor": flavor, "api": api, "concurrency_levels": _parse_levels(concurrency),
         "baseline": str(baseline) if baseline else None, "logs": logs, "logs_cmd": logs_argv, "logs_cmd_text": logs_cmd,
-        "logs_timeout": logs_timeout, "metrics_url": metrics_url, "out": str(run_dir),
-        "scenario": scenario, "time_scale": time_scale, "backend": backend, "api_key": api_key,
+        "logs_timeout": logs_timeout, "metrics_url": redact_url(metrics_url) if metrics_url else None,
+        "out": str(run_dir), "scenario": scenario, "time_scale": time_scale, "backend": backend,
+        "api_key": api_key, "model": model, "tokenizer": str(tokenizer) if tokenizer else None,
+        "prompt_file": str(prompt_file) if prompt_file else None, "same_prompt": same_prompt,
+        "timeouts": {"connect": timeouts.connect, "first_byte": timeouts.first_byte,
+                     "between_chunks": timeouts.between_chunks, "total": timeouts.total},
         "slo": slo_s,
     }
+    inputs = support.ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
+                                 auth=endpoint.auth if endpoint else None, model=model,
+                                 local_count=local_count, prompt_text=prompt_text)
 
     result = ExecutionResult()
     holder: dict[str, Any] = {}
@@ -295,7 +362,8 @@ def diagnose(
         with _server(url, args) as base_url:
             args["url"] = base_url
             try:
-                asyncio.run(_measure(base_url, args, holder, result, show_progress=True))
+                asyncio.run(_measure(base_url, args, holder, result, show_progress=True,
+                                     inputs=inputs))
             except KeyboardInterrupt:
                 interrupted = True
                 err_console.print("interrupted: keeping what was measured", markup=False)

@@ -11,11 +11,15 @@ import asyncio
 import contextlib
 import shlex
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from specscope.experiments.target import Target
+from specscope.probe.client import Timeouts
 from specscope.telemetry.records import SpecRecord
 from specscope.trace import RequestSpec, RequestTrace, RunInfo
 
@@ -59,6 +63,18 @@ def rates_from(traces: list[RequestTrace]) -> tuple[float | None, float | None]:
 
 # -- the probe as a Target -----------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ProbeInputs:
+    """The probe's input options as diagnose takes them (same flags as `probe`)."""
+
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    api_key: str | None = None
+    auth: aiohttp.BasicAuth | None = field(default=None, repr=False)
+    model: str | None = None
+    local_count: Callable[..., int] | None = None  # --tokenizer
+    prompt_text: str | None = None  # --prompt-file
+
+
 class ProbeTarget(Target):
     """Adapts the probe (flavor detection, exact-length prompts, streaming client)."""
 
@@ -67,33 +83,28 @@ class ProbeTarget(Target):
         self.prompts = prompts
         self.description = description
 
+    async def count_tokens(self, text: str) -> int:
+        """`text`'s length in the tokenizer the prompts are built with."""
+        return await self.prompts.count(text)
+
+    @property
+    def in_flight(self) -> dict[int, RequestTrace]:
+        """The client's partial traces, so an interrupted request keeps what it received."""
+        return self.client.in_flight
+
     async def prompt(self, n_tokens: int, seed: int = 0) -> str | list[int]:
         return await self.prompts.prompt(n_tokens, seed=seed)
 
-    async def send(self, spec: RequestSpec) -> RequestTrace:
-        return await self.client.send(spec)
+    async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace:
+        return await self.client.send(spec, index=index, slot=slot)
 
     def describe(self) -> dict[str, Any]:
         return dict(self.description)
 
 
-def max_context_from(server_info: dict[str, Any], models: Any = None) -> int | None:
-    """The server's context length where it says it: SGLang /get_server_info `context_length`,
-    vLLM /v1/models `max_model_len`, llama.cpp /props `n_ctx`. None when unknown."""
-    cands: list[Any] = [server_info.get("context_length"), server_info.get("max_context"),
-                        server_info.get("max_model_len")]
-    dgs = server_info.get("default_generation_settings")
-    if isinstance(dgs, dict):
-        cands.append(dgs.get("n_ctx"))
-    cands.append(server_info.get("n_ctx"))
-    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
-        m = models["data"][0]
-        if isinstance(m, dict):
-            cands += [m.get("max_model_len"), m.get("context_length")]
-    for c in cands:
-        if isinstance(c, int) and not isinstance(c, bool) and c > 0:
-            return c
-    return None
+def _close_enough(got: int, want: int) -> bool:
+    """Within 1% (at least 2 tokens): a sweep point this close still measures that length."""
+    return abs(got - want) <= max(2, want // 100)
 
 
 class _ExactPrompts:
@@ -107,42 +118,92 @@ class _ExactPrompts:
         from specscope.probe.prompts import build_prompt
 
         built = await build_prompt(self.count, n_tokens, seed=seed)
-        if not built.exact and abs(built.tokens - n_tokens) > max(2, n_tokens // 100):
+        if not built.exact and not _close_enough(built.tokens, n_tokens):
             raise TargetError(f"could not build a prompt of {n_tokens} tokens "
                               f"(closest: {built.tokens})")
         return built.text
 
 
+class _FilePrompts:
+    """Prompts cut from --prompt-file's text: its first n tokens (the text repeated when it is
+    shorter), starting at a word that depends on `seed` so that different points do not share
+    a prefix. Found by bisection on the character count with the server's (or local) count."""
+
+    def __init__(self, count: Any, text: str):
+        self.count = count
+        self.text = text
+
+    async def prompt(self, n_tokens: int, seed: int = 0) -> str:
+        words = self.text.split(" ")
+        start = (seed * 7919) % len(words) if seed else 0
+        source = " ".join(words[start:] + words[:start])
+        have = await self.count(source)
+        reps = 1 if have >= n_tokens else -(-n_tokens // max(1, have)) + 1
+        source = "\n".join([source] * reps)
+        lo, hi = 1, len(source)
+        best_got, best_len = -1, len(source)
+        while lo <= hi:  # bisection on the character count: tokens grow with characters
+            mid = (lo + hi) // 2
+            got = await self.count(source[:mid])
+            if abs(got - n_tokens) < abs(best_got - n_tokens):
+                best_got, best_len = got, mid
+            if got == n_tokens:
+                break
+            if got < n_tokens:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        if not _close_enough(best_got, n_tokens):
+            raise TargetError(f"could not cut a prompt of {n_tokens} tokens from --prompt-file "
+                              f"(closest: {best_got})")
+        return source[:best_len]
+
+
 @contextlib.asynccontextmanager
 async def open_target(url: str, flavor: str = "auto", api: str | None = None,
-                      api_key: str | None = None) -> AsyncIterator[Target]:
+                      inputs: ProbeInputs | None = None) -> AsyncIterator[Target]:
     """Detect the server's flavor and context, and yield a Target over one HTTP session."""
     from specscope.probe import prompts as probe_prompts
-    from specscope.probe.client import ProbeClient, Timeouts, new_session
-    from specscope.probe.detect import _get_json, detect
+    from specscope.probe.client import ProbeClient, new_session
+    from specscope.probe.detect import detect
     from specscope.probe.flavors import make_flavor
 
-    timeouts = Timeouts()
-    async with new_session(timeouts, api_key) as session:
-        det = await detect(session, url, flavor=flavor)
+    inputs = inputs or ProbeInputs()
+    timeouts = inputs.timeouts
+    async with new_session(timeouts, inputs.api_key, inputs.auth) as session:
+        det = await detect(session, url, flavor=flavor,
+                           timeout_s=min(timeouts.first_byte, timeouts.connect + 10.0))
         if not det.reachable:
             raise TargetError(f"server not reachable: {det.error}")
+        model = inputs.model or det.model
         try:
-            fl = make_flavor(det.flavor, api=api, model=det.model)
+            fl = make_flavor(det.flavor, api=api, model=model)
         except ValueError as e:
             raise TargetError(str(e)) from None
-        _, models, _ = await _get_json(session, url.rstrip("/") + "/v1/models", 10.0)
         description = {
-            "endpoint": url, "flavor": det.flavor, "api": fl.api, "model": det.model,
+            "endpoint": url, "flavor": det.flavor, "api": fl.api, "model": model,
             "server_info": det.server_info, "detection": det.evidence,
-            "max_context": max_context_from(det.server_info, models),
+            "max_context": det.max_context,
         }
-        found = await probe_prompts.server_counter(session, url, fl.tokenize_endpoints)
-        if found is None:
+        try:
+            found = await probe_prompts.server_counter(session, url, fl.tokenize_endpoints,
+                                                       timeout_s=min(timeouts.first_byte, 30.0))
+        except probe_prompts.TokenizeError as e:
+            raise TargetError(str(e)) from None
+        if found is not None:
+            count = found[0]
+        elif inputs.local_count is not None:
+            count = probe_prompts.local_async(inputs.local_count)
+        else:
             raise TargetError(f"{url} has no tokenize endpoint, so prompts of an exact token length "
-                              "cannot be built (use `specscope probe --tokenizer` for such servers)")
-        client = ProbeClient(url, fl, timeouts=timeouts, session=session)
-        yield ProbeTarget(client, _ExactPrompts(found[0]), description)
+                              "cannot be built: pass --tokenizer PATH (the served model's "
+                              "tokenizer.json)")
+        prompts: Any = (_FilePrompts(count, inputs.prompt_text) if inputs.prompt_text is not None
+                        else _ExactPrompts(count))
+        counter = (probe_prompts.delta_counter(inputs.local_count)
+                   if inputs.local_count is not None else None)
+        client = ProbeClient(url, fl, timeouts=timeouts, counter=counter, session=session)
+        yield ProbeTarget(client, prompts, description)
 
 
 # -- the embedded server -------------------------------------------------------------------

@@ -16,10 +16,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from specscope.commands.common import err_console, fail_usage, out_console, print_json
+from specscope.commands.common import fail_usage, out_console, print_json, untrusted, warn
 from specscope.telemetry.custom import PatternError
 from specscope.telemetry.formats import UnknownFormatError
 from specscope.telemetry.ingest import LogQuery, read_logs, selected_formats
+from specscope.telemetry.parallel import usable_cpus
 from specscope.telemetry.sources import DEFAULT_COMMAND_TIMEOUT_S, SourceError
 from specscope.telemetry.summary import LogSummary, commit_key
 from specscope.telemetry.timewindow import TimeFormatError, parse_user_time
@@ -73,6 +74,8 @@ def logs(
         fail_usage("--cmd-timeout must be > 0")
     if jobs < 0:
         fail_usage("--jobs must be >= 0")
+    if jobs > usable_cpus():
+        warn(f"--jobs {jobs}: using {usable_cpus()}, the CPUs this process may run on")
     try:
         selected_formats(format_, pattern)
         t_since = parse_user_time(since) if since else None
@@ -98,7 +101,7 @@ def logs(
         fail_usage(str(exc))
     summary = result.summary
     for warning in summary.warnings:
-        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False, markup=True)
+        warn(warning)
     if json_:
         print_json(summary.to_json())
         return
@@ -149,9 +152,9 @@ def render(summary: LogSummary, verbose: bool) -> None:
         out_console.print(f"first {len(summary.malformed_examples)} malformed lines:")
         for ex in summary.malformed_examples:
             out_console.print(
-                f"  {ex['source']}:{ex['line_no']} [{ex['format']}] {ex['reason']}: {ex['text']}",
+                untrusted(f"  {ex['source']}:{ex['line_no']} [{ex['format']}] {ex['reason']}: "
+                          f"{ex['text']}"),
                 highlight=False,
-                markup=False,
             )
     elif summary.malformed:
         out_console.print("(use --verbose to see the first malformed lines)")

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlparse
 
+import aiohttp
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from specscope.analysis.serving import serving_metrics
 from specscope.analysis.summary import summarize
@@ -34,25 +35,44 @@ from specscope.commands.common import (
     SLO_HELP,
     err_console,
     fail_usage,
+    labelled,
     out_console,
     print_json,
     slo_option,
+    untrusted,
+)
+from specscope.commands.inputs import (
+    MAX_PROMPT_TOKENS,
+    Model,
+    PromptFile,
+    TimeoutBetweenChunks,
+    TimeoutConnect,
+    TimeoutFirstByte,
+    TimeoutTotal,
+    Tokenizer,
+    context_check,
+    endpoint_or_fail,
+    out_dir_or_fail,
+    prompt_text_or_fail,
+    prompt_tokens_or_fail,
+    timeouts_or_fail,
+    tokenizer_or_fail,
 )
 from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
 from specscope.probe.detect import detect, max_commit_len_from
 from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import (
     PromptError,
+    TokenizeError,
     build_prompts,
     delta_counter,
-    load_local_tokenizer,
     local_async,
     server_counter,
 )
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
 from specscope.trace import tags
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
-from specscope.trace.rundir import RunDirWriter
+from specscope.trace.rundir import RunDirWriter, runs_home
 
 MAX_REQUESTS = 100_000
 SUMMARY_JSON = "summary.json"
@@ -83,8 +103,9 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                n_prompt: int, max_tokens: int, n_requests: int, concurrency: int,
                ignore_eos: bool, out: Path | None, timeouts: Timeouts, api_key: str | None,
                local_count: Callable[..., int] | None, prompt_text: str | None, vary: bool,
-               max_commit_len: int | None, args: dict[str, Any]) -> _Outcome:
-    async with new_session(timeouts, api_key) as session:
+               max_commit_len: int | None, args: dict[str, Any],
+               auth: aiohttp.BasicAuth | None = None) -> _Outcome:
+    async with new_session(timeouts, api_key, auth) as session:
         det = await detect(session, url, flavor=flavor_name,
                            timeout_s=min(timeouts.first_byte, timeouts.connect + 10.0))
         info = RunInfo(kind="probe", endpoint=url, flavor=det.flavor, model=model or det.model,
@@ -127,6 +148,9 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
             prompts = [(prompt_text, n)] * n_requests
             notes.append(f"prompt from --prompt-file ({n if n is not None else '?'} tokens)")
         else:
+            too_long = context_check(n_prompt, max_tokens, det.max_context)
+            if too_long:
+                raise _Usage(too_long)
             if count is None:
                 tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
                 raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
@@ -184,17 +208,6 @@ def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
         raise _Usage(f"--out: cannot write a run directory at {out}: {e.strerror or e}") from None
 
 
-def _check_url(url: str) -> str:
-    p = urlparse(url)
-    if p.scheme not in ("http", "https") or not p.hostname:
-        fail_usage(f"URL must look like http://HOST:PORT, got {url!r}")
-    try:
-        _ = p.port
-    except ValueError:
-        fail_usage(f"URL has an invalid port: {url!r}")
-    return url.rstrip("/")
-
-
 def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
     if v is None:
         return "–"
@@ -203,53 +216,75 @@ def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
     return f"{v}{unit}"
 
 
+def chunks_vs_steps_note(s: dict[str, Any]) -> str | None:
+    """A line saying why the commit length and the tokens per chunk differ (when they do by
+    more than 5%): the same table must not show two numbers for one idea without a reason."""
+    commit, per_chunk = s.get("mean_commit_len"), s.get("tokens_per_chunk_mean")
+    if not isinstance(commit, float | int) or not isinstance(per_chunk, float | int) or not per_chunk:
+        return None
+    if abs(commit - per_chunk) <= 0.05 * per_chunk:
+        return None
+    source = s.get("mean_commit_len_source") or "?"
+    if per_chunk > commit:
+        return (f"the server sends several verify steps per chunk (stream interval or "
+                f"coalescing); the commit length ({source}) counts tokens per verify step")
+    return (f"chunks carry fewer tokens than a verify step commits (the server splits steps "
+            f"over several events); the commit length ({source}) counts tokens per verify step")
+
+
 def _render(o: _Outcome) -> None:
     s = o.summary
-    t = Table(title=f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}",
+    t = Table(title=untrusted(f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}"),
               show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value")
     t.add_row("requests (ok / failed)", f"{s['requests']} ({s['ok']} / {s['errors']})")
     t.add_row("TTFT p50 / p99", f"{_fmt(s['ttft_s_p50'], ' s')} / {_fmt(s['ttft_s_p99'], ' s')}")
     t.add_row("decode tok/s (token-weighted)", _fmt(s["decode_tps"], nd=1))
-    t.add_row("mean commit length", f"{_fmt(s['mean_commit_len'], nd=2)}"
-              + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else ""))
-    t.add_row("mean step time", f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
-              + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else ""))
+    t.add_row("mean commit length", untrusted(f"{_fmt(s['mean_commit_len'], nd=2)}"
+              + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else "")))
+    t.add_row("mean step time", untrusted(
+        f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
+        + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else "")))
     t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
     t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
+    why = chunks_vs_steps_note(s)
+    if why:
+        t.add_row(Text("why they differ", style="dim"), untrusted(why))
     for r in s["steps"]["unreliable_reasons"][:2]:
-        t.add_row("[yellow]client steps unreliable[/]", f"{r['reason']} ({r['requests']} req)")
+        t.add_row(Text("client steps unreliable", style="yellow"),
+                  untrusted(f"{r['reason']} ({r['requests']} req)"))
     if s["error_kinds"]:
-        t.add_row("[red]errors[/]", ", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items()))
-    t.add_row("run directory", str(o.run_dir))
+        t.add_row(Text("errors", style="red"),
+                  untrusted(", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items())))
+    t.add_row("run directory", untrusted(o.run_dir))
     out_console.print(t)
     if o.serving:
         from specscope.report.terminal import render_serving  # plotly-heavy package: only here
 
         render_serving(o.serving, out_console)
     for tr in [x for x in o.traces if x.error is not None][:3]:
-        err_console.print(f"[red]request {tr.index}:[/] {tr.error.kind}: {tr.error.message}",  # type: ignore[union-attr]
-                          highlight=False, markup=True)
+        err_console.print(labelled(f"request {tr.index}:", "red",
+                                   f"{tr.error.kind}: {tr.error.message}"),  # type: ignore[union-attr]
+                          highlight=False)
 
 
 def probe(
     url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:30000")],
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
     api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
-    prompt_tokens: Annotated[int, typer.Option(help="Prompt length in server tokens")] = 256,
+    prompt_tokens: Annotated[int, typer.Option(
+        help=f"Prompt length in server tokens (at most {MAX_PROMPT_TOKENS}, and the server's "
+             "context when it says it)")] = 256,
     max_tokens: Annotated[int, typer.Option(help="Tokens to generate per request")] = 256,
     repeat: Annotated[int, typer.Option(help="Requests per concurrency slot")] = 1,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 1,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos")] = True,
     out: Annotated[Path | None, typer.Option(help="Write a run directory here")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
-    model: Annotated[str | None, typer.Option(help="Model name for OpenAI bodies "
-                                              "(default: the first of /v1/models)")] = None,
-    tokenizer: Annotated[Path | None, typer.Option(
-        help="Local tokenizer.json: counts prompt tokens when the server has no tokenize "
-             "endpoint, and streamed text when the server reports no token counts")] = None,
-    prompt_file: Annotated[Path | None, typer.Option(help="Use this text as every prompt")] = None,
+    model: Model = None,
+    tokenizer: Tokenizer = None,
+    prompt_file: PromptFile = None,
     vary_prompts: Annotated[bool, typer.Option(
         "--vary-prompts/--same-prompt",
         help="A different filler text per request (defeats prefix caching)")] = True,
@@ -258,19 +293,21 @@ def probe(
         show_default=False)] = None,
     max_commit_len: Annotated[int | None, typer.Option(
         help="Largest possible commit length (drafts + 1), to detect chunk coalescing")] = None,
-    timeout_connect: Annotated[float, typer.Option(help="Seconds to connect")] = 10.0,
-    timeout_first_byte: Annotated[float, typer.Option(help="Seconds from send to first byte")] = 120.0,
-    timeout_between_chunks: Annotated[float, typer.Option(help="Seconds between reads")] = 60.0,
-    timeout_total: Annotated[float, typer.Option(help="Seconds per request")] = 900.0,
+    timeout_connect: TimeoutConnect = Timeouts.connect,
+    timeout_first_byte: TimeoutFirstByte = Timeouts.first_byte,
+    timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
+    timeout_total: TimeoutTotal = Timeouts.total,
     slo: Annotated[str | None, typer.Option(help=SLO_HELP)] = None,
 ) -> None:
-    url = _check_url(url)
+    endpoint = endpoint_or_fail(url)
+    url = endpoint.url
     slo_s = slo_option(slo)
+    prompt_tokens_or_fail(prompt_tokens)
     if flavor != "auto" and flavor not in FLAVORS:
         fail_usage(f"--flavor must be auto or one of {', '.join(FLAVORS)}, got {flavor!r}")
     if api is not None and api not in ("completions", "chat", "native"):
         fail_usage(f"--api must be completions, chat or native, got {api!r}")
-    for name, value in (("--prompt-tokens", prompt_tokens), ("--max-tokens", max_tokens),
+    for name, value in (("--max-tokens", max_tokens),
                         ("--repeat", repeat), ("--concurrency", concurrency)):
         if value < 1:
             fail_usage(f"{name} must be >= 1, got {value}")
@@ -280,25 +317,15 @@ def probe(
         fail_usage(f"--repeat x --concurrency must be <= {MAX_REQUESTS}, got {repeat * concurrency}")
     if max_commit_len is not None and max_commit_len < 1:
         fail_usage(f"--max-commit-len must be >= 1, got {max_commit_len}")
-    for name, sec in (("--timeout-connect", timeout_connect), ("--timeout-first-byte",
-                      timeout_first_byte), ("--timeout-between-chunks", timeout_between_chunks),
-                      ("--timeout-total", timeout_total)):
-        if not sec > 0:
-            fail_usage(f"{name} must be > 0 seconds, got {sec}")
-    local_count = None
-    if tokenizer is not None:
-        try:
-            local_count = load_local_tokenizer(tokenizer)
-        except PromptError as e:
-            fail_usage(str(e))
-    prompt_text = None
-    if prompt_file is not None:
-        try:
-            prompt_text = prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            fail_usage(f"--prompt-file: cannot read {prompt_file}: {e}")
-        if not prompt_text.strip():
-            fail_usage(f"--prompt-file: {prompt_file} is empty")
+    timeouts = timeouts_or_fail(timeout_connect, timeout_first_byte, timeout_between_chunks,
+                                timeout_total)
+    local_count = tokenizer_or_fail(tokenizer)
+    prompt_text = prompt_text_or_fail(prompt_file)
+    # Where the run goes is checked before anything is sent (a run is always written).
+    if out is not None:
+        out_dir_or_fail(out)
+    else:
+        out_dir_or_fail(runs_home(), "the runs home (SPECSCOPE_HOME)")
     # Recorded arguments: everything the user chose, never the API key.
     args = {"url": url, "flavor": flavor, "api": api, "prompt_tokens": prompt_tokens,
             "max_tokens": max_tokens, "repeat": repeat, "concurrency": concurrency,
@@ -308,13 +335,14 @@ def probe(
             "max_commit_len": max_commit_len, "slo": slo_s, "timeouts": {
                 "connect": timeout_connect, "first_byte": timeout_first_byte,
                 "between_chunks": timeout_between_chunks, "total": timeout_total}}
-    timeouts = Timeouts(connect=timeout_connect, first_byte=timeout_first_byte,
-                        between_chunks=timeout_between_chunks, total=timeout_total)
     try:
         outcome = asyncio.run(_run(
             url, flavor, api, model, prompt_tokens, max_tokens, repeat * concurrency, concurrency,
             ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, prompt_text,
-            vary_prompts, max_commit_len, args))
+            vary_prompts, max_commit_len, args, endpoint.auth))
+    except TokenizeError as e:  # the server misbehaved: one line, exit 1
+        err_console.print(labelled("error:", "bold red", e), highlight=False)
+        raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
     except (_Usage, PromptError) as e:
         fail_usage(str(e))
     failed = outcome.summary["errors"]

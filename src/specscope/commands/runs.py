@@ -11,9 +11,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from specscope.commands.common import out_console, print_json
+from specscope.commands.common import fail_usage, out_console, print_json, warn
 from specscope.report.context import fmt, fmt_ms
 from specscope.store import RunIndex
+from specscope.store.index import RunHomeError
 
 
 def _short(path: str, home: str) -> str:
@@ -27,14 +28,19 @@ def _short(path: str, home: str) -> str:
 
 def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False) -> None:
     index = RunIndex()
-    index.rescan()
-    rows = index.list()
+    try:
+        index.rescan()
+        rows = index.list()
+    except RunHomeError as e:
+        fail_usage(str(e))
+    for w in index.warnings:
+        warn(w)
     if json_:
         print_json({"home": str(index.home), "runs": [r.to_dict() for r in rows]})
         return
     if not rows:
-        out_console.print(f"No runs under {index.home} (set SPECSCOPE_HOME to look elsewhere).",
-                          markup=False, highlight=False)
+        out_console.print(Text(f"No runs under {index.home} (set SPECSCOPE_HOME to look "
+                               "elsewhere)."), highlight=False)
         return
     t = Table(title=Text(f"Runs under {index.home} (newest first)"), title_justify="left",
               box=box.SIMPLE_HEAD)

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specscope.commands.common import err_console, fail_usage
+from specscope.commands.common import err_console, fail_usage, untrusted
 
 DEFAULT_SCENARIO = "seed-regression"
 
@@ -116,7 +116,8 @@ def serve(
         served_model_name=served_model_name,
     )
     def announce(url: str) -> None:
-        err_console.print(f"specscope serve: {backend} listening on {url}", highlight=False)
+        err_console.print(untrusted(f"specscope serve: {backend} listening on {url}"),
+                          highlight=False)
 
     try:
         serve_forever(be, options, host, port, announce)

@@ -2,17 +2,19 @@
 
 Bounded by construction (the plan fixes the number of requests) and by `max_consecutive_errors`
 (a server that stopped answering ends the run instead of timing out request after request).
+Requests go through the probe's runner (`probe.workload.run_workload`): each is appended as it
+ends, and a Ctrl-C records the ones in flight as `cancelled` instead of losing them.
 Nothing here prints: progress goes to a callback, results come back as data.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specscope.experiments.plan import Plan, PlanStep
 from specscope.experiments.target import Target
+from specscope.probe.workload import run_workload
 from specscope.trace import RequestSpec, RequestTrace, RunDirWriter
 
 
@@ -69,6 +71,7 @@ class Executor:
         ignore_eos: bool = True,
         api: str = "completions",
         first_index: int = 0,
+        same_prompt: bool = False,
     ):
         self.target = target
         self.writer = writer
@@ -78,6 +81,7 @@ class Executor:
         self.ignore_eos = ignore_eos
         self.api = api
         self._next_index = first_index
+        self.same_prompt = same_prompt  # one prompt text for every point (--same-prompt)
         self._prompts: dict[tuple[int, str], str | list[int]] = {}
         self._consecutive_errors = 0
 
@@ -86,7 +90,7 @@ class Executor:
         if key not in self._prompts:
             # A stable seed per group: two-point's two lengths share one prompt; other points
             # get their own text so a prefix cache cannot turn a sweep into a cache benchmark.
-            seed = sum(map(ord, key[1])) % 10_007
+            seed = 0 if self.same_prompt else sum(map(ord, key[1])) % 10_007
             self._prompts[key] = await self.target.prompt(step.prompt_tokens, seed=seed)
         return self._prompts[key]
 
@@ -102,8 +106,6 @@ class Executor:
         )
 
     def _record(self, trace: RequestTrace, result: ExecutionResult) -> None:
-        trace.index = self._next_index
-        self._next_index += 1
         if self.writer is not None:
             self.writer.append_request(trace)
         result.traces.append(trace)
@@ -112,17 +114,30 @@ class Executor:
         elif _is_connection_failure(trace) or trace.error.http_status in (None, 502, 503, 504):
             self._consecutive_errors += 1
 
+    def _stopped(self) -> bool:
+        return self._consecutive_errors >= self.max_consecutive_errors
+
+    async def _run_specs(self, step: PlanStep, prompt: str | list[int], result: ExecutionResult,
+                         on_done: Callable[[RequestTrace], None] | None = None) -> None:
+        """The step's requests through the one runner: each is recorded as it ends, and the
+        ones in flight when the run is cancelled are recorded as `cancelled`."""
+        specs = [self._spec(step, prompt) for _ in range(step.requests)]
+
+        def done(trace: RequestTrace) -> None:
+            self._record(trace, result)
+            if on_done is not None:
+                on_done(trace)
+
+        first = self._next_index
+        self._next_index += len(specs)
+        await run_workload(self.target, specs, step.concurrency, done, first_index=first,
+                           stop=self._stopped)
+
     async def run_step(self, step: PlanStep) -> list[RequestTrace]:
         """Run one step outside a plan (used by calibration); recorded like any other."""
         result = ExecutionResult()
         prompt = await self._prompt(step)
-        for _ in range(step.repeat):
-            traces = await asyncio.gather(
-                *(self.target.send(self._spec(step, prompt)) for _ in range(step.concurrency))
-            )
-            for slot, t in enumerate(traces):
-                t.concurrency_slot = slot
-                self._record(t, result)
+        await self._run_specs(step, prompt, result)
         return result.traces
 
     async def run(self, plan: Plan, result: ExecutionResult | None = None) -> ExecutionResult:
@@ -131,33 +146,32 @@ class Executor:
         result = result if result is not None else ExecutionResult()
         total_req = plan.total_requests
         total_tok = plan.total_generated_tokens
-        done_req = 0
-        done_tok = 0
+        done = {"requests": 0, "tokens": 0}
         for i, step in enumerate(plan.steps):
             if self.on_progress:
-                self.on_progress(Progress(i, step, done_req, total_req, done_tok, total_tok))
+                self.on_progress(Progress(i, step, done["requests"], total_req, done["tokens"],
+                                          total_tok))
             try:
                 prompt = await self._prompt(step)
             except Exception as e:  # the prompt builder talks to the server (tokenize)
                 result.stopped_reason = f"could not build a {step.prompt_tokens}-token prompt: {e}"
                 return result
-            for _ in range(step.repeat):
-                coros = [self.target.send(self._spec(step, prompt)) for _ in range(step.concurrency)]
-                traces = await asyncio.gather(*coros)
-                for slot, t in enumerate(traces):
-                    t.concurrency_slot = slot
-                    self._record(t, result)
-                    done_req += 1
-                    done_tok += t.completion_tokens or t.tokens_received
-                    if self.on_progress:
-                        self.on_progress(Progress(i, step, done_req, total_req, done_tok, total_tok, t))
-                if self._consecutive_errors >= self.max_consecutive_errors:
-                    last = result.traces[-1].error
-                    msg = f"{last.kind}: {last.message}" if last else "errors"
-                    result.stopped_reason = (
-                        f"server stopped answering ({self._consecutive_errors} failed requests "
-                        f"in a row, last {msg})"
-                    )
-                    return result
+
+            def progressed(t: RequestTrace, i: int = i, step: PlanStep = step) -> None:
+                done["requests"] += 1
+                done["tokens"] += t.completion_tokens or t.tokens_received
+                if self.on_progress:
+                    self.on_progress(Progress(i, step, done["requests"], total_req,
+                                              done["tokens"], total_tok, t))
+
+            await self._run_specs(step, prompt, result, progressed)
+            if self._stopped():
+                last = result.traces[-1].error if result.traces else None
+                msg = f"{last.kind}: {last.message}" if last else "errors"
+                result.stopped_reason = (
+                    f"server stopped answering ({self._consecutive_errors} failed requests "
+                    f"in a row, last {msg})"
+                )
+                return result
             result.completed_steps = i + 1
         return result

@@ -17,9 +17,9 @@ class Target(Protocol):
         """A prompt of exactly `n_tokens` tokens in the server's tokenizer."""
         ...
 
-    async def send(self, spec: RequestSpec) -> RequestTrace:
-        """Send one request and return its trace. Failures are recorded in the trace's
-        `error`, never raised."""
+    async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace:
+        """Send one request and return its trace (`index`, `slot`: its number in the run and
+        its concurrency slot). Failures are recorded in the trace's `error`, never raised."""
         ...
 
     def describe(self) -> dict[str, Any]:

@@ -13,7 +13,12 @@ with a body excerpt), `timeout_connect`, `timeout_first_byte`, `timeout_between_
 `timeout_total`, `empty_body`, `malformed_sse` (not an event stream), `malformed_json` (an
 event's data is not JSON), `server_error` (an error object inside the stream),
 `stream_truncated` (ended before a finish), `missing_done` (finished but no end marker),
-`client_error` (anything else, with its class name).
+`line_too_long` (an event-stream line past the parser's bound), `impossible_count` (a token
+count that cannot be: negative, going backwards, more than the request allows; the raw value is
+in the message), `client_error` (anything else, with its class name).
+
+Text from the server is scrubbed (`trace.text.scrub`) as it lands on the trace, so a lone
+surrogate in a JSON string cannot make the record unwritable.
 """
 
 from __future__ import annotations
@@ -26,11 +31,15 @@ from dataclasses import dataclass
 import aiohttp
 
 from specscope.probe.flavors.base import Decoder, Flavor, StreamError, TokenCounter
-from specscope.probe.sse import SSEParser
+from specscope.probe.sse import LineTooLong, SSEParser
 from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace
+from specscope.trace.text import scrub, scrub_tree
 
 API_KEY_ENV = "SPECSCOPE_API_KEY"
 _BODY_EXCERPT = 300
+# Tokens a request may receive beyond its max_tokens before a count is called impossible (a
+# speculative step that overshoots the cap by a few drafts is real; millions are not).
+MAX_TOKENS_OVERSHOOT = 64
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,8 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def new_session(timeouts: Timeouts, api_key: str | None = None) -> aiohttp.ClientSession:
+def new_session(timeouts: Timeouts, api_key: str | None = None,
+                auth: aiohttp.BasicAuth | None = None) -> aiohttp.ClientSession:
     """A session whose only own timeout is the TCP connect; the rest is enforced per phase.
 
     One fresh connection per request (`force_close=True`): llama.cpp's server closes the
@@ -63,8 +73,11 @@ def new_session(timeouts: Timeouts, api_key: str | None = None) -> aiohttp.Clien
     includes the same TCP connect (a fraction of a millisecond on loopback), instead of only
     the first one's. aiohttp does not retry POSTs on a stale connection by itself, and a retry
     here would risk sending a generation twice, so we do not pool at all.
+
+    `auth`: the credentials of a URL's userinfo (`probe.endpoint`); a bearer key wins over them.
     """
     return aiohttp.ClientSession(
+        auth=None if api_key else auth,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
         connector=aiohttp.TCPConnector(limit=0, force_close=True),
         headers=auth_headers(api_key),
@@ -143,6 +156,8 @@ class ProbeClient:
                 break
         if trace.t_end_ns is None:
             trace.t_end_ns = time.perf_counter_ns()
+        if trace.error is not None:
+            trace.error.message = scrub(trace.error.message)
 
     # -- one attempt -----------------------------------------------------------------------
 
@@ -213,6 +228,7 @@ class ProbeClient:
         head = bytearray()
         n_events = 0
         perf = time.perf_counter_ns
+        limit = trace.spec.max_tokens + MAX_TOKENS_OVERSHOOT
         try:
             while True:
                 data = await content.readany()
@@ -225,17 +241,22 @@ class ProbeClient:
                     head += data[: _BODY_EXCERPT - len(head)]
                 for ev in parser.feed(data):
                     n_events += 1
-                    _apply(decoder, ev.data, t_ns, chunks)
+                    _apply(decoder, ev.data, t_ns, chunks, limit)
             t_end = perf()
             for ev in parser.close():
                 n_events += 1
-                _apply(decoder, ev.data, t_end, chunks)
+                _apply(decoder, ev.data, t_end, chunks, limit)
             trace.t_end_ns = t_end
         except StreamError as e:
             trace.error = ErrorInfo(kind=e.kind, message=e.message)
             trace.t_end_ns = perf()
+        except LineTooLong as e:
+            trace.error = ErrorInfo(kind="line_too_long", message=f"{e} after {n_events} events")
+            trace.t_end_ns = perf()
         finally:
             _fill(trace, decoder)
+        if trace.error is None:
+            trace.error = _impossible_totals(trace, limit)
         if trace.error is not None:
             return
         ctype = resp.headers.get("Content-Type", "?")
@@ -254,9 +275,12 @@ class ProbeClient:
                                         f"finish or {marker} after {trace.tokens_received} tokens")
 
 
-def _apply(decoder: Decoder, data: str, t_ns: int, chunks: list[Chunk]) -> None:
+def _apply(decoder: Decoder, data: str, t_ns: int, chunks: list[Chunk], limit: int) -> None:
     delta = decoder.on_event(data)
     if delta is not None:
+        if delta.n_tokens > limit:
+            raise StreamError("impossible_count", f"one event reported {delta.n_tokens} tokens; "
+                              f"the request allows at most {limit}")
         # model_construct: no validation on the receive path (the fields are ours, typed).
         chunks.append(Chunk.model_construct(t_ns=t_ns, n_tokens=delta.n_tokens,
                                             n_chars=len(delta.text), server_ts=delta.server_ts))
@@ -268,8 +292,28 @@ def _fill(trace: RequestTrace, decoder: Decoder) -> None:
     trace.completion_tokens = (decoder.completion_tokens if decoder.completion_tokens is not None
                                else trace.tokens_received)
     trace.prompt_tokens_reported = decoder.prompt_tokens
-    trace.finish_reason = decoder.finish_reason
-    trace.request_id = decoder.request_id
+    trace.finish_reason = None if decoder.finish_reason is None else scrub(decoder.finish_reason)
+    trace.request_id = None if decoder.request_id is None else scrub(decoder.request_id)
     trace.server_spec = decoder.server_spec
-    trace.text = "".join(decoder.text_parts)
+    if trace.server_spec is not None and trace.server_spec.raw:
+        trace.server_spec.raw = scrub_tree(trace.server_spec.raw)
+    trace.text = scrub("".join(decoder.text_parts))
+
+
+def _impossible_totals(trace: RequestTrace, limit: int) -> ErrorInfo | None:
+    """Request-level counts that cannot be true (the raw values stay on the trace)."""
+    for name, value in (("completion_tokens", trace.completion_tokens),
+                        ("prompt_tokens", trace.prompt_tokens_reported)):
+        if value is not None and value < 0:
+            return ErrorInfo(kind="impossible_count",
+                             message=f"server reported {name} = {value} (negative)")
+    if trace.completion_tokens is not None and trace.completion_tokens > limit:
+        return ErrorInfo(kind="impossible_count", message=(
+            f"server reported completion_tokens = {trace.completion_tokens}; the request allows "
+            f"at most {limit} (max_tokens {trace.spec.max_tokens})"))
+    if trace.tokens_received > limit:
+        return ErrorInfo(kind="impossible_count", message=(
+            f"the stream's counts add up to {trace.tokens_received} tokens; the request allows "
+            f"at most {limit} (max_tokens {trace.spec.max_tokens})"))
+    return None
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import aiohttp
 
+from specscope.trace.text import scrub_tree
+
 
 @dataclass
 class Detection:
@@ -26,6 +28,7 @@ class Detection:
     evidence: str = ""
     reachable: bool = True
     error: str | None = None
+    max_context: int | None = None  # the server's context length in tokens, when it says
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, timeout_s: float
@@ -36,8 +39,8 @@ async def _get_json(session: aiohttp.ClientSession, url: str, timeout_s: float
             async with session.get(url) as resp:
                 raw = await resp.content.read(1 << 20)
                 try:
-                    return resp.status, json.loads(raw), None
-                except ValueError:
+                    return resp.status, scrub_tree(json.loads(raw)), None
+                except (ValueError, RecursionError):
                     return resp.status, None, None
     except TimeoutError:
         return None, None, f"timed out after {timeout_s:g} s"
@@ -60,9 +63,16 @@ def _first_model(models: Any) -> tuple[str | None, str | None]:
 
 async def detect(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 10.0,
                  flavor: str = "auto") -> Detection:
-    """Detect the flavor (unless given) and look up the served model either way."""
+    """Detect the flavor (unless given), look up the served model and the context length."""
     base = base_url.rstrip("/")
     status, models, err = await _get_json(session, base + "/v1/models", timeout_s)
+    det = await _detect(session, base, timeout_s, flavor, status, models, err)
+    det.max_context = max_context_from(det.server_info, models)
+    return det
+
+
+async def _detect(session: aiohttp.ClientSession, base: str, timeout_s: float, flavor: str,
+                  status: int | None, models: Any, err: str | None) -> Detection:
     if status is None:
         return Detection(flavor=flavor if flavor != "auto" else "openai", reachable=False,
                          error=f"{base}: {err}")
@@ -105,4 +115,23 @@ def max_commit_len_from(server_info: dict[str, Any]) -> int | None:
         v = server_info.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v + extra
+    return None
+
+
+def max_context_from(server_info: dict[str, Any], models: Any = None) -> int | None:
+    """The server's context length where it says it: SGLang /get_server_info `context_length`,
+    vLLM /v1/models `max_model_len`, llama.cpp /props `n_ctx`. None when unknown."""
+    cands: list[Any] = [server_info.get("context_length"), server_info.get("max_context"),
+                        server_info.get("max_model_len")]
+    dgs = server_info.get("default_generation_settings")
+    if isinstance(dgs, dict):
+        cands.append(dgs.get("n_ctx"))
+    cands.append(server_info.get("n_ctx"))
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        m = models["data"][0]
+        if isinstance(m, dict):
+            cands += [m.get("max_model_len"), m.get("context_length")]
+    for c in cands:
+        if isinstance(c, int) and not isinstance(c, bool) and c > 0:
+            return c
     return None

@@ -13,6 +13,7 @@ sequence so that a prefix cache cannot turn repeated requests into cache hits.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,25 @@ _MAX_CALLS = 40
 
 class PromptError(Exception):
     """No way to count tokens, or the count cannot be met. The message says what to pass."""
+
+
+class TokenizeError(PromptError):
+    """The server's tokenize endpoint answered a count that cannot be true (the server
+    misbehaved, not the user): the message keeps the raw value."""
+
+
+# A tokenize answer lists the ids: ~8 bytes a token, so this fits a million-token prompt.
+_MAX_TOKENIZE_ANSWER = 64 << 20
+# A token covers at least one byte of text; a tokenizer adds a few special tokens at most.
+_SPECIAL_TOKENS_SLACK = 16
+
+
+def plausible_count(n: int, text: str, where: str) -> int:
+    """`n` when a tokenizer could have counted it for `text`, else TokenizeError."""
+    if not 0 <= n <= len(text.encode("utf-8")) + _SPECIAL_TOKENS_SLACK:
+        raise TokenizeError(f"{where} counted {n} tokens for {len(text)} characters of text: "
+                            "impossible, so no prompt length can be trusted")
+    return n
 
 
 @dataclass
@@ -90,9 +110,11 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
                 async with session.post(base + path, json=body) as resp:
                     if resp.status != 200:
                         return None
-                    return _parse_count(await resp.json(content_type=None))
-        except (TimeoutError, aiohttp.ClientError, ValueError):
+                    raw = await resp.content.read(_MAX_TOKENIZE_ANSWER)  # bounded: a hostile
+                    n = _parse_count(json.loads(raw))  # server's endless body is cut here
+        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError):
             return None
+        return None if n is None else plausible_count(n, text, f"POST {path}")
 
     for path, key in endpoints:
         if await ask(path, key, "hello world") is not None:

@@ -7,6 +7,9 @@ arbitrary byte splits (a line, a CRLF pair or a UTF-8 character cut across two r
 raise on garbage. It follows the WHATWG event-stream rules: lines end in CRLF, LF or CR; a blank
 line dispatches the event; `:` starts a comment; `data` lines of one event are joined by `\\n`;
 unknown fields are ignored.
+
+A line is bounded (`max_line` bytes): a server that never sends a line end would otherwise grow
+the buffer until the machine runs out of memory. Past the bound `feed` raises `LineTooLong`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,18 @@ from dataclasses import dataclass
 
 _CR = 0x0D
 _LF = 0x0A
+# Far above any real event (a chunk with full logprobs is a few KiB), far below a memory problem.
+MAX_LINE_BYTES = 8 << 20
+
+
+class LineTooLong(Exception):
+    """A line grew past the parser's bound without a line end."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"an event-stream line grew past {limit} bytes without a line end "
+                         f"({size} bytes buffered)")
+        self.size = size
+        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +49,8 @@ class SSEParser:
     `had_partial_line` whether bytes were left without a line end.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self.max_line = max_line
         self._buf = bytearray()
         self._skip_lf = False  # the previous piece ended in CR: a leading LF belongs to it
         self._data: list[str] = []
@@ -55,6 +71,7 @@ class SSEParser:
             lines = chunk.split(b"\n")
             if len(lines) == 1:
                 buf += chunk
+                self._check(buf)
                 return events
             buf += lines[0]
             self._line(bytes(buf), events)
@@ -62,6 +79,7 @@ class SSEParser:
             for raw in lines[1:-1]:
                 self._line(raw, events)
             buf += lines[-1]
+            self._check(buf)
             return events
         start = 0
         n = len(chunk)
@@ -76,6 +94,7 @@ class SSEParser:
             cr = chunk.find(b"\r", i)
             if lf == -1 and cr == -1:
                 buf += chunk[i:]
+                self._check(buf)
                 break
             if cr == -1 or (lf != -1 and lf < cr):
                 end, nxt = lf, lf + 1
@@ -110,6 +129,12 @@ class SSEParser:
         return bool(self._buf or self._data)
 
     # -- internals -------------------------------------------------------------------------
+
+    def _check(self, buf: bytearray) -> None:
+        if len(buf) > self.max_line:
+            size = len(buf)
+            buf.clear()
+            raise LineTooLong(size, self.max_line)
 
     def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
         self.lines += 1

@@ -15,10 +15,9 @@ from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
 from specscope.serve.scheduler import ErrorEvent, RequestState, Scheduler, StepEvent
 from specscope.serve.streaming import first_event, wait_or_disconnect
-from specscope.serve.validation import ApiError, error_response
+from specscope.serve.validation import CLIENT_CLOSED, ApiError, error_response
 
 DEFAULT_MAX_TOKENS = 128
-CLIENT_CLOSED = 499  # nginx's "client closed request"; never seen by the client that left
 
 
 @dataclass

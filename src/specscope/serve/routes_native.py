@@ -24,7 +24,8 @@ def build_router(ctx: ServeContext) -> APIRouter:
         req = await parse_body(request, GenerateRequest)
         if (req.text is None) == (req.input_ids is None):
             raise ApiError("exactly one of text or input_ids is required", param="text")
-        prompt_ids = req.input_ids if req.input_ids is not None else ctx.backend.tokenize(req.text or "")
+        prompt_ids = (req.input_ids if req.input_ids is not None
+                      else await asyncio.to_thread(ctx.backend.tokenize, req.text or ""))
         sp = req.sampling_params
         params = ctx.sampling(sp.max_new_tokens, len(prompt_ids), sp.temperature, sp.top_p,
                               sp.sampling_seed, sp.ignore_eos, sp.stop,
@@ -88,13 +89,14 @@ def build_router(ctx: ServeContext) -> APIRouter:
     async def tokenize(request: Request) -> JSONResponse:
         req = await parse_body(request, TokenizeRequest)
         if req.messages is not None:
-            tokens = ctx.backend.apply_chat_template([m.model_dump() for m in req.messages])
+            tokens = await asyncio.to_thread(ctx.backend.apply_chat_template,
+                                             [m.model_dump() for m in req.messages])
         else:
             text = next((t for t in (req.prompt, req.text, req.content) if t is not None), None)
             if text is None:
                 raise ApiError("one of prompt, text, content or messages is required",
                                param="prompt")
-            tokens = ctx.backend.tokenize(text)
+            tokens = await asyncio.to_thread(ctx.backend.tokenize, text)
         return JSONResponse({"tokens": tokens, "count": len(tokens),
                              "max_model_len": ctx.backend.info.max_context})
 

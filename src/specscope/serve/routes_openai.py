@@ -141,7 +141,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         req = await parse_body(request, CompletionRequest)
-        prompt_ids = _prompt_ids(ctx, req.prompt)
+        prompt_ids = await asyncio.to_thread(_prompt_ids, ctx, req.prompt)
         params = ctx.sampling(req.max_tokens, len(prompt_ids), req.temperature, req.top_p,
                               req.seed, req.ignore_eos, req.stop)
         rid = req.rid or ctx.new_id(_COMPLETION.id_prefix)
@@ -151,7 +151,8 @@ def build_router(ctx: ServeContext) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         req = await parse_body(request, ChatRequest)
-        prompt_ids = ctx.backend.apply_chat_template([m.model_dump() for m in req.messages])
+        prompt_ids = await asyncio.to_thread(ctx.backend.apply_chat_template,
+                                             [m.model_dump() for m in req.messages])
         max_tokens = req.max_completion_tokens or req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
         params = ctx.sampling(max_tokens, len(prompt_ids), req.temperature, req.top_p,

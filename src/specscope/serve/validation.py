@@ -7,14 +7,20 @@ commonly send; fields the server cannot honour (n > 1) are rejected explicitly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 MAX_TOKENS_CEILING = 10_000_000
+# A request body larger than this is refused (413) before it is read whole: a prompt of a
+# million tokens is ~4 MiB of text or ~7 MiB of token ids; more is a mistake or an attack.
+MAX_BODY_BYTES = 8 << 20
+CLIENT_CLOSED = 499  # nginx's "client closed request"; never seen by the client that left
 BodyT = TypeVar("BodyT", bound=BaseModel)
 
 
@@ -136,12 +142,31 @@ class TokenizeRequest(_Body):
     with_pieces: bool | None = None
 
 
-async def parse_body(request: Request, model: type[BodyT]) -> BodyT:
-    """The body as `model`, or ApiError(400) saying what is wrong and where."""
-    raw = await request.body()
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body, at most `limit` bytes (413 beyond, told by Content-Length or counted while
+    reading); a client that leaves mid-body is an ApiError, never an unhandled exception."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(f"request body of {declared} bytes is larger than the {limit}-byte limit",
+                       status=413)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for piece in request.stream():
+            size += len(piece)
+            if size > limit:
+                raise ApiError(f"request body is larger than the {limit}-byte limit", status=413)
+            parts.append(piece)
+    except ClientDisconnect:
+        raise ApiError(f"client disconnected after {size} bytes of the body",
+                       status=CLIENT_CLOSED) from None
+    return b"".join(parts)
+
+
+def _decode(raw: bytes, model: type[BodyT]) -> BodyT:
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ApiError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError("request body must be a JSON object")
@@ -152,3 +177,12 @@ async def parse_body(request: Request, model: type[BodyT]) -> BodyT:
         param = ".".join(str(p) for p in first["loc"]) or None
         msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
         raise ApiError(f"{param}: {msg}", param=param) from None
+
+
+async def parse_body(request: Request, model: type[BodyT]) -> BodyT:
+    """The body as `model`, or ApiError(400/413) saying what is wrong and where. Parsed in a
+    worker thread: a large body must not stall the event loop that streams other requests."""
+    raw = await read_body(request)
+    if len(raw) < 64 << 10:
+        return _decode(raw, model)
+    return await asyncio.to_thread(_decode, raw, model)

@@ -1,7 +1,8 @@
 """Run history: a SQLite index (stdlib sqlite3) over run directories.
 
 The run directories are the truth; the index is a cache that can be rebuilt from them at any
-time (`rescan`), so a deleted or corrupted index loses nothing. It lives at
+time (`rescan`), so a deleted or corrupted index loses nothing: a file that is not a SQLite
+database is replaced by a fresh index (and a warning says so). It lives at
 `$SPECSCOPE_HOME/index.sqlite` (default `./specscope-runs`).
 """
 
@@ -18,6 +19,10 @@ from typing import Any
 from specscope.trace.rundir import RunDirError, RunDirReader, runs_home
 
 INDEX_FILE = "index.sqlite"
+
+
+class RunHomeError(Exception):
+    """The runs home cannot hold an index (it is a file, or cannot be created); one line."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -87,13 +92,44 @@ class RunIndex:
     def __init__(self, home: Path | str | None = None):
         self.home = Path(home) if home is not None else runs_home()
         self.path = self.home / INDEX_FILE
+        #: What went wrong and was repaired (a corrupt index rebuilt), for the command to show.
+        self.warnings: list[str] = []
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.home.exists() and not self.home.is_dir():
+            raise RunHomeError(f"runs home {self.home} (SPECSCOPE_HOME) is a file, not a directory")
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunHomeError(f"runs home {self.home} (SPECSCOPE_HOME) cannot be created: "
+                               f"{e.strerror or e}") from None
+        try:
+            con = sqlite3.connect(self.path, timeout=10)
+        except sqlite3.Error as e:
+            raise RunHomeError(f"run index {self.path} cannot be opened: {e}") from None
+        try:
+            con.execute(_SCHEMA)
+            con.execute("SELECT path FROM runs LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as e:
+            con.close()
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise RunHomeError(f"run index {self.path} is locked: {e}") from None
+            # A cache, rebuilt from the run dirs by `rescan`: replace it rather than fail.
+            self.warnings.append(f"run index {self.path} was unreadable ({e}); rebuilt it from "
+                                 "the run directories")
+            try:
+                self.path.unlink()
+                con = sqlite3.connect(self.path, timeout=10)
+                con.execute(_SCHEMA)
+            except (OSError, sqlite3.Error) as e2:
+                raise RunHomeError(f"run index {self.path} is corrupt and cannot be replaced: "
+                                   f"{e2}") from None
+        return con
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(self.path, timeout=10)
+        con = self._connect()
         try:
-            con.execute(_SCHEMA)
             yield con
             con.commit()
         finally:

@@ -74,7 +74,7 @@ def _sources(query: LogQuery, log: SourceLog) -> Iterator[tuple[str, Iterable[by
 def read_logs(query: LogQuery, prefixes: PrefixParser | None = None) -> LogResult:
     """Read every source of `query` and return its summary (and records if asked).
     Raises SourceError for unreadable input; warnings land in `summary.warnings`."""
-    from specscope.telemetry.parallel import default_jobs, parallel_eligible, scan_file_parallel
+    from specscope.telemetry.parallel import capped_jobs, parallel_eligible, scan_file_parallel
 
     options = ScanOptions(
         formats=selected_formats(query.format, query.pattern),
@@ -86,7 +86,7 @@ def read_logs(query: LogQuery, prefixes: PrefixParser | None = None) -> LogResul
     )
     prefixes = prefixes or PrefixParser()
     scanner = Scanner(options, prefixes)
-    jobs = default_jobs() if query.jobs == 0 else max(1, query.jobs or 1)
+    jobs = capped_jobs(query.jobs) if query.jobs is not None else 1
     parts = [scanner.summary]
     log = SourceLog()
     for name, chunks in _sources(query, log):

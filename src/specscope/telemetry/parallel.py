@@ -21,10 +21,21 @@ MIN_PARALLEL_BYTES = 64 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, cpus or 1)
+
+
 def default_jobs() -> int:
     """Usable CPUs, at most 4 (the scan is memory-bound beyond that)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(4, cpus or 1))
+    return min(4, usable_cpus())
+
+
+def capped_jobs(asked: int) -> int:
+    """`asked` processes (0: the default), never more than the usable CPUs: one process per
+    CPU is all the scan can use, and each one more costs memory for nothing."""
+    return default_jobs() if asked == 0 else max(1, min(asked, usable_cpus()))
 
 
 def parallel_eligible(path: str, jobs: int) -> bool:
@@ -40,14 +51,17 @@ def parallel_eligible(path: str, jobs: int) -> bool:
         return False
 
 
-def _cut_points(path: str, parts: int) -> list[int]:
+def _cut_points(path: str, parts: int, max_line: int) -> list[int]:
+    """Range starts at line starts: each cut moves past the next newline, looking at most
+    `max_line` bytes ahead (a file of zeros or one endless line has none: then the cut stays
+    there, inside a line too long to be kept anyway), so memory stays bounded."""
     size = os.path.getsize(path)
     cuts = [0]
     with open(path, "rb") as f:
         for i in range(1, parts):
             f.seek(size * i // parts)
-            f.readline()  # move to the start of the next line
-            cuts.append(max(f.tell(), cuts[-1]))
+            f.readline(max_line)  # move to the start of the next line, reading a bounded amount
+            cuts.append(min(size, max(f.tell(), cuts[-1])))
     cuts.append(size)
     return cuts
 
@@ -86,7 +100,7 @@ def scan_file_parallel(
     now: float,
 ) -> LogSummary:
     """Summary of `path` scanned by `jobs` processes (fork where available: no re-import)."""
-    cuts = _cut_points(path, jobs)
+    cuts = _cut_points(path, jobs, options.max_line)
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     from dataclasses import replace

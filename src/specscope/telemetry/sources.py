@@ -12,6 +12,7 @@ import contextlib
 import os
 import selectors
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -197,6 +198,14 @@ def stdin_chunks(log: SourceLog, block_size: int = BLOCK_SIZE) -> Iterator[bytes
     yield from _read_raw(stream, block_size)
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the command's process group (what is left of it: children that outlived it)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+
+
 def command_chunks(
     command: str, log: SourceLog, timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
 ) -> Iterator[bytes]:
@@ -209,9 +218,14 @@ def command_chunks(
         raise SourceError(f"--logs-cmd {command!r}: cannot split into arguments ({exc})") from None
     if not argv:
         raise SourceError("--logs-cmd is empty")
+    if not timeout_s > 0:
+        raise SourceError(f"--logs-cmd timeout must be > 0 seconds, got {timeout_s:g}")
     try:
+        # Its own process group: on timeout the whole group is killed, so a child it started
+        # (`sh -c 'sleep 999; ...'`) cannot outlive us holding the pipe open.
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise SourceError(f"--logs-cmd: command not found: {argv[0]}") from None
@@ -242,8 +256,7 @@ def command_chunks(
                     err_tail = (err_tail + data)[-2000:]
     finally:
         sel.close()
-        if proc.poll() is None:
-            proc.kill()
+        _kill_group(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         proc.stdout.close()

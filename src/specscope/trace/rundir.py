@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from specscope import __version__
 from specscope.trace.model import SCHEMA_VERSION, RequestTrace, Run, RunInfo
+from specscope.trace.text import scrub_tree
 
 RUN_JSON = "run.json"
 REQUESTS_JSONL = "requests.jsonl"
@@ -43,7 +45,8 @@ def new_run_id(kind: str) -> str:
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.write_text(json.dumps(scrub_tree(obj), indent=2, sort_keys=False, default=str) + "\n",
+                   encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -71,14 +74,18 @@ class RunDirWriter:
         _atomic_write_json(self.path / RUN_JSON, self.info.model_dump(mode="json", by_alias=True))
 
     def append_request(self, trace: RequestTrace) -> None:
-        self._requests.write(trace.model_dump_json(by_alias=True) + "\n")
+        try:
+            line = trace.model_dump_json(by_alias=True)
+        except PydanticSerializationError:  # text no UTF-8 writer takes: keep it, escaped
+            line = json.dumps(scrub_tree(trace.model_dump(mode="json", by_alias=True)))
+        self._requests.write(line + "\n")
         self._requests.flush()
 
     def append_telemetry(self, records: Iterable[dict[str, Any]]) -> None:
         for rec in records:
             line = dict(rec)
             line.setdefault("schema", SCHEMA_VERSION)
-            self._telemetry.write(json.dumps(line, default=str) + "\n")
+            self._telemetry.write(json.dumps(scrub_tree(line), default=str) + "\n")
         self._telemetry.flush()
 
     def write_analysis(self, analysis: dict[str, Any]) -> None:
@@ -120,8 +127,14 @@ class RunDirReader:
 
     def info(self) -> RunInfo:
         try:
-            return RunInfo.model_validate_json((self.path / RUN_JSON).read_text())
-        except (ValidationError, ValueError, OSError) as e:
+            raw = (self.path / RUN_JSON).read_text(encoding="utf-8", errors="replace")
+            try:
+                return RunInfo.model_validate_json(raw)
+            except ValidationError:
+                # JSON escapes of lone surrogates (`"\ud83d"`, as json.dumps writes them) are
+                # valid JSON that pydantic's parser refuses: read them as escape text instead.
+                return RunInfo.model_validate(scrub_tree(json.loads(raw)))
+        except (ValidationError, ValueError, OSError, RecursionError) as e:
             raise RunDirError(f"unreadable {RUN_JSON} in {self.path}: {e.__class__.__name__}") from e
 
     def _jsonl(self, name: str) -> tuple[list[dict[str, Any]], int]:
@@ -137,9 +150,11 @@ class RunDirReader:
                     continue
                 try:
                     obj = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     bad += 1  # a line cut by a crash mid-write
                     continue
+                if "\\ud" in line or "\\uD" in line:  # maybe a lone surrogate: escape text
+                    obj = scrub_tree(obj)
                 if isinstance(obj, dict):
                     rows.append(obj)
                 else:
@@ -154,6 +169,8 @@ class RunDirReader:
                 out.append(RequestTrace.model_validate(row))
             except ValidationError:
                 bad += 1
+        # Appended as each request ended (concurrent ones finish in any order): request order.
+        out.sort(key=lambda t: t.index)
         return out, bad
 
     def telemetry(self) -> tuple[list[dict[str, Any]], int]:

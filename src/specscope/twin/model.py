@@ -187,6 +187,8 @@ def load_scenario(name_or_path: str | Path, variant: str | None = None) -> Scena
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (a scenario is a TOML file)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
     data.setdefault("name", path.stem)

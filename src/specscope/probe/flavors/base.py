@@ -98,6 +98,16 @@ class Decoder(ABC):
         self._sources["events"] += 1
         return 1
 
+    def increment(self, field: str, value: int, previous: int) -> int:
+        """New tokens a cumulative count reports (`value` now, `previous` before). A count that
+        is negative or goes backwards is impossible: the request's error, with the raw values."""
+        if value < 0:
+            raise StreamError("impossible_count", f"server reported {field} = {value} (negative)")
+        if value < previous:
+            raise StreamError("impossible_count",
+                              f"server's {field} went backwards: {previous} then {value}")
+        return value - previous
+
     def counted(self, source: TokenCountSource, n: int) -> int:
         if n > 0:
             self._sources[source] += 1

@@ -51,7 +51,8 @@ class LlamaCppDecoder(Decoder):
                 predicted = timings.get("predicted_n")
             if isinstance(predicted, int) and not isinstance(predicted, bool):
                 self.completion_tokens = predicted
-                n = max(0, predicted - self._received)
+                n = self.increment("tokens_predicted", predicted, 0) - self._received
+                n = max(0, n)  # one token per event is an estimate: the final count may be less
             else:
                 n = 1 if text else 0
             ev = obj.get("tokens_evaluated")

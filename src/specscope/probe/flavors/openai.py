@@ -81,12 +81,13 @@ class OpenAIDecoder(Decoder):
         if isinstance(usage, dict):
             ct = usage.get("completion_tokens")
             if isinstance(ct, int) and not isinstance(ct, bool):
+                self.completion_tokens = ct  # the raw value, kept even when it is impossible
                 if has_choices:
                     self.continuous_usage = True
                 if self.continuous_usage:
-                    n = self.counted("usage", max(0, ct - self._last_usage_ct))
-                    self._last_usage_ct = max(ct, self._last_usage_ct)
-                self.completion_tokens = ct
+                    n = self.counted("usage", self.increment("usage.completion_tokens", ct,
+                                                             self._last_usage_ct))
+                    self._last_usage_ct = ct
             pt = usage.get("prompt_tokens")
             if isinstance(pt, int) and not isinstance(pt, bool):
                 self.prompt_tokens = pt

@@ -65,9 +65,10 @@ class SGLangNativeDecoder(Decoder):
             self.prompt_tokens = pt
         ct = meta.get("completion_tokens")
         if isinstance(ct, int) and not isinstance(ct, bool):
-            n = self.counted("meta_info", max(0, ct - self._last_ct))
-            self._last_ct = max(ct, self._last_ct)
-            self.completion_tokens = ct
+            self.completion_tokens = ct  # the raw value, kept even when it is impossible
+            n = self.counted("meta_info", self.increment("meta_info.completion_tokens", ct,
+                                                         self._last_ct))
+            self._last_ct = ct
         else:
             n = self.count_text(delta_text)
         self.merge_spec(from_sglang_meta(meta))

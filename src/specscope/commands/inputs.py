@@ -1,0 +1,106 @@
+"""The probe's input options, shared by `probe` and `diagnose` (same names, same checks).
+
+Each option is an `Annotated` alias so both commands declare it in one line, and each check
+turns bad input into one `fail_usage` line (exit 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specscope.commands.common import fail_usage
+from specscope.probe.client import Timeouts
+from specscope.probe.endpoint import Endpoint, EndpointError, parse_endpoint
+from specscope.probe.prompts import PromptError, load_local_tokenizer
+
+# Beyond any context served today; a prompt is built and held in memory before it is sent, so
+# an absurd --prompt-tokens must stop here, not after gigabytes of filler text.
+MAX_PROMPT_TOKENS = 1 << 20
+
+Model = Annotated[str | None, typer.Option(
+    help="Model name for OpenAI bodies (default: the first of /v1/models)")]
+Tokenizer = Annotated[Path | None, typer.Option(
+    help="Local tokenizer.json: counts prompt tokens when the server has no tokenize "
+         "endpoint, and streamed text when the server reports no token counts")]
+PromptFile = Annotated[Path | None, typer.Option(help="Use this text as every prompt")]
+TimeoutConnect = Annotated[float, typer.Option(help="Seconds to connect")]
+TimeoutFirstByte = Annotated[float, typer.Option(help="Seconds from send to first byte")]
+TimeoutBetweenChunks = Annotated[float, typer.Option(help="Seconds between reads")]
+TimeoutTotal = Annotated[float, typer.Option(help="Seconds per request")]
+
+
+def endpoint_or_fail(url: str) -> Endpoint:
+    """The server URL without its credentials (they go in a header), or exit 2."""
+    try:
+        return parse_endpoint(url)
+    except EndpointError as e:
+        fail_usage(str(e))
+
+
+def timeouts_or_fail(connect: float, first_byte: float, between_chunks: float,
+                     total: float) -> Timeouts:
+    for name, sec in (("--timeout-connect", connect), ("--timeout-first-byte", first_byte),
+                      ("--timeout-between-chunks", between_chunks), ("--timeout-total", total)):
+        if not sec > 0 or sec == float("inf"):
+            fail_usage(f"{name} must be a number of seconds > 0, got {sec}")
+    return Timeouts(connect=connect, first_byte=first_byte, between_chunks=between_chunks,
+                    total=total)
+
+
+def prompt_tokens_or_fail(n: int) -> int:
+    if not 1 <= n <= MAX_PROMPT_TOKENS:
+        fail_usage(f"--prompt-tokens must be within 1..{MAX_PROMPT_TOKENS}, got {n}")
+    return n
+
+
+def tokenizer_or_fail(path: Path | None) -> Callable[..., int] | None:
+    if path is None:
+        return None
+    try:
+        return load_local_tokenizer(path)
+    except PromptError as e:
+        fail_usage(str(e))
+
+
+def prompt_text_or_fail(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        fail_usage(f"--prompt-file: cannot read {path}: {e}")
+    if not text.strip():
+        fail_usage(f"--prompt-file: {path} is empty")
+    return text
+
+
+def context_check(prompt_tokens: int, max_tokens: int, max_context: int | None) -> str | None:
+    """Why this request shape cannot run on a server of `max_context` tokens (None: it can)."""
+    if max_context is not None and prompt_tokens + max_tokens > max_context:
+        return (f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
+                f"server's context of {max_context} tokens")
+    return None
+
+
+def out_dir_or_fail(path: Path, what: str = "--out") -> Path:
+    """`path` when a run directory can be written there (checked, not created: a command that
+    then finds the server down leaves no empty directory behind), or exit 2 naming why."""
+    if path.exists():
+        if not path.is_dir():
+            fail_usage(f"{what}: {path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            fail_usage(f"{what}: {path} is not writable")
+        return path
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        fail_usage(f"{what}: cannot create {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail_usage(f"{what}: cannot create {path}: {parent} is not writable")
+    return path
