@@ -16,8 +16,6 @@ missing data, it states what is missing in `notes`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import pairwise
-from math import gcd
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -26,99 +24,31 @@ from specscope.analysis import acceptance as acc
 from specscope.analysis import decompose as dec
 from specscope.analysis import steptime as stm
 from specscope.analysis.findings import Facts, TwoPoint, build_findings
+from specscope.analysis.headline import Headline, headline
 from specscope.analysis.model import Analysis, Attribution, Finding, Interval
 from specscope.analysis.speculation import SpeculationState, speculation_state
+from specscope.analysis.steps import StepReconstruction, reconstruct_steps
 from specscope.telemetry.records import SpecRecord
+from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
 CALIBRATION_TAG = "calibration"  # experiments.diagnosis_plan's short sizing request
 HONEYMOON_DEFAULT_WINDOW = 200  # the story's two-point window (~200 tokens) when none was run
 EARLY_START = 128  # "the first tokens": acceptance before any decay, for the decay's cost
-DISAGREEMENT = 0.05  # client vs server commit length: more than 5% apart is worth a note
-
-
-@dataclass
-class Reconstruction:
-    steps: list[Step]
-    reliable: bool
-    reason: str = ""
-    method: str = "chunk"
-    # False when commit lengths are exact but step times are not (server per-step lists spread
-    # over the decode window because chunk and step counts differ): no step-time fit from them
-    timing_reliable: bool = True
 
 
 def _prompt_len(tr: RequestTrace) -> int:
     return int(tr.spec.prompt_tokens or tr.prompt_tokens_reported or 0)
 
 
-def _fallback_steps(tr: RequestTrace) -> Reconstruction:
-    """One chunk = one verify step (ARCHITECTURE §4), with the coalescing checks: fewer chunks
-    than the server's verify count, or chunk sizes sharing a stream interval > 1."""
-    chunks = [c for c in tr.chunks if c.n_tokens > 0]
-    prompt = _prompt_len(tr)
-    steps: list[Step] = []
-    if len(chunks) < 2:
-        return Reconstruction(steps, False, "fewer than two token-bearing chunks")
-    pos = chunks[0].n_tokens
-    for prev, c in pairwise(chunks):
-        steps.append(
-            Step(
-                t_end_ns=c.t_ns,
-                commit_len=c.n_tokens,
-                step_s=(c.t_ns - prev.t_ns) / 1e9,
-                context_len=prompt + pos,
-                output_pos=pos,
-                source="chunk",
-                request_index=tr.index,
-            )
-        )
-        pos += c.n_tokens
-    reasons = []
-    ss = tr.server_spec
-    if ss and ss.verify_ct and len(chunks) < 0.9 * ss.verify_ct:
-        reasons.append(f"{len(chunks)} chunks for {ss.verify_ct} server verify steps")
-    sizes = [c.n_tokens for c in chunks[:-1]]
-    if len(sizes) >= 5:
-        g = 0
-        for n in sizes:
-            g = gcd(g, n)
-        if g > 1:
-            reasons.append(f"every chunk is a multiple of {g} tokens (stream interval {g})")
-    if ss and ss.verify_ct and len(chunks) > 1.5 * ss.verify_ct and max(sizes or [1]) == 1:
-        reasons.append("one event per token (needs burst clustering)")
-    return Reconstruction(steps, not reasons, "; ".join(reasons))
-
-
-def max_commit_from(server_info: dict) -> int | None:
-    """The largest possible commit length (drafts + 1) when the server says it."""
-    for key in ("speculative_num_draft_tokens", "num_draft_tokens", "speculative_num_steps"):
-        v = server_info.get(key)
-        if isinstance(v, int) and v > 0:
-            return v + (1 if key == "speculative_num_steps" else 0)
-    return None
-
-
-def reconstruct(tr: RequestTrace, *, max_commit_len: int | None = None) -> Reconstruction:
-    """PROBE's reconstruct_steps when available (bursts, coalescing detection, server merge),
-    else the chunk-per-step fallback. Context is filled from the prompt when missing."""
-    try:
-        from specscope.analysis.steps import reconstruct_steps  # PROBE's module
-
-        r = reconstruct_steps(tr, max_commit_len=max_commit_len)
-        reason = str(getattr(r, "reason", "") or "")
-        rec = Reconstruction(
-            list(r.steps),
-            bool(r.reliable),
-            reason,
-            str(getattr(r, "method", "")),
-            timing_reliable="spread evenly" not in reason,
-        )
-    except (ImportError, AttributeError, TypeError):
-        rec = _fallback_steps(tr)
+def reconstruct(tr: RequestTrace, *, max_commit_len: int | None = None) -> StepReconstruction:
+    """The request's steps (analysis.steps), with steps of negative or non-finite time dropped
+    (a clock that went backwards keeps the request out of timing analysis) and the context
+    filled from the prompt where the reconstruction had none."""
+    rec = reconstruct_steps(tr, max_commit_len=max_commit_len)
     bad = [s for s in rec.steps if not (s.step_s >= 0 and np.isfinite(s.step_s))]
-    if bad:  # clock went backwards or garbage: keep the request out of timing analysis
+    if bad:
         bad_ids = {id(s) for s in bad}
         rec.steps = [s for s in rec.steps if id(s) not in bad_ids]
         rec.reliable = False
@@ -162,17 +92,29 @@ class _Measured:
 
     run: Run
     ok: list[RequestTrace]
-    recs: dict[int, Reconstruction]
+    recs: dict[int, StepReconstruction]
     main: list[RequestTrace]
     main_label: str
-    headline: dec.Decomposition | None = None
-    commit_len_source: str = ""
+    head: Headline | None = None
     reliable: bool | None = None
     reasons: list[str] = field(default_factory=list)
-    rows: np.ndarray | None = None
-    unit: str = "block"
     notes: list[str] = field(default_factory=list)
-    decode_tps_only: float | None = None  # when steps are unreliable and L is unknown
+
+    @property
+    def headline(self) -> dec.Decomposition | None:
+        return self.head.decomposition if self.head is not None else None
+
+    @property
+    def commit_len_source(self) -> str:
+        return self.head.commit_len_detail if self.head is not None else ""
+
+    @property
+    def rows(self) -> np.ndarray | None:
+        return self.head.rows if self.head is not None else None
+
+    @property
+    def unit(self) -> str:
+        return self.head.unit if self.head is not None else "block"
 
 
 def _concurrency_of(tr: RequestTrace) -> int:
@@ -182,32 +124,9 @@ def _concurrency_of(tr: RequestTrace) -> int:
     return 1
 
 
-def _server_commit(reqs: list[RequestTrace]) -> tuple[float | None, float, str]:
-    """Commit length from per-request server fields, weighted by verify count."""
-    tok = n = 0.0
-    src = ""
-    for r in reqs:
-        ss = r.server_spec
-        if ss is None:
-            continue
-        if ss.per_step_accepted:
-            tok += sum(a + 1 for a in ss.per_step_accepted)
-            n += len(ss.per_step_accepted)
-        elif ss.verify_ct and ss.accept_length:
-            tok += ss.accept_length * ss.verify_ct
-            n += ss.verify_ct
-        elif ss.verify_ct and r.completion_tokens:
-            tok += r.completion_tokens
-            n += ss.verify_ct
-        else:
-            continue
-        src = ss.source or "server per-request fields"
-    return (tok / n if n else None), n, src
-
-
-def _measure(run: Run, telemetry: list[SpecRecord] | None) -> _Measured:
+def _measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> _Measured:
     ok = [r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks)]
-    mcl = max_commit_from(run.info.server_info)
+    mcl = max_commit_len_from(run.info.server_info)
     recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
     full = [r for r in ok if tags.split(r.spec.tag)[0] == tags.FULL_GENERATION]
     # without a full generation, every request but the diagnose command's calibration request
@@ -219,59 +138,17 @@ def _measure(run: Run, telemetry: list[SpecRecord] | None) -> _Measured:
     main_recs = [recs[r.index] for r in main]
     m.reliable = all(rc.reliable for rc in main_recs)
     m.reasons = sorted({rc.reason for rc in main_recs if not rc.reliable and rc.reason})
-    steps = [s for rc in main_recs for s in rc.steps]
-    server_steps = acc.from_telemetry(telemetry or []) if telemetry else None
-    main_ids = {r.request_id for r in main if r.request_id}
-    if m.reliable and steps and sum(s.step_s for s in steps) > 0:
-        t = StepTable.of(steps)
-        m.headline = dec.decompose(t.commit, t.step_s)
-        m.commit_len_source = f"client chunks ({m.main_label})"
-        m.rows, m.unit = dec.units(t.commit, t.step_s, t.rid)
-        if server_steps and server_steps.per_step and main_ids & set(server_steps.by_request):
-            vals = [v for k, v in server_steps.by_request.items() if k in main_ids for v in v]
-            srv = float(np.mean(vals))
-            cl = m.headline.mean_commit_len or 0
-            if cl and abs(srv / cl - 1) > DISAGREEMENT:
-                m.notes.append(
-                    f"client steps say {cl:.2f} tokens/step, server per-step records {srv:.2f}: "
-                    "chunks may merge or split steps"
-                )
-        return m
-    # unreliable steps: tps from decode windows (chunking-independent), L from the server
-    windows = [w for w in (r.decode_window() for r in main) if w]
-    tokens = float(sum(w[0] for w in windows))
-    seconds = float(sum(w[1] for w in windows))
-    L, _, src = _server_commit(main)
-    if (
-        L is None
-        and server_steps
-        and server_steps.per_step
-        and main_ids & set(server_steps.by_request)
-    ):
-        vals = [v for k, v in server_steps.by_request.items() if k in main_ids for v in v]
-        L, src = float(np.mean(vals)), server_steps.source
-    if L is None and server_steps and server_steps.mean_commit_len:
-        L, src = server_steps.mean_commit_len, server_steps.source + " (whole log window)"
-    if tokens <= 0 or seconds <= 0:
+    m.head = headline(main, main_recs, telemetry=telemetry, label=label, seed=seed)
+    m.notes.extend(m.head.notes)
+    if m.head.decode_tps is None:
         m.notes.append("no decode window: fewer than two token-bearing chunks in the main requests")
-        return m
-    if L is None:
+    elif m.head.mean_commit_len is None:
         m.notes.append("steps unreliable and no server telemetry: commit length unknown")
-        m.headline = None
-        m.commit_len_source = ""
-        m.decode_tps_only = tokens / seconds
-        return m
-    m.headline = dec.Decomposition(tokens=tokens, steps=tokens / L, seconds=seconds)
-    m.commit_len_source = src
-    rows = []
-    for r in main:
-        w = r.decode_window()
-        if w:
-            rows.append((w[0], w[0] / L, w[1]))
-    m.rows, m.unit = np.asarray(rows, dtype=float).reshape(-1, 3), "request"
-    m.notes.append(
-        f"mean step time derived as commit length / decode tps (commit length from {src})"
-    )
+    elif m.head.mean_step_s_source == "derived":
+        m.notes.append(
+            "mean step time derived as commit length / decode tps (commit length from "
+            f"{m.head.commit_len_detail})"
+        )
     return m
 
 
@@ -397,7 +274,7 @@ def _two_point(ok: list[RequestTrace]) -> tuple[TwoPoint | None, list[RequestTra
 
 
 def _series_groups(
-    reqs: list[RequestTrace], recs: dict[int, Reconstruction], key
+    reqs: list[RequestTrace], recs: dict[int, StepReconstruction], key
 ) -> dict[int, dec.Decomposition]:
     out: dict[int, list[Step]] = {}
     for r in reqs:
@@ -410,6 +287,22 @@ def _series_groups(
         for k, v in sorted(out.items())
         if v
     }
+
+
+def _headline_fields(out: Analysis, head: Headline | None) -> None:
+    """The headline module's figures onto the analysis (one owner: analysis.headline)."""
+    if head is None:
+        return
+    out.decode_tps = head.decode_tps
+    out.mean_commit_len = head.mean_commit_len
+    out.mean_step_s = head.mean_step_s
+    out.commit_len_source = head.commit_len_detail or None
+    out.ttft_s = head.ttft_s
+    fields = head.json_fields()
+    for key in ("mean_commit_len_source", "mean_commit_len_per_drafted_step",
+                "drafted_step_share", "mean_step_s_source", "decode_tps_ci",
+                "mean_commit_len_ci", "mean_step_s_ci", "ttft_s_ci", "interval_method"):
+        setattr(out, key, fields[key])
 
 
 def _ci_interval(point: float | None, ci: tuple[float, float] | None) -> Interval | None:
@@ -427,7 +320,7 @@ def analyze(
 ) -> Analysis:
     """Diagnose one run (optionally against a baseline run, with server telemetry records)."""
     telemetry = _records(telemetry if telemetry is not None else run.telemetry)
-    m = _measure(run, telemetry)
+    m = _measure(run, telemetry, seed=seed)
     out = Analysis(
         run_dir=None,
         partial=run.info.status in ("partial", "failed", "running") or bool(run.errors),
@@ -446,11 +339,7 @@ def analyze(
         return out
 
     h = m.headline
-    out.decode_tps = h.decode_tps if h else m.decode_tps_only
-    out.mean_commit_len = h.mean_commit_len if h else None
-    out.mean_step_s = h.mean_step_s if h else None
-    out.commit_len_source = m.commit_len_source or None
-    out.ttft_s = _median([r.ttft_s for r in m.main])
+    _headline_fields(out, m.head)
     out.e2e_s = _median([r.e2e_s for r in m.main])
 
     facts = Facts(
@@ -475,7 +364,7 @@ def analyze(
     c1 = [
         r
         for r in m.ok
-        if _concurrency_of(r) == 1 and m.recs[r.index].reliable and m.recs[r.index].timing_reliable
+        if _concurrency_of(r) == 1 and m.recs[r.index].reliable and m.recs[r.index].timed_by_client
     ]
     all_steps = [s for r in c1 for s in m.recs[r.index].steps]
     main_steps = [s for r in m.main if m.recs[r.index].reliable for s in m.recs[r.index].steps]
@@ -539,23 +428,6 @@ def analyze(
         if st_all is not None and st_all.n:
             _acceptance_shape(facts, out, st_all, st_main, source=server.source)
             out.notes.append(f"acceptance shape from {server.source} (client steps unreliable)")
-    if (
-        server
-        and server.mean_commit_len
-        and out.mean_commit_len
-        and m.commit_len_source.startswith("client")
-        and abs(server.mean_commit_len / out.mean_commit_len - 1) > DISAGREEMENT
-    ):
-        out.notes.append(
-            f"server telemetry ({server.source}) says {server.mean_commit_len:.2f} tokens/step over "
-            f"its window, the client {out.mean_commit_len:.2f} over {m.main_label}"
-            + (
-                " (the server's figure is per drafted step: it is higher wherever steps draft "
-                "nothing, as n-gram lookup often does)"
-                if server.per_drafted_step
-                else ""
-            )
-        )
 
     # --- two-point vs full, honeymoon --------------------------------------------------------
     tp, n2 = _two_point(m.ok)
@@ -593,7 +465,7 @@ def analyze(
 
     # --- baseline ------------------------------------------------------------------------------
     if baseline is not None:
-        mb = _measure(baseline, None)
+        mb = _measure(baseline, None, seed=seed)
         if mb.headline is not None and h is not None:
             facts.baseline = mb.headline
             facts.baseline_speculation = _speculation(mb, None)

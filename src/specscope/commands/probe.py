@@ -36,7 +36,7 @@ from specscope.commands.common import (
     print_json,
 )
 from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
-from specscope.probe.detect import detect, max_commit_len_from
+from specscope.probe.detect import detect
 from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import (
     PromptError,
@@ -47,6 +47,7 @@ from specscope.probe.prompts import (
     server_counter,
 )
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
 from specscope.trace.rundir import RunDirWriter
