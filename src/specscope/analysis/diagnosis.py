@@ -1,5 +1,5 @@
-"""The diagnosis entry points: `analyze(run, baseline=, telemetry=) -> Analysis` and
-`compare_runs(a, b) -> Comparison`.
+"""The diagnosis entry point: `analyze(run, baseline=, telemetry=) -> Analysis` (comparisons of
+two runs: store.compare).
 
 The reasoning of the story (shared/seed/), as code:
 1. headline numbers from the user's real shape (the full_generation requests when present);
@@ -18,14 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from specscope.analysis import acceptance as acc
 from specscope.analysis import decompose as dec
 from specscope.analysis import steptime as stm
 from specscope.analysis.findings import Facts, TwoPoint, build_findings
 from specscope.analysis.headline import Headline, headline
-from specscope.analysis.model import Analysis, Attribution, Finding, Interval
+from specscope.analysis.model import Analysis, Attribution, Interval
 from specscope.analysis.speculation import SpeculationState, speculation_state
 from specscope.analysis.steps import StepReconstruction, reconstruct_steps
 from specscope.telemetry.records import SpecRecord
@@ -628,54 +627,3 @@ def _no_finding_reason(f: Facts) -> str:
     elif f.step_fit is not None and not f.step_fit.identifiable:
         parts.append("drift not testable with one prompt length")
     return "; ".join(parts) + "."
-
-
-class Comparison(BaseModel):
-    """`specscope compare A B`: B (observed) against A (baseline).
-    tps_ratio = tps_A / tps_B = acceptance_factor * step_time_factor."""
-
-    tps_ratio: float | None = None
-    acceptance_factor: float | None = None
-    step_time_factor: float | None = None
-    attribution: Attribution | None = None
-    findings: list[Finding] = Field(default_factory=list)  # in B (with factors vs A), not in A
-    resolved: list[str] = Field(default_factory=list)  # finding ids in A that B no longer has
-    a: Analysis
-    b: Analysis
-
-
-# Findings whose baseline-relative form (factor set: B measured against A) makes a claim about
-# the comparison itself, whatever A's own diagnosis said: "B is slower than plain A because of
-# speculation", "B's commit length is below A's". A holding the same id alone (say, a low commit
-# length without a baseline) does not make B's comparative finding old news.
-COMPARATIVE_IDS = frozenset({"speculation_overhead", "acceptance_low"})
-
-
-def differing_findings(a_findings: list[Finding], b_findings: list[Finding]) -> list[Finding]:
-    """The findings that matter for comparing B with A: B's findings that A does not have,
-    plus B's comparative findings measured against A (see COMPARATIVE_IDS)."""
-    ids_a = {f.id for f in a_findings}
-    return [
-        f
-        for f in b_findings
-        if f.id not in ids_a or (f.id in COMPARATIVE_IDS and f.factor is not None)
-    ]
-
-
-def compare_runs(a: Run, b: Run, *, seed: int = 0) -> Comparison:
-    """B against A as the baseline; the findings that differ between the two runs."""
-    an_a = analyze(a, seed=seed)
-    an_b = analyze(b, baseline=a, seed=seed)
-    ids_a = {f.id for f in an_a.findings}
-    ids_b = {f.id for f in an_b.findings}
-    at = an_b.attribution
-    return Comparison(
-        tps_ratio=at.tps_ratio if at else None,
-        acceptance_factor=at.acceptance_factor if at else None,
-        step_time_factor=at.step_time_factor if at else None,
-        attribution=at,
-        findings=differing_findings(an_a.findings, an_b.findings),
-        resolved=sorted(ids_a - ids_b),
-        a=an_a,
-        b=an_b,
-    )
