@@ -22,9 +22,9 @@ import numpy as np
 from specscope.analysis import acceptance as acc
 from specscope.analysis import decompose as dec
 from specscope.analysis import steptime as stm
-from specscope.analysis.findings import Facts, TwoPoint, build_findings
+from specscope.analysis.findings import Facts, TwoPoint, build_findings, draft_coverage, rank
 from specscope.analysis.headline import Headline, headline
-from specscope.analysis.model import Analysis, Attribution, Interval
+from specscope.analysis.model import Analysis, Attribution, Finding, Interval
 from specscope.analysis.speculation import SpeculationState, speculation_state
 from specscope.analysis.steps import StepReconstruction, reconstruct_steps
 from specscope.telemetry.records import SpecRecord
@@ -288,6 +288,15 @@ def _series_groups(
     }
 
 
+def _draft_coverage(head: Headline | None, facts: Facts) -> list[Finding]:
+    if head is None or head.share_counts is None:
+        return []
+    drafted, steps = head.share_counts
+    return draft_coverage(drafted, steps, head.mean_commit_len,
+                          head.mean_commit_len_per_drafted_step, head.decode_tps,
+                          source=head.share_source or "", speculation=facts.speculation)
+
+
 def _headline_fields(out: Analysis, head: Headline | None) -> None:
     """The headline module's figures onto the analysis (one owner: analysis.headline)."""
     if head is None:
@@ -507,7 +516,7 @@ def analyze(
 
     out.step_time_model = _plain(out.step_time_model)
     out.series = _plain(out.series)
-    out.findings = build_findings(facts)
+    out.findings = rank([*build_findings(facts), *_draft_coverage(m.head, facts)], facts)
     if not out.findings:
         out.no_finding_reason = _no_finding_reason(facts)
     return out

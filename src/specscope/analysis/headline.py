@@ -68,6 +68,8 @@ class Headline:
     mean_commit_len_per_drafted_step: float | None = None
     per_drafted_step_source: str | None = None
     drafted_step_share: float | None = None
+    share_counts: tuple[float, float] | None = None  # (steps that drafted, steps) behind the share
+    share_source: str | None = None
     mean_step_s: float | None = None
     mean_step_s_source: str | None = None  # client | derived | None
     mean_step_s_ci: Interval95 | None = None
@@ -175,9 +177,9 @@ def _client_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
 
 
 def _drafted(reqs: Sequence[_Request], telemetry: ServerAcceptance | None
-             ) -> tuple[float | None, str | None, float | None]:
-    """(per-drafted-step commit length, its source, drafted-step share) from what the server
-    said per request, else from its log/counter summaries."""
+             ) -> tuple[float | None, str | None, tuple[float, float] | None]:
+    """(per-drafted-step commit length, its source, (drafted steps, steps)) from what the server
+    said per request, else the figure from its log/counter summaries."""
     per_tok = per_n = share_d = share_n = 0.0
     sources: set[str] = set()
     for q in reqs:
@@ -205,7 +207,7 @@ def _drafted(reqs: Sequence[_Request], telemetry: ServerAcceptance | None
     src = ", ".join(sorted(sources)) if per is not None else None
     if per is None and telemetry is not None and telemetry.per_drafted_step:
         per, src = telemetry.mean_commit_len, telemetry.source
-    return per, src, (share_d / share_n if share_n else None)
+    return per, src, ((share_d, share_n) if share_n else None)
 
 
 def headline(
@@ -306,9 +308,11 @@ def headline(
         # s = L / tps: the interval of tps carries over (L's own uncertainty is in its interval)
         step_ci = Interval95(L / tps_ci.high, L / tps_ci.low, tps_ci.method + " (L / tps)")
 
-    per_drafted, per_src, share = _drafted(reqs, server_log)
-    if share is None and prom is not None:
-        share = prom[2]
+    per_drafted, per_src, counts = _drafted(reqs, server_log)
+    share = counts[0] / counts[1] if counts else None
+    share_src = "server per-request fields and the stream" if counts else None
+    if share is None and prom is not None and prom[2] is not None:
+        share, share_src = prom[2], prom[3]
     notes += _cross_checks(L, source, label, reqs, server_log, prom)
     step = L / tps if L else None
     step_src = None
@@ -325,6 +329,8 @@ def headline(
         mean_commit_len_per_drafted_step=per_drafted,
         per_drafted_step_source=per_src,
         drafted_step_share=share,
+        share_counts=counts,
+        share_source=share_src,
         mean_step_s=step,
         mean_step_s_source=step_src,
         mean_step_s_ci=step_ci,

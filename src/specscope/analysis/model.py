@@ -21,6 +21,7 @@ FindingId = Literal[
     "chunk_coalescing",
     "speculation_overhead",
     "batching_interference",
+    "draft_coverage",
 ]
 
 FINDING_IDS: tuple[str, ...] = FindingId.__args__  # type: ignore[attr-defined]
