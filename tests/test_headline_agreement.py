@@ -36,6 +36,12 @@ def _close(printed: float, exact: float) -> None:
 
 def _compare_tps(run_dir) -> tuple[float, float]:
     c = json.loads(_cli("compare", str(run_dir), str(run_dir), "--json"))
+    # a run against itself: the split is exactly 1, inside its 95% intervals
+    at = c["attribution"]
+    assert at["tps_ratio"] == pytest.approx(1.0)
+    for key in ("tps_ratio_ci", "acceptance_factor_ci", "step_time_factor_ci"):
+        lo, hi = at[key]
+        assert lo <= 1.0 <= hi, (key, at[key])
     return c["tps_a"], c["tps_b"]
 
 
