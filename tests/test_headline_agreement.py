@@ -67,7 +67,9 @@ def test_diagnose_report_compare_probe_summary_agree_on_a_diagnose_run(
     obj = json.loads(_cli("diagnose", srv.url, "--json", "--quick", "--out", str(run_dir),
                           "--prompt-tokens", "48", "--max-tokens", "160"))
     tps = obj["decode_tps"]
-    assert tps and obj["decode_tps_ci"] and obj["mean_commit_len_source"] == "client"
+    # (the source may be the server's fields when a loaded machine merged chunks: either way
+    # every command prints the same figure)
+    assert tps and obj["decode_tps_ci"] and obj["mean_commit_len_source"] in ("client", "server")
     run = load_run(run_dir)
     # what probe's summary says of the same (main) requests
     main = run.by_tag("full_generation")
