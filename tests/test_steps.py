@@ -139,9 +139,15 @@ def test_server_per_step_data_wins_and_cross_checks():
 
 
 def test_server_summary_disagreement_marks_client_unreliable():
+    # the server counts 8 tokens/step where the client sees 2: the client's chunks merge steps
+    merged = trace([(100.0, 1), (140.0, 8), (180.0, 8)], spec=ServerSpecFields(verify_ct=16))
+    r = reconstruct_steps(merged)
+    assert not r.reliable and "disagree" in r.cross_check and "merge steps" in r.cross_check
+    # five chunks for two server steps: a chunk is at least one step, so the server is the side
+    # that is wrong and the client is not blamed
     t = trace(per_step([2, 2, 2, 2, 2]), spec=ServerSpecFields(verify_ct=2))
     r = reconstruct_steps(t)
-    assert not r.reliable and "disagree" in r.cross_check
+    assert r.reliable and "disagree" in r.cross_check and "server's figure is wrong" in r.cross_check
 
 
 def test_too_few_chunks_and_failed_requests():

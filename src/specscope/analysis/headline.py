@@ -1,6 +1,7 @@
 """The headline numbers, computed in one place: decode tps, commit length, step time, TTFT, where
-each came from, and their 95% intervals. Pure: no I/O. probe, logs, diagnose, report, compare and
-the store all get these figures from `headline()`, so one run prints one tokens/s everywhere.
+each came from, and their 95% intervals. Pure: no I/O. probe, diagnose, report, compare and the
+store all get these figures from `headline()`, so one run prints one tokens/s everywhere (`logs`
+shares its rule for server log records: telemetry.commit).
 
 decode tps is token-weighted over the requests' decode windows (tokens after each request's
 first token-bearing chunk over the time from that chunk to its last, `RequestTrace.decode_window`):
@@ -302,6 +303,11 @@ def headline(
         commit_ci = cis.get("mean_commit_len")
         if source == CLIENT and timed and len(covered) == len(reqs):
             step_ci = cis.get("mean_step_s")
+    if rows is None and L:
+        # run-level sources (counters, logs) give no per-request steps: each request's window at
+        # the run's commit length, so a baseline split still resamples requests
+        rows = np.asarray([(q.window[0], q.window[0] / L, q.window[1]) for q in reqs], dtype=float)
+        unit = "request"
     chunk_rows, chunk_unit = _chunk_rows(reqs)
     tps_ci = (totals_intervals(chunk_rows, chunk_unit, seed=seed) or {}).get("decode_tps")
     if step_ci is None and L and tps_ci is not None:

@@ -371,18 +371,35 @@ def reconstruct_steps(
     server_l = server_commit(trace)
     cl = client.mean_commit_len
     if server_l is not None and server_l.mean_commit_len and client.steps and cl:
-        sl = server_l.mean_commit_len
-        rel = abs(cl - sl) / sl
-        client.cross_check = f"client mean commit {cl:.2f} vs server {sl:.2f} ({server_l.source})" + (
-            " (agree)" if rel <= DISAGREEMENT else " (disagree)"
-        )
-        if rel > DISAGREEMENT and client.reliable:
-            client.reliable = False
-            client.reason += (
-                f"; disagrees with the server's all-steps mean commit length {sl:.2f}: the "
-                "client's chunks do not match the server's step count"
-            )
+        _cross_check_summary(client, cl, server_l.mean_commit_len, server_l.source)
     return client
+
+
+def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, source: str) -> None:
+    """Client mean commit length vs the server's all-steps figure for the same tokens. Where they
+    disagree the side with too few steps is wrong: fewer client steps means the chunks merge
+    steps; more client chunks than the server has steps means the server undercounts (a chunk is
+    at least one step), unless the client grouped per-token events into bursts, which can split
+    a step."""
+    rel = abs(cl - sl) / sl
+    head = f"client mean commit {cl:.2f} vs server {sl:.2f} ({source})"
+    if rel <= DISAGREEMENT:
+        client.cross_check = head + " (agree)"
+        return
+    if cl < sl and client.method == "chunk":
+        client.cross_check = head + (
+            " (disagree: the stream's chunks show more steps than the server counts, and a chunk "
+            "is at least one step, so the server's figure is wrong)"
+        )
+        return
+    why = (
+        "the client's chunks merge steps" if cl > sl
+        else "the client's bursts may split steps"
+    )
+    client.cross_check = head + f" (disagree: {why})"
+    if client.reliable:
+        client.reliable = False
+        client.reason += f"; disagrees with the server's all-steps mean commit length {sl:.2f}: {why}"
 
 
 def _cut_by_max_tokens(trace: RequestTrace) -> bool:
