@@ -392,10 +392,8 @@ def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, sourc
             "is at least one step, so the server's figure is wrong)"
         )
         return
-    why = (
-        "the client's chunks merge steps" if cl > sl
-        else "the client's bursts may split steps"
-    )
+    unit = "bursts" if client.method == "burst" else "chunks"
+    why = f"the client's {unit} merge steps" if cl > sl else "the client's bursts may split steps"
     client.cross_check = head + f" (disagree: {why})"
     if client.reliable:
         client.reliable = False
