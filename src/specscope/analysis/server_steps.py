@@ -94,6 +94,26 @@ def _is_subsequence_with_ones(server: list[int], client: list[int]) -> bool:
     return j == len(server)
 
 
+def _agreement(server: list[int], client: list[int], covers: str, hidden: int, all_steps: int
+               ) -> tuple[bool, str]:
+    """Whether the client's steps are the server's (after the leading steps of `hidden` tokens
+    the client could not see), and a tally for the verdict."""
+    heads = [0]
+    total = 0
+    for c in server:  # leading server steps whose tokens fit in the hidden ones
+        total += c
+        if total > hidden:
+            break
+        heads.append(heads[-1] + 1)
+    if covers == EVERY_STEP:
+        best = max(
+            sum(a == b for a, b in zip(client, server[j:], strict=False)) for j in heads
+        )
+        return best >= AGREEMENT_SHARE * max(len(client), 1), f" ({best}/{len(client)} equal)"
+    ok = any(_is_subsequence_with_ones(server[j:], client) for j in heads)
+    return ok, f" ({len(client)} steps, {len(server)} of {all_steps} drafted)"
+
+
 def check_server_steps(
     accepted: list[int],
     stream_tokens: int,
@@ -145,21 +165,23 @@ def check_server_steps(
         what += f"; its last step says {capped[0]} tokens where max_tokens left {capped[1]}"
     if client is None:
         verdict = what + "; no client steps to compare"
-    elif n_client == all_steps:
-        if covers == EVERY_STEP:
-            equal = sum(a == b for a, b in zip(client, commits, strict=False))
-            agrees = equal >= AGREEMENT_SHARE * max(all_steps, 1)
-            tally = f" ({equal}/{all_steps} equal)"
-        else:
-            agrees = _is_subsequence_with_ones(commits, client)
-            tally = f" ({n_client} steps, {len(commits)} of them drafted)"
+        return ServerStepCheck(tuple(commits), covers, stream_tokens, listed, missing, capped,
+                               n_client, agrees, verdict)
+    # tokens the client's steps leave out: events that arrived in the prefill chunk's read
+    # (not timed, so not steps there); each of those tokens is at most one server step
+    hidden = max(stream_tokens - sum(client), 0)
+    lo = all_steps - hidden
+    if lo <= n_client <= all_steps:
+        agrees, tally = _agreement(commits, client, covers, hidden, all_steps)
+        if hidden:
+            tally += f"; the first read held {hidden} more tokens"
         verdict = (
             f"client steps agree with the server's{tally}: {what}"
             if agrees
-            else f"client steps disagree with the server's{tally}: same step count, different "
-            f"commit lengths, so one side misreads steps: {what}"
+            else f"client steps disagree with the server's{tally}: same steps, different commit "
+            f"lengths, so one side misreads steps: {what}"
         )
-    elif n_client < all_steps:
+    elif n_client < lo:
         verdict = (
             f"client reconstruction disagrees with the server: {n_client} client steps for "
             f"{all_steps}, so the client's chunks merge steps (the client is the side that is "
