@@ -56,7 +56,9 @@ def test_sglang_native_per_step_chunks(tmp_path, old_names):
     # Where a loaded machine merged reads, the server's completion_tokens / spec_verify_ct
     # (the prefill token included, as SGLang does) is next.
     if s["steps"]["reliable_requests"] == 2:
-        assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=1e-3)
+        # exact, unless a loaded machine merged one read of two steps (tolerated as a note by
+        # analysis.steps: 1 of 32 steps moves the mean by ~3%)
+        assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=0.04)
         assert s["mean_commit_len_source"] == "client"
     else:
         assert s["mean_commit_len"] == pytest.approx(
