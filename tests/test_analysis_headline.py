@@ -185,3 +185,23 @@ def test_intervals_cover_a_known_mean_and_are_seeded():
     m = median_interval([0.1, 0.2, 0.3, 0.4, 0.5], seed=2)
     assert m.low <= 0.3 <= m.high
     assert median_interval([0.1]) is None
+
+
+def test_prefill_read_holding_a_step_does_not_blame_either_side():
+    # the first read carried the prefill token and the first step: the client's steps start
+    # after it, so it sees 100 steps and 255 - commits[0] tokens of the stream's 255
+    commits, drafted = vllm_steps()
+    accepted = [c - 1 for c, d in zip(commits, drafted, strict=True) if d]
+    accepted[-1] = 4
+    hidden_first = commits[0]
+    client = commits[1:]
+    check = check_server_steps(accepted, 255, client, cut_by_max_tokens=True)
+    assert check.covers == DRAFTED_STEPS and check.all_steps == 101
+    assert check.client_agrees, check.verdict
+    assert f"the first read held {hidden_first} more tokens" in check.verdict
+    # a client that also merged two steps in the middle has fewer steps than the hidden tokens
+    # allow for: it is named as the side that is wrong
+    i = next(j for j in range(1, len(client)) if client[j - 1] == client[j] == 5)
+    merged = client[: i - 1] + [10] + client[i + 1 :]
+    bad = check_server_steps(accepted, 255, merged, cut_by_max_tokens=True)
+    assert not bad.client_agrees and "chunks merge steps" in bad.verdict
