@@ -202,6 +202,6 @@ def test_prefill_read_holding_a_step_does_not_blame_either_side():
     # a client that also merged two steps in the middle has fewer steps than the hidden tokens
     # allow for: it is named as the side that is wrong
     i = next(j for j in range(1, len(client)) if client[j - 1] == client[j] == 5)
-    merged = client[: i - 1] + [10] + client[i + 1 :]
+    merged = [*client[: i - 1], 10, *client[i + 1 :]]
     bad = check_server_steps(accepted, 255, merged, cut_by_max_tokens=True)
     assert not bad.client_agrees and "chunks merge steps" in bad.verdict
