@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specscope.analysis import decompose as dec
+from specscope.analysis.uncertainty import unit_rows
 
 
 def _steps(rng: np.random.Generator, n: int, mean_k: float, mean_s: float):
@@ -59,10 +60,10 @@ def test_units_switch_from_requests_to_blocks():
     rng = np.random.default_rng(2)
     k, s = _steps(rng, 400, 3, 0.05)
     few = np.repeat(np.arange(2), 200)
-    rows, unit = dec.units(k, s, few)
+    rows, unit = unit_rows(k, s, few)
     assert unit == "block" and rows.shape[0] > 2
     many = np.repeat(np.arange(10), 40)
-    rows, unit = dec.units(k, s, many)
+    rows, unit = unit_rows(k, s, many)
     assert unit == "request" and rows.shape == (10, 3)
     # either way the totals are preserved
     assert rows.sum(axis=0) == pytest.approx([k.sum(), 400, s.sum()])
@@ -72,8 +73,8 @@ def test_bootstrap_ci_brackets_the_point_and_is_seeded():
     rng = np.random.default_rng(3)
     kb, sb = _steps(rng, 600, 5, 0.04)
     ko, so = _steps(rng, 600, 3, 0.08)
-    rb, _ = dec.units(kb, sb, np.zeros(600))
-    ro, unit = dec.units(ko, so, np.zeros(600))
+    rb, _ = unit_rows(kb, sb, np.zeros(600))
+    ro, unit = unit_rows(ko, so, np.zeros(600))
     ci = dec.split_ci(rb, ro, unit=unit, resamples=400, seed=5)
     for name in ("tps_ratio", "acceptance_factor", "step_time_factor"):
         lo, hi = getattr(ci, name)

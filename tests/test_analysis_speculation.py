@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specscope.analysis import virtual
-from specscope.analysis.diagnosis import analyze, compare_runs, differing_findings
-from specscope.analysis.model import Finding
+from specscope.analysis.diagnosis import analyze
 from specscope.analysis.speculation import declared, speculation_state
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import ServerSpecFields
@@ -66,31 +65,6 @@ def test_declared_drafter_with_every_draft_rejected_is_still_low_acceptance(plai
                                              "speculative_num_draft_tokens": 5}))
     assert _ids(an) >= ACCEPTANCE_IDS
     assert not any("speculation" in n and "off" in n for n in an.notes)
-
-
-def test_speculative_run_against_the_plain_baseline_keeps_speculation_overhead(overhead, plain):
-    base, spec = _run(plain, 4), _run(overhead, 5)
-    an = analyze(spec, baseline=base)
-    assert "speculation_overhead" in _ids(an)
-    c = compare_runs(base, spec)
-    assert c.tps_ratio > 1.0  # B (speculative) is slower
-    assert "speculation_overhead" in {f.id for f in c.findings}
-    # the plain run measured against the speculative one is not "speculation overhead"
-    back = compare_runs(spec, base)
-    assert not {f.id for f in back.findings} & ACCEPTANCE_IDS
-
-
-def test_comparative_findings_survive_when_a_has_the_same_id():
-    a = [Finding(id="speculation_overhead", summary="low commit, no baseline"),
-         Finding(id="context_scaling", summary="a", factor=None)]
-    b = [Finding(id="speculation_overhead", summary="slower than A", factor=1.4),
-         Finding(id="context_scaling", summary="b", factor=1.1),
-         Finding(id="acceptance_decay", summary="new", factor=1.2)]
-    got = [f.id for f in differing_findings(a, b)]
-    assert got == ["speculation_overhead", "acceptance_decay"]
-    # without a factor (not measured against A) a shared id is old news
-    b[0] = Finding(id="speculation_overhead", summary="same as A")
-    assert [f.id for f in differing_findings(a, b)] == ["acceptance_decay"]
 
 
 @pytest.mark.parametrize(("flavor", "present", "absent"), [

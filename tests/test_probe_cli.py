@@ -52,10 +52,18 @@ def test_sglang_native_per_step_chunks(tmp_path, old_names):
     assert out["flavor"] == "sglang" and out["api"] == "native"
     assert s["requests"] == 2 and s["errors"] == 0
     assert_rate(s["decode_tps"], sched.decode_tps)
-    # Server: completion_tokens / spec_verify_ct (the prefill token included, as SGLang does).
-    assert s["mean_commit_len"] == pytest.approx(sched.completion_tokens / len(sched.commits),
-                                                 rel=1e-3)
-    assert s["mean_commit_len_source"] == "server"
+    # The client's reliable steps come first (ARCHITECTURE §4.1): the verify steps' own mean.
+    # Where a loaded machine merged reads, the server's completion_tokens / spec_verify_ct
+    # (the prefill token included, as SGLang does) is next.
+    if s["steps"]["reliable_requests"] == 2:
+        # exact, unless a loaded machine merged one read of two steps (tolerated as a note by
+        # analysis.steps: 1 of 32 steps moves the mean by ~3%)
+        assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=0.04)
+        assert s["mean_commit_len_source"] == "client"
+    else:
+        assert s["mean_commit_len"] == pytest.approx(
+            sched.completion_tokens / len(sched.commits), rel=1e-3)
+        assert s["mean_commit_len_source"] == "server"
     assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.75
     assert s["mean_step_s_source"] == "client"
     assert 0.04 <= s["ttft_s_p50"] <= 0.5
@@ -101,9 +109,11 @@ def test_vllm_summary_metrics_without_per_step(tmp_path):
         code, out = probe_json(srv.url, tmp_path)
     s = out["summary"]
     assert code == 0
-    # vLLM's own mean_acceptance_length = 1 + accepted / drafts (decode steps only).
+    # vLLM's own mean_acceptance_length = 1 + accepted / drafts (drafted steps only; here
+    # every step drafted), beside the client's all-steps figure, which comes first.
     assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=1e-6)
-    assert s["mean_commit_len_source"] == "server"
+    assert s["mean_commit_len_source"] == "client"
+    assert s["mean_commit_len_per_drafted_step"] == pytest.approx(sched.mean_commit, rel=1e-6)
     assert s["steps"]["methods"] == {"chunk": 1}
     assert s["server_spec"]["accepted_drafts"] == sum(c - 1 for c in sched.commits)
 
@@ -140,8 +150,9 @@ def test_llamacpp_per_token_bursts(tmp_path):
     assert s["token_count_sources"] == {"events": 1}
     assert s["steps"]["methods"] == {"burst": 1}
     # timings give predicted_n and draft_n_accepted: the server's all-steps commit length
-    # ((predicted_n - 1) / (predicted_n - 1 - accepted)), which the bursts must agree with
-    assert s["mean_commit_len_source"] == "server"
+    # ((predicted_n - 1) / (predicted_n - 1 - accepted)), which the bursts must agree with;
+    # the agreeing bursts are the client's all-steps reconstruction, which comes first
+    assert s["mean_commit_len_source"] == "client"
     assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=1e-6)
     assert s["server_spec"]["verify_ct"] == len(sched.commits)
     [check] = s["steps"]["cross_checks"]

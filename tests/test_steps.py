@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.analysis.steps import reconstruct_steps, server_mean_commit_len
+from specscope.analysis.server_steps import all_steps_mean_commit_len, check_server_steps
+from specscope.analysis.steps import reconstruct_steps
 from specscope.analysis.summary import summarize
 from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace, ServerSpecFields
 
@@ -138,9 +139,15 @@ def test_server_per_step_data_wins_and_cross_checks():
 
 
 def test_server_summary_disagreement_marks_client_unreliable():
+    # the server counts 8 tokens/step where the client sees 2: the client's chunks merge steps
+    merged = trace([(100.0, 1), (140.0, 8), (180.0, 8)], spec=ServerSpecFields(verify_ct=16))
+    r = reconstruct_steps(merged)
+    assert not r.reliable and "disagree" in r.cross_check and "merge steps" in r.cross_check
+    # five chunks for two server steps: a chunk is at least one step, so the server is the side
+    # that is wrong and the client is not blamed
     t = trace(per_step([2, 2, 2, 2, 2]), spec=ServerSpecFields(verify_ct=2))
     r = reconstruct_steps(t)
-    assert not r.reliable and "disagree" in r.cross_check
+    assert r.reliable and "disagree" in r.cross_check and "server's figure is wrong" in r.cross_check
 
 
 def test_too_few_chunks_and_failed_requests():
@@ -154,12 +161,19 @@ def test_too_few_chunks_and_failed_requests():
     (ServerSpecFields(accept_length=2.5), 2.5),
     (ServerSpecFields(verify_ct=4), 10 / 4),
     (ServerSpecFields(accept_histogram=[1, 1, 2]), (1 + 2 + 6) / 4),
-    (ServerSpecFields(per_step_accepted=[0, 2]), 2.0),
     (ServerSpecFields(accepted_drafts=5, proposed_drafts=9), None),
 ])
 def test_server_mean_commit_len(fields, expected):
     t = trace([(1.0, 1), (2.0, 9)], spec=fields)
-    assert server_mean_commit_len(t) == expected
+    assert all_steps_mean_commit_len(t.server_spec, t.completion_tokens) == expected
+
+
+def test_server_per_step_list_mean_is_per_listed_step():
+    # a per-step list's own mean is over the steps it lists (here: 9 streamed tokens, 4 listed,
+    # so it lists drafted steps only and five one-token steps are missing from it)
+    check = check_server_steps([0, 2], 9)
+    assert check.mean_commit_len_per_drafted_step == 2.0
+    assert check.missing_steps == 5 and check.mean_commit_len == pytest.approx(9 / 7)
 
 
 # -- summary ------------------------------------------------------------------------------

@@ -8,7 +8,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from specscope.analysis.diagnosis import analyze
+from specscope.analysis.model import Finding
 from specscope.cli import app
+from specscope.store.compare import compare_runs, differing_findings
+from test_analysis_diagnosis import _vrun, scenarios  # noqa: F401 (a fixture)
+from test_analysis_speculation import ACCEPTANCE_IDS, _ids, _run, overhead, plain  # noqa: F401
 from test_store_index import _run_dir
 
 
@@ -71,3 +76,45 @@ def test_comparative_finding_of_b_stays_in_findings_when_a_has_the_id():
     cmp = compare_analyses(a, b, b_vs_a)
     assert [f.id for f in cmp.findings] == ["speculation_overhead"]
     assert cmp.to_dict()["findings"][0]["summary"] == "slower than plain A"
+
+
+# -- compare_runs: the comparison `specscope compare` builds, from two runs' traces --------
+
+
+def test_compare_runs_splits_exactly_and_lists_new_findings(scenarios):  # noqa: F811 (fixture)
+    a = _vrun(scenarios["healthy"], 20).run
+    b = _vrun(scenarios["seed-regression"], 21).run
+    c = compare_runs(a, b)
+    assert c.acceptance_factor * c.step_time_factor == pytest.approx(c.tps_ratio, rel=1e-9)
+    assert c.tps_ratio > 2.5
+    new = {f.id for f in c.findings}
+    assert {"acceptance_decay", "step_time_drift"} <= new
+    assert "context_scaling" not in new  # both runs have it: not a difference
+    back = compare_runs(b, a)
+    assert back.tps_ratio == pytest.approx(1 / c.tps_ratio, rel=1e-9)
+    assert {"acceptance_decay", "step_time_drift"} <= set(back.resolved_findings)
+
+
+def test_speculative_run_against_the_plain_baseline_keeps_speculation_overhead(overhead, plain):  # noqa: F811 (fixtures)
+    base, spec = _run(plain, 4), _run(overhead, 5)
+    an = analyze(spec, baseline=base)
+    assert "speculation_overhead" in _ids(an)
+    c = compare_runs(base, spec)
+    assert c.tps_ratio > 1.0  # B (speculative) is slower
+    assert "speculation_overhead" in {f.id for f in c.findings}
+    # the plain run measured against the speculative one is not "speculation overhead"
+    back = compare_runs(spec, base)
+    assert not {f.id for f in back.findings} & ACCEPTANCE_IDS
+
+
+def test_comparative_findings_survive_when_a_has_the_same_id():
+    a = [Finding(id="speculation_overhead", summary="low commit, no baseline"),
+         Finding(id="context_scaling", summary="a", factor=None)]
+    b = [Finding(id="speculation_overhead", summary="slower than A", factor=1.4),
+         Finding(id="context_scaling", summary="b", factor=1.1),
+         Finding(id="acceptance_decay", summary="new", factor=1.2)]
+    got = [f.id for f in differing_findings(a, b)]
+    assert got == ["speculation_overhead", "acceptance_decay"]
+    # without a factor (not measured against A) a shared id is old news
+    b[0] = Finding(id="speculation_overhead", summary="same as A")
+    assert [f.id for f in differing_findings(a, b)] == ["acceptance_decay"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscope.telemetry.llamacpp import ALL_STEPS, DRAFTED_STEPS
+from specscope.telemetry.commit import DRAFTED_STEPS, CommitTally, basis_of, is_step_record
 from specscope.telemetry.records import SpecRecord
 
 KTOK = 1000.0
@@ -384,11 +384,8 @@ class ServerAcceptance:
     per_step: bool  # True when built from per-step records (a real histogram)
     histogram: dict[int, int] = field(default_factory=dict)
     by_request: dict[str, list[float]] = field(default_factory=dict)  # per-step, in order
-    # True when the figure averages only steps that drafted something (see _basis)
+    # True when the figure averages only steps that drafted something (telemetry.commit)
     per_drafted_step: bool = False
-
-
-STEP_FORMATS = ("ddtree", "avg_commit")
 
 
 def _commit_of(r: SpecRecord) -> float | None:
@@ -409,7 +406,7 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
     counters are skipped: they are not about this run)."""
     recs = [r for r in records if _commit_of(r) is not None]
     per_step = [
-        r for r in recs if r.scope == "step" or (r.n_steps == 1 and r.format in STEP_FORMATS)
+        r for r in recs if is_step_record(r.format, r.scope, r.n_steps)
     ]
     if per_step:
         ranks = [r.rank for r in per_step if r.rank]
@@ -434,39 +431,24 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
     summaries = [r for r in recs if r.scope != "lifetime"]
     if not summaries:
         return None
-    # Figures over drafted steps only (llama.cpp's `mean len`, 1 + accepted / drafts) overstate
-    # tokens per step where steps draft nothing (n-gram): all-steps figures win when present,
-    # and a drafted-steps-only answer says so in its source.
-    bases = {_basis(r) for r in summaries}
-    if ALL_STEPS in bases and DRAFTED_STEPS in bases:
-        summaries = [r for r in summaries if _basis(r) != DRAFTED_STEPS]
-    drafted_only = all(_basis(r) == DRAFTED_STEPS for r in summaries)
-    w = np.asarray(
-        [float(r.n_steps) if r.n_steps is not None and r.n_steps > 0 else 1.0 for r in summaries]
-    )
-    v = np.asarray([float(_commit_of(r)) for r in summaries])
-    formats = sorted({r.format for r in summaries})
+    tally = CommitTally()
+    for r in summaries:
+        tally.add(float(_commit_of(r)), per_step=False, n_steps=r.n_steps,
+                  basis=basis_of(r.format, r.scope, r.fields))
+    figs = tally.figures()
+    drafted_only = figs.mean_commit_len is None
+    mean = figs.per_drafted_step if drafted_only else figs.mean_commit_len
+    used = [r for r in summaries
+            if (basis_of(r.format, r.scope, r.fields) == DRAFTED_STEPS) == drafted_only]
+    formats = sorted({r.format for r in used})
     weighting = (
-        "weighted by steps" if any(r.n_steps for r in summaries) else "unweighted: no step counts"
+        "weighted by steps" if any(r.n_steps for r in used) else "unweighted: no step counts"
     )
     return ServerAcceptance(
-        mean_commit_len=float(np.sum(w * v) / np.sum(w)),
-        n_steps=float(np.sum(w)),
+        mean_commit_len=mean,
+        n_steps=float(sum(r.n_steps if r.n_steps and r.n_steps > 0 else 1 for r in used)),
         source=f"server summaries ({', '.join(formats)}; {weighting}"
         + ("; per drafted step: steps that drafted nothing are not counted)" if drafted_only else ")"),
         per_step=False,
         per_drafted_step=drafted_only,
     )
-
-
-def _basis(r: SpecRecord) -> str | None:
-    """Which steps a summary record's commit length averages: llama.cpp records say it; a
-    counter delta's 1 + accepted / drafts (vLLM, llama.cpp) counts only steps with a draft."""
-    basis = r.fields.get("commit_len_basis")
-    if isinstance(basis, str):
-        return basis
-    if r.format == "prometheus" and r.scope == "run_delta":
-        delta = r.fields.get("delta")
-        if isinstance(delta, dict) and delta.get("drafts"):
-            return DRAFTED_STEPS
-    return None

@@ -7,9 +7,8 @@ baseline B and an observation O,
     tps_B / tps_O = (L_B / L_O) * (s_O / s_B)     # acceptance factor * step-time factor
 
 holds exactly because both sides are computed from the same three totals (tokens, steps,
-seconds). Confidence intervals come from a seeded bootstrap over *units*: whole requests when
-there are enough of them, otherwise contiguous blocks of steps (a single long generation is the
-common case, and its steps are serially correlated, so blocks keep that correlation).
+seconds). Intervals of the split resample unit rows (analysis.uncertainty: whole requests, or
+blocks of consecutive steps) of both runs independently.
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Fewer requests than this and the request bootstrap is too coarse (its distribution has only a
-# handful of distinct values); switch to blocks of steps.
-MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP = 8
-DEFAULT_RESAMPLES = 1000  # bounded: each resample is a vectorised sum, ~1 ms for 1000
-CI_LEVEL = 0.95
+from specscope.analysis.uncertainty import (
+    DEFAULT_RESAMPLES,
+    percentile_interval,
+    resampled_totals,
+)
 
 
 @dataclass(frozen=True)
@@ -85,57 +84,6 @@ def split(baseline: Decomposition, observed: Decomposition) -> Split | None:
     return Split(tps_ratio=acc * stf, acceptance_factor=acc, step_time_factor=stf)
 
 
-def units(
-    commit_len: np.ndarray, step_s: np.ndarray, request_ids: np.ndarray, *, block: int | None = None
-) -> tuple[np.ndarray, str]:
-    """Per-unit totals (rows of tokens, steps, seconds) for the bootstrap.
-
-    Requests are the natural unit (independent draws of the workload). With few requests a
-    request bootstrap cannot vary much, so steps are cut into contiguous blocks of ~sqrt(n)
-    steps (at least 10) within each request: a non-overlapping block bootstrap.
-    """
-    k = np.asarray(commit_len, dtype=float)
-    s = np.asarray(step_s, dtype=float)
-    rid = np.asarray(request_ids)
-    uniq = np.unique(rid)
-    if uniq.size >= MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP and block is None:
-        rows = [(k[rid == u].sum(), float((rid == u).sum()), s[rid == u].sum()) for u in uniq]
-        return np.asarray(rows, dtype=float), "request"
-    size = block or max(10, int(np.sqrt(max(k.size, 1))))
-    rows = []
-    for u in uniq:
-        idx = np.flatnonzero(rid == u)
-        for start in range(0, idx.size, size):
-            sel = idx[start : start + size]
-            rows.append((k[sel].sum(), float(sel.size), s[sel].sum()))
-    return np.asarray(rows, dtype=float).reshape(-1, 3), "block"
-
-
-def _resampled_totals(rows: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, 3) totals of n bootstrap resamples of the unit rows."""
-    idx = rng.integers(0, rows.shape[0], size=(n, rows.shape[0]))
-    return rows[idx].sum(axis=1)
-
-
-def _interval(x: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:
-    lo, hi = np.nanquantile(x, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
-
-
-def tps_ci(
-    rows: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
-) -> dict[str, tuple[float, float]]:
-    """Bootstrap CIs of decode tps, mean commit length and mean step time of one set of units."""
-    rng = np.random.default_rng(seed)
-    t = _resampled_totals(rows, resamples, rng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return {
-            "decode_tps": _interval(t[:, 0] / t[:, 2]),
-            "mean_commit_len": _interval(t[:, 0] / t[:, 1]),
-            "mean_step_s": _interval(t[:, 2] / t[:, 1]),
-        }
-
-
 def split_ci(
     baseline_rows: np.ndarray,
     observed_rows: np.ndarray,
@@ -152,16 +100,16 @@ def split_ci(
     if point is None:
         return None
     rng = np.random.default_rng(seed)
-    tb = _resampled_totals(baseline_rows, resamples, rng)
-    to = _resampled_totals(observed_rows, resamples, rng)
+    tb = resampled_totals(baseline_rows, resamples, rng)
+    to = resampled_totals(observed_rows, resamples, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         acc = (tb[:, 0] / tb[:, 1]) / (to[:, 0] / to[:, 1])
         stf = (to[:, 2] / to[:, 1]) / (tb[:, 2] / tb[:, 1])
     return SplitCI(
         point=point,
-        tps_ratio=_interval(acc * stf),
-        acceptance_factor=_interval(acc),
-        step_time_factor=_interval(stf),
+        tps_ratio=percentile_interval(acc * stf),
+        acceptance_factor=percentile_interval(acc),
+        step_time_factor=percentile_interval(stf),
         resamples=resamples,
         unit=unit,
     )

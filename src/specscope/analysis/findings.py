@@ -573,3 +573,65 @@ def _importance(fd: Finding, f: Facts) -> float:
 def rank(found: list[Finding], f: Facts) -> list[Finding]:
     """Validity (chunk_coalescing) first, then by confidence x |log(cost)|."""
     return sorted(found, key=lambda x: (x.id != "chunk_coalescing", -_importance(x, f)))
+
+
+# --- draft_coverage -----------------------------------------------------------------------------
+# Steps that drafted nothing (an n-gram drafter that found no match) commit one token at the
+# full price of a step. Reported when the share of such steps is at least NO_DRAFT_SHARE with 95%
+# confidence (lower bound of a Wilson interval over the steps) and committing the drafted steps'
+# mean on them too would make decode at least NO_DRAFT_COST faster: both significant and material.
+NO_DRAFT_SHARE = 0.10
+NO_DRAFT_COST = 1.10
+
+
+def draft_coverage(
+    drafted_steps: float | None,
+    steps: float | None,
+    mean_commit_len: float | None,
+    per_drafted_step: float | None,
+    decode_tps: float | None,
+    *,
+    source: str = "",
+    speculation: SpeculationState | None = None,
+) -> list[Finding]:
+    """The `draft_coverage` finding (a list: empty when it does not apply): the share of verify
+    steps that drafted nothing and what they cost, as the tps the run would reach if those steps
+    had committed the drafted steps' mean (step time held fixed: tps x L_drafted / L)."""
+    from scipy.stats import binomtest
+
+    if speculation is not None and speculation.off:
+        return []
+    if not (drafted_steps is not None and steps and mean_commit_len and per_drafted_step
+            and decode_tps):
+        return []
+    n, plain = round(steps), round(steps - drafted_steps)
+    if n <= 0 or plain <= 0:
+        return []
+    share = plain / n
+    ci = binomtest(plain, n).proportion_ci(confidence_level=0.95, method="wilson")
+    cost = per_drafted_step / mean_commit_len
+    if ci.low < NO_DRAFT_SHARE or cost < NO_DRAFT_COST:
+        return []
+    return [
+        Finding(
+            id="draft_coverage",
+            summary=f"{share:.0%} of verify steps drafted nothing ({plain} of {n}): each committed "
+            f"one token for a full step. The drafted steps commit {per_drafted_step:.2f} tokens, "
+            f"all steps {mean_commit_len:.2f}; with a draft on every step decode would reach "
+            f"~{decode_tps * cost:.1f} tok/s instead of {decode_tps:.1f} ({cost:.2f}x).",
+            evidence=[
+                _ev("steps that drafted nothing", plain, "steps", source),
+                _ev("verify steps", n, "steps", source),
+                _ev("share that drafted nothing", share, "", source),
+                _ev("share 95% interval low (Wilson)", float(ci.low), "", source),
+                _ev("share 95% interval high (Wilson)", float(ci.high), "", source),
+                _ev("mean commit length, all steps", mean_commit_len, "tokens/step", source),
+                _ev("mean commit length per drafted step", per_drafted_step, "tokens/step", source),
+                *_cost_ev(cost, "per drafted step / all steps, step time held fixed"),
+            ],
+            confidence=confidence(ci.low, NO_DRAFT_SHARE),
+            next="the drafter finds nothing to propose on these steps (n-gram lookup without a "
+            "match): a shorter minimum n-gram, a larger lookup window, or a model-based drafter "
+            "(EAGLE, a draft model), which drafts on every step",
+        )
+    ]

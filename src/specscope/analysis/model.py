@@ -21,6 +21,7 @@ FindingId = Literal[
     "chunk_coalescing",
     "speculation_overhead",
     "batching_interference",
+    "draft_coverage",
 ]
 
 FINDING_IDS: tuple[str, ...] = FindingId.__args__  # type: ignore[attr-defined]
@@ -85,7 +86,17 @@ class Analysis(BaseModel):
     e2e_s: float | None = None
     mean_commit_len: float | None = None
     mean_step_s: float | None = None
-    commit_len_source: str | None = None  # where mean_commit_len came from
+    commit_len_source: str | None = None  # where mean_commit_len came from, in words
+    # analysis.headline's labels and 95% intervals ([low, high]); see ARCHITECTURE §4
+    mean_commit_len_source: str | None = None  # client | prometheus | server | log
+    mean_commit_len_per_drafted_step: float | None = None  # the server's drafted-steps figure
+    drafted_step_share: float | None = None  # share of verify steps that drafted anything
+    mean_step_s_source: str | None = None  # client | derived
+    decode_tps_ci: list[float] | None = None
+    mean_commit_len_ci: list[float] | None = None
+    mean_step_s_ci: list[float] | None = None
+    ttft_s_ci: list[float] | None = None
+    interval_method: str | None = None  # how the intervals were obtained
     steps_reliable: bool | None = None  # False when chunks coalesce steps
     requests: int = 0
     errors: int = 0

@@ -1,9 +1,12 @@
 """Reconstruct verify steps from one request's stream (ARCHITECTURE §4). Pure: no I/O.
 
-Three sources, best first:
+Three methods:
 - `server`: per-step lists the server reported (vLLM `per_step_accepted`, SGLang per-step
-  stats). Exact commit lengths; step times come from the client chunks when their count
-  matches, else the decode window is spread evenly. The client reconstruction is cross-checked.
+  stats), used only when they pass the cross-check with the stream (analysis.server_steps) as
+  covering every step. A list of drafted steps only (vLLM leaves out the steps that drafted
+  nothing) or one the stream contradicts stays evidence beside the client's steps
+  (`server_check`). Step times come from the client chunks when their count matches, else the
+  decode window is spread evenly (`timed_by_client` False).
 - `chunk`: servers that stream one chunk per verify step (SGLang, vLLM at stream interval 1):
   chunk i is a step with `commit_len = n_tokens` and `step_s` = gap to the previous chunk.
 - `burst`: servers that stream one event per token (llama.cpp): a step's tokens arrive as a
@@ -25,6 +28,15 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from specscope.analysis.server_steps import (
+    DISAGREEMENT,
+    DRAFTED_STEPS,
+    EVERY_STEP,
+    ServerStepCheck,
+    check_server_steps,
+    server_commit,
+    stream_decode_tokens,
+)
 from specscope.trace.model import RequestTrace, Step
 
 #: Gaps below this are timer/transport noise (tokens of one step written back to back).
@@ -35,8 +47,6 @@ MIN_BREAK_RATIO = 3.0
 MAX_BREAK_CANDIDATES = 12
 #: Largest commit length assumed when none is given (bounds how few steps there can be).
 DEFAULT_MAX_COMMIT = 16
-#: Relative disagreement between server and client mean commit length worth reporting.
-CROSS_CHECK_TOLERANCE = 0.15
 
 
 @dataclass
@@ -52,6 +62,8 @@ class StepReconstruction:
     notes: list[str] = field(default_factory=list)
     #: Step times are measured client gaps (False: server steps spread over the decode window).
     timed_by_client: bool = True
+    #: The server's per-step list checked against the stream, when the server sent one.
+    server_check: ServerStepCheck | None = None
 
     @property
     def total_commit(self) -> int:
@@ -275,9 +287,12 @@ def _client(
 
 
 def _server(
-    trace: RequestTrace, accepted: list[int], client: StepReconstruction, prompt: int | None
+    trace: RequestTrace, check: ServerStepCheck, client: StepReconstruction, prompt: int | None
 ) -> StepReconstruction:
-    commits = [a + 1 for a in accepted]
+    """Steps from a server list that covers every step (the cross-check passed): exact commit
+    lengths; times from the client chunks when their count matches, else the decode window
+    spread evenly (then `timed_by_client` is False)."""
+    commits = list(check.commits)
     events = _token_events(trace)
     first_tokens = events[0][1] if events else 1
     same_count = client.method in ("chunk", "burst") and len(client.steps) == len(commits)
@@ -303,49 +318,21 @@ def _server(
             )
         )
         pos += c
-    check = None
-    if client.steps:
-        cl = [s.commit_len for s in client.steps]
-        if same_count:
-            equal = sum(a == b for a, b in zip(cl, commits, strict=False))
-            check = (
-                f"client steps agree with the server's ({equal}/{len(commits)} equal)"
-                if equal >= 0.9 * len(commits)
-                else f"client steps disagree with the server's: {equal}/{len(commits)} equal"
-            )
-        else:
-            check = (
-                f"client reconstruction disagrees with the server: {len(cl)} client steps vs "
-                f"{len(commits)} server steps (mean commit {sum(cl) / len(cl):.2f} vs "
-                f"{sum(commits) / len(commits):.2f})"
-            )
     timing = "client chunk times" if same_count else "decode window spread evenly"
     return StepReconstruction(
         steps,
         True,
         "server",
-        f"server per-step data ({timing})",
-        cross_check=check,
+        f"server per-step data, checked against the stream ({timing})",
+        cross_check=check.verdict,
         notes=client.notes,
         timed_by_client=same_count,
+        server_check=check,
     )
 
 
-def server_mean_commit_len(trace: RequestTrace) -> float | None:
-    """Tokens per verify step as the server reports it (bonus token included)."""
-    f = trace.server_spec
-    if f is None:
-        return None
-    if f.per_step_accepted:
-        return sum(a + 1 for a in f.per_step_accepted) / len(f.per_step_accepted)
-    if f.accept_length is not None and f.accept_length > 0:
-        return f.accept_length
-    if f.verify_ct and trace.completion_tokens:
-        return trace.completion_tokens / f.verify_ct
-    if f.accept_histogram and sum(f.accept_histogram) > 0:
-        h = f.accept_histogram
-        return sum((k + 1) * v for k, v in enumerate(h)) / sum(h)
-    return None
+def _client_commits(client: StepReconstruction) -> list[int] | None:
+    return [s.commit_len for s in client.steps] if client.steps else None
 
 
 def reconstruct_steps(
@@ -361,15 +348,61 @@ def reconstruct_steps(
         client.reason = f"request failed ({trace.error.kind}); {client.reason}"
     f = trace.server_spec
     if f is not None and f.per_step_accepted:
-        return _server(trace, f.per_step_accepted, client, prompt)
-    server_l = server_mean_commit_len(trace)
-    if server_l is not None and client.steps and client.mean_commit_len:
-        cl = client.mean_commit_len
-        rel = abs(cl - server_l) / server_l
-        client.cross_check = f"client mean commit {cl:.2f} vs server {server_l:.2f}" + (
-            " (agree)" if rel <= CROSS_CHECK_TOLERANCE else " (disagree)"
+        check = check_server_steps(
+            f.per_step_accepted,
+            stream_decode_tokens(trace),
+            _client_commits(client),
+            cut_by_max_tokens=_cut_by_max_tokens(trace),
         )
-        if rel > CROSS_CHECK_TOLERANCE and client.reliable:
+        if check.covers == EVERY_STEP and not (client.reliable and not check.client_agrees
+                                               and check.client_steps == check.all_steps):
+            return _server(trace, check, client, prompt)
+        # drafted steps only, or a list the stream contradicts: the client's all-steps steps
+        # stay, the server's list is evidence beside them
+        client.server_check = check
+        client.cross_check = check.verdict
+        if client.reliable and check.client_steps is not None and (
+            check.covers == DRAFTED_STEPS and check.client_steps < check.all_steps
+        ):
             client.reliable = False
-            client.reason += f"; disagrees with the server's mean commit length {server_l:.2f}"
+            client.reason += f"; {check.client_steps} client steps where the server's list and " \
+                f"the stream's token count imply {check.all_steps}: chunks merge steps"
+        return client
+    server_l = server_commit(trace)
+    cl = client.mean_commit_len
+    if server_l is not None and server_l.mean_commit_len and client.steps and cl:
+        _cross_check_summary(client, cl, server_l.mean_commit_len, server_l.source)
     return client
+
+
+def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, source: str) -> None:
+    """Client mean commit length vs the server's all-steps figure for the same tokens. Where they
+    disagree the side with too few steps is wrong: fewer client steps means the chunks merge
+    steps; more client chunks than the server has steps means the server undercounts (a chunk is
+    at least one step), unless the client grouped per-token events into bursts, which can split
+    a step."""
+    rel = abs(cl - sl) / sl
+    head = f"client mean commit {cl:.2f} vs server {sl:.2f} ({source})"
+    if rel <= DISAGREEMENT:
+        client.cross_check = head + " (agree)"
+        return
+    if cl < sl and client.method == "chunk":
+        client.cross_check = head + (
+            " (disagree: the stream's chunks show more steps than the server counts, and a chunk "
+            "is at least one step, so the server's figure is wrong)"
+        )
+        return
+    unit = "bursts" if client.method == "burst" else "chunks"
+    why = f"the client's {unit} merge steps" if cl > sl else "the client's bursts may split steps"
+    client.cross_check = head + f" (disagree: {why})"
+    if client.reliable:
+        client.reliable = False
+        client.reason += f"; disagrees with the server's all-steps mean commit length {sl:.2f}: {why}"
+
+
+def _cut_by_max_tokens(trace: RequestTrace) -> bool:
+    """The request stopped at max_tokens (its last step may have been cut short)."""
+    if trace.finish_reason == "length":
+        return True
+    mt = trace.spec.max_tokens
+    return bool(mt and trace.completion_tokens is not None and trace.completion_tokens >= mt)

@@ -1,15 +1,8 @@
 """The probe summary: one dict of numbers over a set of request traces. Pure: no I/O.
 
-`decode_tps` is token-weighted: over the successful requests, the sum of tokens after each
-request's first token-bearing chunk divided by the sum of the times from that chunk to the last
-(`RequestTrace.decode_window`), so prefill and queueing never leak into it and long requests
-weigh by their tokens.
-
-`mean_commit_len` comes from the server's own per-request speculation fields when present
-(token-weighted over requests), else from client steps judged reliable, else None.
-`mean_step_s` comes from reliable client step times, else is derived from the identity
-`decode_tps = mean_commit_len / mean_step_s` when both of those are known, else None; the
-`*_source` keys say which.
+The headline figures (decode tps, commit length, step time, TTFT, their sources and intervals)
+come from analysis.headline, the one owner of those numbers, over the successful requests; this
+module adds the distribution figures a probe prints (percentiles, chunk gaps, server fields).
 """
 
 from __future__ import annotations
@@ -21,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis.steps import StepReconstruction, reconstruct_steps, server_mean_commit_len
+from specscope.analysis.headline import headline
+from specscope.analysis.steps import StepReconstruction, reconstruct_steps
 from specscope.trace.model import RequestTrace
 
 
@@ -32,21 +26,6 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 def _round(v: float | None, nd: int = 12) -> float | None:
     """Trim float noise only; consumers get full precision."""
     return None if v is None else round(v, nd)
-
-
-def _server_steps(trace: RequestTrace) -> float | None:
-    """Verify steps of one request according to the server (None when it did not say)."""
-    f = trace.server_spec
-    if f is None:
-        return None
-    if f.per_step_accepted:
-        return float(len(f.per_step_accepted))
-    if f.verify_ct:
-        return float(f.verify_ct)
-    mcl = server_mean_commit_len(trace)
-    if mcl and trace.completion_tokens:
-        return trace.completion_tokens / mcl
-    return None
 
 
 def summarize(
@@ -69,10 +48,8 @@ def summarize(
     ttfts = [v for t in ok if (v := t.ttft_s) is not None]
     e2es = [v for t in ok if (v := t.e2e_s) is not None]
     windows = [w for t in ok if (w := t.decode_window()) is not None]
-    dec_tokens = sum(w[0] for w in windows)
-    dec_seconds = sum(w[1] for w in windows)
-    decode_tps = dec_tokens / dec_seconds if dec_seconds > 0 else None
     per_req_tps = [w[0] / w[1] for w in windows]
+    head = headline(ok, ok_recs)
 
     gaps: list[float] = []
     chunk_sizes: list[int] = []
@@ -80,33 +57,6 @@ def summarize(
         tc = [c for c in t.chunks if c.n_tokens > 0]
         chunk_sizes += [c.n_tokens for c in tc]
         gaps += [(b.t_ns - a.t_ns) / 1e9 for a, b in itertools.pairwise(tc)]
-
-    # Commit length: server first (token-weighted), else reliable client steps.
-    srv_tokens = 0.0
-    srv_steps = 0.0
-    for t in ok:
-        steps = _server_steps(t)
-        mcl = server_mean_commit_len(t)
-        if steps and mcl:
-            srv_tokens += mcl * steps  # weights each request by its steps: total tokens / steps
-            srv_steps += steps
-    reliable = [r for r in ok_recs if r.reliable and r.steps]
-    cl_commit = sum(r.total_commit for r in reliable)
-    cl_steps = sum(len(r.steps) for r in reliable)
-    if srv_steps > 0:
-        mean_commit, commit_src = srv_tokens / srv_steps, "server"
-    elif cl_steps > 0:
-        mean_commit, commit_src = cl_commit / cl_steps, "client"
-    else:
-        mean_commit, commit_src = None, None
-
-    timed = [s.step_s for r in reliable if r.timed_by_client for s in r.steps]
-    if timed and all(v > 0 for v in timed):
-        mean_step, step_src = sum(timed) / len(timed), "client"
-    elif mean_commit is not None and decode_tps:
-        mean_step, step_src = mean_commit / decode_tps, "derived"
-    else:
-        mean_step, step_src = None, None
 
     spec = [t.server_spec for t in ok if t.server_spec is not None]
     accepted = [f.accepted_drafts for f in spec if f.accepted_drafts is not None]
@@ -138,7 +88,7 @@ def summarize(
         "ttft_s_p99": _round(_pct(ttfts, 99)),
         "e2e_s_p50": _round(_pct(e2es, 50)),
         "e2e_s_p99": _round(_pct(e2es, 99)),
-        "decode_tps": _round(decode_tps),
+        "decode_tps": _round(head.decode_tps),
         "decode_tps_p50": _round(_pct(per_req_tps, 50)),
         "completion_tokens": sum(t.completion_tokens or 0 for t in ok),
         "chunk_gap_s_p50": _round(_pct(gaps, 50)),
@@ -146,15 +96,15 @@ def summarize(
         "tokens_per_chunk_mean": _round(sum(chunk_sizes) / len(chunk_sizes))
         if chunk_sizes
         else None,
-        "mean_commit_len": _round(mean_commit),
-        "mean_commit_len_source": commit_src,
-        "mean_step_s": _round(mean_step),
-        "mean_step_s_source": step_src,
+        **{k: _round(v) if isinstance(v, float) else v for k, v in head.json_fields().items()
+           if k != "decode_tps"},
+        "headline_notes": list(head.notes),
         "steps": {
             "methods": dict(Counter(r.method for r in ok_recs)),
             "reliable_requests": sum(1 for r in ok_recs if r.reliable),
             "unreliable_reasons": [{"reason": k, "requests": v} for k, v in reasons.most_common(5)],
             "cross_checks": [{"result": k, "requests": v} for k, v in checks.most_common(5)],
+            "commit_len_detail": head.commit_len_detail,
         },
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,

@@ -16,7 +16,7 @@ from specscope.commands.common import (
     out_console,
     print_json,
 )
-from specscope.report.context import fmt
+from specscope.report.context import fmt, fmt_interval
 from specscope.store.analyses import analyze_run, load_analysis
 from specscope.store.compare import compare_analyses, parse_threshold
 from specscope.trace.rundir import RunDirError
@@ -60,6 +60,11 @@ def compare(
         out_console.print(Text(f"tps ratio A/B {fmt(cmp.tps_ratio, 3)} = acceptance factor "
                                f"{fmt(cmp.acceptance_factor, 3)} × step-time factor "
                                f"{fmt(cmp.step_time_factor, 3)}"))
+        at = cmp.attribution
+        if at is not None and at.tps_ratio_ci is not None:
+            out_console.print(Text(f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, "
+                                   f"acceptance{fmt_interval(at.acceptance_factor_ci)}, step time"
+                                   f"{fmt_interval(at.step_time_factor_ci)}"))
         if cmp.new_findings:
             out_console.print(Text(f"new in B: {', '.join(cmp.new_findings)}"))
         if cmp.resolved_findings:

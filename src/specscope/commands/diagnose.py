@@ -64,6 +64,7 @@ from specscope.report import (
 )
 from specscope.store import RunIndex
 from specscope.store.analyses import analysis_json, analyze_run, plain_values
+from specscope.store.compare import attribution_json
 from specscope.trace import Run, RunDirWriter, RunInfo, load_run
 from specscope.trace.rundir import REPORT_HTML, RunDirError, new_run_id
 
@@ -195,23 +196,26 @@ def _finish(
     return run, analysis, html_path
 
 
+# analysis.headline's labels and intervals, beside the ARCHITECTURE §8 headline keys
+HEADLINE_KEYS = ("mean_commit_len_source", "mean_commit_len_per_drafted_step",
+                 "drafted_step_share", "mean_step_s_source", "decode_tps_ci", "mean_commit_len_ci",
+                 "mean_step_s_ci", "ttft_s_ci", "interval_method")
+
+
 def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, Any]:
     """ARCHITECTURE §8 keys, plus status/partial/errors/report_html."""
-    at = analysis.attribution
     return {
         "decode_tps": analysis.decode_tps,
         "ttft_s": analysis.ttft_s,
         "mean_commit_len": analysis.mean_commit_len,
         "mean_step_s": analysis.mean_step_s,
+        **{k: getattr(analysis, k) for k in HEADLINE_KEYS},
         "findings": [
             {"id": f.id, "summary": f.summary, "confidence": f.confidence, "factor": f.factor,
              "evidence": [plain_values(e.model_dump()) for e in f.evidence], "next": f.next}
             for f in analysis.findings
         ],
-        "attribution": None if at is None else {
-            "acceptance_factor": at.acceptance_factor, "step_time_factor": at.step_time_factor,
-            "tps_ratio": at.tps_ratio, "baseline_run": at.baseline_run,
-        },
+        "attribution": attribution_json(analysis.attribution),
         "run_dir": analysis.run_dir,
         "status": run.info.status,
         "status_reason": run.info.status_reason,

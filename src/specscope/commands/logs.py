@@ -145,7 +145,14 @@ def render(summary: LogSummary, verbose: bool) -> None:
             )
     elif mean is not None:
         out_console.print(f"mean commit length {mean:.2f} ({basis}; no per-step records)")
-    else:
+    drafted = summary.commit.figures().per_drafted_step
+    if drafted is not None:
+        out_console.print(
+            f"mean commit length per drafted step {drafted:.2f} (the server counts only steps "
+            "that drafted something; steps that drafted nothing commit one token and are missing)",
+            highlight=False,
+        )
+    elif mean is None and not hist:
         out_console.print("no speculative-decoding records found")
     _render_formats(summary)
     if verbose and summary.malformed_examples:

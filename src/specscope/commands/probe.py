@@ -59,7 +59,7 @@ from specscope.commands.inputs import (
     tokenizer_or_fail,
 )
 from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
-from specscope.probe.detect import detect, max_commit_len_from
+from specscope.probe.detect import detect
 from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import (
     PromptError,
@@ -70,6 +70,8 @@ from specscope.probe.prompts import (
     server_counter,
 )
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.report.context import fmt_ci
+from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
 from specscope.trace.rundir import RunDirWriter, runs_home
@@ -240,12 +242,19 @@ def _render(o: _Outcome) -> None:
     t.add_column("value")
     t.add_row("requests (ok / failed)", f"{s['requests']} ({s['ok']} / {s['errors']})")
     t.add_row("TTFT p50 / p99", f"{_fmt(s['ttft_s_p50'], ' s')} / {_fmt(s['ttft_s_p99'], ' s')}")
-    t.add_row("decode tok/s (token-weighted)", _fmt(s["decode_tps"], nd=1))
-    t.add_row("mean commit length", untrusted(f"{_fmt(s['mean_commit_len'], nd=2)}"
-              + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else "")))
-    t.add_row("mean step time", untrusted(
-        f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
-        + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else "")))
+    t.add_row("decode tok/s (token-weighted)", _fmt(s["decode_tps"], nd=1)
+              + fmt_ci(s.get("decode_tps_ci"), 1))
+    t.add_row("mean commit length (all steps)", f"{_fmt(s['mean_commit_len'], nd=2)}"
+              + fmt_ci(s.get("mean_commit_len_ci"), 2)
+              + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else ""))
+    if s.get("mean_commit_len_per_drafted_step") is not None:
+        share = s.get("drafted_step_share")
+        t.add_row("per drafted step (server)", f"{s['mean_commit_len_per_drafted_step']:.2f}"
+                  + (f"; {share:.0%} of steps drafted" if share is not None else "")
+                  + "; steps that drafted nothing are left out of the server's figure")
+    t.add_row("mean step time", f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
+              + fmt_ci(s.get("mean_step_s_ci"), 2, 1e3, "ms")
+              + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else ""))
     t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
     t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
     why = chunks_vs_steps_note(s)

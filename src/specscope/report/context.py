@@ -57,6 +57,31 @@ def fmt(value: float | int | None, digits: int = 2, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+def fmt_ci(ci: list[float] | tuple[float, float] | None, digits: int = 2, scale: float = 1.0,
+           unit: str = "") -> str:
+    """' (95% CI lo–hi unit)' for an interval, '' without one."""
+    if not ci or len(ci) != 2 or ci[0] is None or ci[1] is None:
+        return ""
+    lo, hi = ci[0] * scale, ci[1] * scale
+    return f" (95% CI {lo:.{digits}f}–{hi:.{digits}f}{' ' + unit if unit else ''})"
+
+
+def fmt_interval(iv: object, digits: int = 3) -> str:
+    """An attribution Interval (value, low, high) as its 95% CI suffix, '' without bounds."""
+    low, high = getattr(iv, "low", None), getattr(iv, "high", None)
+    return fmt_ci([low, high], digits) if low is not None and high is not None else ""
+
+
+def drafted_line(a: Analysis) -> str | None:
+    """The server's drafted-steps-only commit length, labelled, or None when there is none."""
+    if a.mean_commit_len_per_drafted_step is None:
+        return None
+    share = (f"; {a.drafted_step_share:.0%} of steps drafted"
+             if a.drafted_step_share is not None else "")
+    return (f"{a.mean_commit_len_per_drafted_step:.2f} tokens per drafted step (the server's "
+            f"figure, steps that drafted nothing left out{share})")
+
+
 def fmt_ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
 

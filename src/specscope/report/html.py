@@ -14,7 +14,15 @@ from pathlib import Path
 
 import plotly.offline
 
-from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
+from specscope.report.context import (
+    ReportContext,
+    drafted_line,
+    fmt,
+    fmt_ci,
+    fmt_interval,
+    fmt_ms,
+    fmt_value,
+)
 from specscope.report.figures import build_figures
 from specscope.report.serving import (
     GLOSSARY,
@@ -60,10 +68,12 @@ def _card(key: str, value: str) -> str:
 def _headline(ctx: ReportContext) -> str:
     a = ctx.analysis
     cards = [
-        _card("decode tokens/s", fmt(a.decode_tps, 1)),
-        _card("time to first token", fmt(a.ttft_s, 3, "s")),
-        _card("mean commit length (tokens/step)", fmt(a.mean_commit_len, 2)),
-        _card("mean step time", fmt_ms(a.mean_step_s)),
+        _card("decode tokens/s", fmt(a.decode_tps, 1) + fmt_ci(a.decode_tps_ci, 1)),
+        _card("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s")),
+        _card("mean commit length (tokens/step)",
+              fmt(a.mean_commit_len, 2) + fmt_ci(a.mean_commit_len_ci, 2)),
+        *([_card("per drafted step", d)] if (d := drafted_line(a)) else []),
+        _card("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms")),
         _card("requests (errors)", f"{a.requests} ({a.errors})"),
     ]
     decomposition = ""
@@ -74,6 +84,8 @@ def _headline(ctx: ReportContext) -> str:
             f" (commit length from {_e(a.commit_len_source or 'unknown')}"
             f"{'' if a.steps_reliable is not False else '; client-side steps unreliable'})</p>"
         )
+    if a.interval_method:
+        decomposition += f"<p>Intervals: {_e(a.interval_method)}.</p>"
     return f'<div class="headline">{"".join(cards)}</div>{decomposition}'
 
 
@@ -83,9 +95,11 @@ def _attribution(ctx: ReportContext) -> str:
         return "<p>No baseline given: pass <code>--baseline RUN_DIR</code> to split a gap into acceptance and step time.</p>"
     rows = [
         ("baseline run", at.baseline_run or "-"),
-        ("tps ratio (baseline / observed)", fmt(at.tps_ratio, 3)),
-        ("acceptance factor (L_B / L_O)", fmt(at.acceptance_factor, 3)),
-        ("step-time factor (s_O / s_B)", fmt(at.step_time_factor, 3)),
+        ("tps ratio (baseline / observed)", fmt(at.tps_ratio, 3) + fmt_interval(at.tps_ratio_ci)),
+        ("acceptance factor (L_B / L_O)",
+         fmt(at.acceptance_factor, 3) + fmt_interval(at.acceptance_factor_ci)),
+        ("step-time factor (s_O / s_B)",
+         fmt(at.step_time_factor, 3) + fmt_interval(at.step_time_factor_ci)),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"

@@ -8,7 +8,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
+from specscope.report.context import (
+    ReportContext,
+    drafted_line,
+    fmt,
+    fmt_ci,
+    fmt_interval,
+    fmt_ms,
+    fmt_value,
+)
 from specscope.report.serving import (
     LEVEL_HEADER,
     TABLE_HEADER,
@@ -35,11 +43,14 @@ def render_markdown(ctx: ReportContext) -> str:
         out += [f"> **Partial run.** {md_escape(ctx.status_line)}. Numbers cover only what was "
                 "measured before it stopped.", ""]
     out += ["## Headline", "", "| metric | value |", "|---|---|",
-            f"| decode tokens/s | {fmt(a.decode_tps, 1)} |",
-            f"| time to first token | {fmt(a.ttft_s, 3, 's')} |",
-            f"| mean commit length | {fmt(a.mean_commit_len, 2)} |",
-            f"| mean step time | {fmt_ms(a.mean_step_s)} |",
+            f"| decode tokens/s | {fmt(a.decode_tps, 1)}{fmt_ci(a.decode_tps_ci, 1)} |",
+            f"| time to first token | {fmt(a.ttft_s, 3, 's')}{fmt_ci(a.ttft_s_ci, 3, unit='s')} |",
+            f"| mean commit length | {fmt(a.mean_commit_len, 2)}{fmt_ci(a.mean_commit_len_ci, 2)} |",
+            *([f"| per drafted step | {md_escape(d)} |"] if (d := drafted_line(a)) else []),
+            f"| mean step time | {fmt_ms(a.mean_step_s)}{fmt_ci(a.mean_step_s_ci, 1, 1e3, 'ms')} |",
             f"| requests (errors) | {a.requests} ({a.errors}) |", ""]
+    if a.interval_method:
+        out += [f"Intervals: {md_escape(a.interval_method)}.", ""]
     if a.mean_commit_len and a.mean_step_s:
         out += [f"decode_tps = {fmt(a.mean_commit_len, 2)} tokens/step / {fmt_ms(a.mean_step_s)} "
                 f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s", ""]
@@ -48,6 +59,10 @@ def render_markdown(ctx: ReportContext) -> str:
         out += ["## Attribution", "", f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
                 f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
                 f"step-time factor {fmt(at.step_time_factor, 3)}", ""]
+        if at.tps_ratio_ci is not None:
+            out += [f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, acceptance factor"
+                    f"{fmt_interval(at.acceptance_factor_ci)}, step-time factor"
+                    f"{fmt_interval(at.step_time_factor_ci)}", ""]
     if a.serving:
         out += _serving(a.serving)
     out += ["## Findings", ""]

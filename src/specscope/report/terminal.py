@@ -10,7 +10,15 @@ from rich.table import Table
 from rich.text import Text
 
 from specscope.experiments.plan import Plan
-from specscope.report.context import ReportContext, fmt, fmt_ms, fmt_value
+from specscope.report.context import (
+    ReportContext,
+    drafted_line,
+    fmt,
+    fmt_ci,
+    fmt_interval,
+    fmt_ms,
+    fmt_value,
+)
 from specscope.report.serving import (
     LEVEL_HEADER,
     TABLE_HEADER,
@@ -30,11 +38,14 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
     def add_row(key: str, value: str) -> None:
         _row(key, Text(value))  # Text: values may hold server strings, never markup
 
-    add_row("decode tokens/s", fmt(a.decode_tps, 1))
-    add_row("time to first token", fmt(a.ttft_s, 3, "s"))
+    add_row("decode tokens/s", fmt(a.decode_tps, 1) + fmt_ci(a.decode_tps_ci, 1))
+    add_row("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s"))
     add_row("mean commit length", f"{fmt(a.mean_commit_len, 2)} tokens/step"
+                 + fmt_ci(a.mean_commit_len_ci, 2)
                  + (f"  (from {a.commit_len_source})" if a.commit_len_source else ""))
-    add_row("mean step time", fmt_ms(a.mean_step_s))
+    if (drafted := drafted_line(a)) is not None:
+        add_row("per drafted step", drafted)
+    add_row("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms"))
     if a.mean_commit_len and a.mean_step_s:
         add_row("decomposition", f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
                      f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s")
@@ -42,6 +53,12 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
     if at is not None:
         add_row("vs baseline", f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
                      f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}")
+        if at.tps_ratio_ci is not None:
+            add_row("95% intervals", f"tps ratio{fmt_interval(at.tps_ratio_ci, 2)}, acceptance"
+                    f"{fmt_interval(at.acceptance_factor_ci, 2)}, step time"
+                    f"{fmt_interval(at.step_time_factor_ci, 2)}")
+    if a.interval_method:
+        add_row("intervals", a.interval_method)
     add_row("requests (errors)", f"{a.requests} ({a.errors})")
     title = Text(f"specscope diagnosis: {info.model or info.endpoint}", style="bold")
     console.print(Panel(head, title=title, expand=False))

@@ -12,31 +12,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from specscope.analysis.diagnosis import analyze
 from specscope.analysis.model import Analysis
 from specscope.trace import Run, load_run
 
 
 def analyze_run(run: Run, baseline: Run | None = None, telemetry: list[Any] | None = None) -> Analysis:
     """Call the analysis layer (pure). Kept in one place so every command analyses alike."""
-    try:
-        from specscope.analysis.diagnosis import analyze  # imported late: a heavy module
-    except ImportError:
-        return _headline_only(run)
     return analyze(run, baseline=baseline, telemetry=telemetry)
-
-
-def _headline_only(run: Run) -> Analysis:
-    """Headline numbers of the main measurement when the diagnosis module is not installed
-    (a partial checkout): better a report that says so than no report."""
-    from specscope.analysis.summary import summarize
-
-    main = run.by_tag("full_generation") or [r for r in run.requests if r.spec.tag != "calibration"]
-    s = summarize(main)
-    return Analysis(decode_tps=s.get("decode_tps"), mean_commit_len=s.get("mean_commit_len"),
-                    mean_step_s=s.get("mean_step_s"), ttft_s=s.get("ttft_s_p50"),
-                    requests=len(run.requests), errors=len(run.errors),
-                    no_finding_reason="the analysis layer (specscope.analysis.diagnosis) is missing",
-                    notes=["headline numbers only: specscope.analysis.diagnosis is not available"])
 
 
 def plain_values(obj: Any) -> Any:

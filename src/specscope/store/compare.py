@@ -1,13 +1,54 @@
 """Compare a baseline run A with an observed run B: the tps ratio split exactly into acceptance
-and step time (tps_A / tps_B = (L_A / L_B) * (s_B / s_A)), the findings that differ, and a
-regression gate ("B is more than X% slower than A")."""
+and step time (tps_A / tps_B = (L_A / L_B) * (s_B / s_A)) with its 95% intervals, the findings
+that differ, and a regression gate ("B is more than X% slower than A"). `Comparison` is the one
+comparison type: `specscope compare` and `compare_runs` both build it here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscope.analysis.model import Analysis, Finding
+from specscope.analysis.model import Analysis, Attribution, Finding, Interval
+from specscope.store.analyses import analyze_run
+from specscope.trace import Run
+
+# Findings whose baseline-relative form (factor set: B measured against A) makes a claim about
+# the comparison itself, whatever A's own diagnosis said: "B is slower than plain A because of
+# speculation", "B's commit length is below A's". A holding the same id alone (say, a low commit
+# length without a baseline) does not make B's comparative finding old news.
+COMPARATIVE_IDS = frozenset({"speculation_overhead", "acceptance_low"})
+
+
+def differing_findings(a_findings: list[Finding], b_findings: list[Finding]) -> list[Finding]:
+    """The findings that matter for comparing B with A: B's findings that A does not have,
+    plus B's comparative findings measured against A (see COMPARATIVE_IDS)."""
+    ids_a = {f.id for f in a_findings}
+    return [
+        f
+        for f in b_findings
+        if f.id not in ids_a or (f.id in COMPARATIVE_IDS and f.factor is not None)
+    ]
+
+
+def _pair(ci: Interval | None) -> list[float] | None:
+    if ci is None or ci.low is None or ci.high is None:
+        return None
+    return [ci.low, ci.high]
+
+
+def attribution_json(at: Attribution | None) -> dict[str, Any] | None:
+    """The attribution as the CLI/JSON contract prints it: factors and their [low, high]."""
+    if at is None:
+        return None
+    return {
+        "tps_ratio": at.tps_ratio,
+        "acceptance_factor": at.acceptance_factor,
+        "step_time_factor": at.step_time_factor,
+        "tps_ratio_ci": _pair(at.tps_ratio_ci),
+        "acceptance_factor_ci": _pair(at.acceptance_factor_ci),
+        "step_time_factor_ci": _pair(at.step_time_factor_ci),
+        "baseline_run": at.baseline_run,
+    }
 
 
 @dataclass
@@ -23,6 +64,9 @@ class Comparison:
     new_findings: list[str] = field(default_factory=list)  # ids in B, not in A
     resolved_findings: list[str] = field(default_factory=list)  # ids in A, not in B
     b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
+    attribution: Attribution | None = None  # B analysed against A (factors and intervals)
+    a: Analysis | None = None
+    b: Analysis | None = None
 
     def slower_by(self) -> float | None:
         """Fraction by which B is slower than A (0.25 = 25% slower; negative = faster)."""
@@ -42,18 +86,8 @@ class Comparison:
             "new_findings": self.new_findings,
             "resolved_findings": self.resolved_findings,
             "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
+            "attribution": attribution_json(self.attribution),
         }
-
-
-def _differing(a_findings: list[Finding], b_findings: list[Finding]) -> list[Finding]:
-    """analysis.diagnosis.differing_findings when the analysis layer is installed (one rule for
-    `compare` and `compare_runs`), else the plain "ids A does not have"."""
-    try:
-        from specscope.analysis.diagnosis import differing_findings  # a heavy module
-    except ImportError:
-        ids_a = {f.id for f in a_findings}
-        return [f for f in b_findings if f.id not in ids_a]
-    return differing_findings(a_findings, b_findings)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -78,10 +112,17 @@ def compare_analyses(a: Analysis, b: Analysis, b_with_baseline: Analysis | None 
     ids_b = {f.id for f in b_findings}
     return Comparison(
         tps_a=a.decode_tps, tps_b=b.decode_tps, tps_ratio=tps_ratio, acceptance_factor=acc,
-        step_time_factor=stf, findings=_differing(a.findings, b_findings),
+        step_time_factor=stf, findings=differing_findings(a.findings, b_findings),
         new_findings=sorted(ids_b - ids_a), resolved_findings=sorted(ids_a - ids_b),
-        b_findings=b_findings,
+        b_findings=b_findings, attribution=at, a=a, b=b,
     )
+
+
+def compare_runs(a: Run, b: Run) -> Comparison:
+    """B against A as the baseline, from their traces: what `specscope compare` does for two
+    run directories without stored analyses."""
+    an_a, an_b = analyze_run(a), analyze_run(b)
+    return compare_analyses(an_a, an_b, analyze_run(b, baseline=a))
 
 
 def parse_threshold(text: str) -> float:

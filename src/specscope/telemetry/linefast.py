@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 
 from specscope.telemetry.base import Parsed
+from specscope.telemetry.commit import DRAFTED_STEPS
 from specscope.telemetry.prefix import PrefixParser, _local_unix, _ranks
 
 # A plain number as `number()` reads it (no sign, exponent, `nan` or `%`: those fall back),
@@ -136,5 +137,5 @@ def parsed_of(key: tuple) -> Parsed:
         "n_steps": n_steps,
         "per_position": list(per_pos),
         "scope": "interval",
-        "fields": {},
+        "fields": {"commit_len_basis": DRAFTED_STEPS},
     }

@@ -20,14 +20,13 @@ import re
 from typing import Any
 
 from specscope.telemetry.base import LineFormat, Malformed, Parsed, float_list, number
+from specscope.telemetry.commit import ALL_STEPS, DRAFTED_STEPS
 from specscope.telemetry.prefix import PrefixParser
 
 _ACCEPTANCE = re.compile(
     r"draft acceptance(?: rate)? = (?P<rate>\S+) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\)"
 )
 _MEAN_LEN = re.compile(r"mean (?:acceptance length|len) =\s*(\S+?),?(?:\s|$)")
-DRAFTED_STEPS = "drafted_steps"  # commit_len averages only steps that drafted something
-ALL_STEPS = "all_steps"  # commit_len averages every decode step (what a client observes)
 
 
 def all_steps_commit_len(tokens: float, requests: float, accepted: float) -> float | None:

@@ -43,6 +43,15 @@ _COUNTERS = {
     # committed tokens (bonus included); upstream SGLang only has the two gauges.
     "verify_steps": ("sglang:spec_verify_steps_total",),
     "commit_tokens": ("sglang:spec_accept_tokens_total",),
+    # vLLM's all-steps counters (reference/vllm-cpu.md §7): one inter-token-latency observation
+    # per output event, i.e. per decode step whether it drafted or not, so
+    # (generation tokens - requests) / observations is the all-steps commit length and
+    # sum / count the mean step time. SGLang's histogram of the same name is weighted per token
+    # (interval / tokens, once per token), so it is not read.
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "finished_requests": ("vllm:request_success_total",),
+    "itl_count": ("vllm:inter_token_latency_seconds_count",),
+    "itl_sum": ("vllm:inter_token_latency_seconds_sum",),
 }
 _PER_POS = (
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specscope.telemetry.base import Parsed
+from specscope.telemetry.commit import CommitTally, basis_of, is_step_record
 
 
 @dataclass
@@ -121,6 +122,7 @@ class LogSummary:
     step_commit: Counter[float] = field(default_factory=Counter)
     step_pairs: Counter[tuple[float, float]] = field(default_factory=Counter)
     by_format: dict[str, FormatStats] = field(default_factory=dict)
+    commit: CommitTally = field(default_factory=CommitTally)
     ts_min: float | None = None
     ts_max: float | None = None
     warnings: list[str] = field(default_factory=list)
@@ -134,8 +136,12 @@ class LogSummary:
         if stats is None:
             stats = self.by_format[fmt] = FormatStats()
         stats.add(p, count)
-        if p.get("scope") == "step" and p.get("commit_len") is not None:
-            c = p["commit_len"]
+        c = p.get("commit_len")
+        if c is not None and p.get("scope") != "lifetime":
+            per_step = is_step_record(fmt, p.get("scope"), p.get("n_steps"))
+            self.commit.add(c, per_step=per_step, n_steps=p.get("n_steps"),
+                            basis=basis_of(fmt, p.get("scope"), p.get("fields")), count=count)
+        if p.get("scope") == "step" and c is not None:
             self.step_commit[c] += count
             self.step_pairs[(p.get("accepted_drafts"), c)] += count
         ts = p.get("ts")
@@ -153,18 +159,11 @@ class LogSummary:
         return dict(sorted(hist.items(), key=lambda kv: float(kv[0])))
 
     def mean_commit_len(self) -> tuple[float | None, str | None]:
-        """Step-weighted mean commit length and what it is based on: per-step records when any
-        exist, else interval records weighted by their step counts, else their plain mean."""
-        steps = sum(self.step_commit.values())
-        if steps:
-            return sum(v * n for v, n in self.step_commit.items()) / steps, "step"
-        w_steps = sum(s.steps for s in self.by_format.values())
-        if w_steps:
-            return sum(s.weighted_commit for s in self.by_format.values()) / w_steps, "weighted_interval"
-        n = sum(s.commit_n for s in self.by_format.values())
-        if n:
-            return sum(s.commit_sum for s in self.by_format.values()) / n, "interval_mean"
-        return None, None
+        """All-steps mean commit length and what it is based on (telemetry.commit's rule):
+        per-step records when any exist, else summaries weighted by their step counts, else
+        their plain mean; drafted-steps-only figures are not it (`per_drafted_step`)."""
+        figs = self.commit.figures()
+        return figs.mean_commit_len, figs.basis
 
     def pairs_table(self) -> list[dict[str, Any]]:
         """The story's `sort | uniq -c | sort -rn` over (accepted drafts, commit length)."""
@@ -184,6 +183,7 @@ class LogSummary:
             "commit_len_histogram": self.commit_len_histogram(),
             "mean_commit_len": mean,
             "mean_commit_len_basis": basis,
+            "mean_commit_len_per_drafted_step": self.commit.figures().per_drafted_step,
             "steps": sum(self.step_commit.values()),
             "accept_pairs": self.pairs_table(),
             "per_format": {k: v.to_json() for k, v in sorted(self.by_format.items())},
@@ -227,6 +227,7 @@ def merge_summaries(
         out.formats.update(part.formats)
         out.step_commit.update(part.step_commit)
         out.step_pairs.update(part.step_pairs)
+        out.commit.merge(part.commit)
         for name, stats in part.by_format.items():
             mine = out.by_format.setdefault(name, FormatStats())
             mine.merge(stats)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from specscope.telemetry.base import LineFormat, Malformed, Parsed, float_list, number
+from specscope.telemetry.commit import DRAFTED_STEPS
 from specscope.telemetry.prefix import PrefixParser
 
 MARKER = "SpecDecoding metrics"
@@ -51,6 +52,7 @@ def parse_vllm_spec(line: str, prefixes: PrefixParser) -> Parsed | Malformed | N
         # num_drafts = accepted / (AL - 1); AL is printed with 2 decimals, so this is rounded.
         n_steps = round(accepted / (mean_al - 1.0))
         fields["n_steps_estimated"] = True
+    fields["commit_len_basis"] = DRAFTED_STEPS  # spec steps only (reference/vllm-cpu.md §7)
     proc = _PROCESS.search(line, 0, at)
     if proc:
         fields["process"] = proc.group("proc")

@@ -1,0 +1,277 @@
+"""What the findings test, derived from a measured run: each a small function returning a frozen
+dataclass (step-time model and drift, acceptance shape, two-point window, concurrency, the
+baseline split). Pure: no I/O. `diagnosis.analyze` gathers them into `findings.Facts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specscope.analysis import acceptance as acc
+from specscope.analysis import decompose as dec
+from specscope.analysis import steptime as stm
+from specscope.analysis.findings import TwoPoint
+from specscope.analysis.measure import Measured, StepTable, concurrency_of, prompt_len
+from specscope.analysis.model import Attribution, Interval
+from specscope.analysis.speculation import SpeculationState, speculation_state
+from specscope.telemetry.records import SpecRecord
+from specscope.trace import tags
+from specscope.trace.model import RequestTrace, Run
+
+HONEYMOON_DEFAULT_WINDOW = 200  # the story's two-point window (~200 tokens) when none was run
+EARLY_START = 128  # "the first tokens": acceptance before any decay, for the decay's cost
+
+
+def speculation(m: Measured, telemetry: list[SpecRecord] | None) -> SpeculationState:
+    """On / off / unknown for this run, from its reliable client steps, the server's
+    per-request fields, its info endpoint and any telemetry records."""
+    commits = [float(s.commit_len) for s in m.reliable_steps(m.ok)]
+    return speculation_state(
+        m.run.info.server_info, commits, (r.server_spec for r in m.ok), telemetry or ()
+    )
+
+
+@dataclass(frozen=True)
+class MainSpan:
+    """Where the main requests' reliable steps sit."""
+
+    context: tuple[float, float] | None = None
+    output_span: float = 0.0
+    prompt: float | None = None
+
+
+def main_span(mt: StepTable | None) -> MainSpan:
+    if mt is None or not mt.n:
+        return MainSpan()
+    return MainSpan(
+        context=(float(mt.context.min()), float(mt.context.max())),
+        output_span=float(mt.pos.max() - mt.pos.min()),
+        prompt=float(np.median(mt.context - mt.pos)),
+    )
+
+
+@dataclass(frozen=True)
+class StepTimeFacts:
+    """The step-time model over every reliable step and what it says about the main requests."""
+
+    fit: stm.StepTimeFit | None = None
+    drift: stm.DriftTest | None = None
+    drift_cost: float | None = None  # mean step / mean step without the drift term
+    context_share: float | None = None  # context term / expected step at the main context
+    growth_along_generation: float | None = None  # confounded case: end/start step time - 1
+    model: dict[str, Any] | None = None  # Analysis.step_time_model
+    profile: dict[str, Any] | None = None  # series step_time_by_position
+
+
+def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpan) -> StepTimeFacts:
+    if table is None or not table.n:
+        return StepTimeFacts()
+    fit = stm.fit_step_time(
+        table.step_s, table.context, table.pos, commit_len=table.commit, request_ids=table.rid
+    )
+    if fit is None:
+        return StepTimeFacts()
+    model = fit.to_dict()
+    if mt is None or not mt.n:
+        return StepTimeFacts(fit=fit, model=model)
+    drift = stm.drift_test(fit, span_tokens=span.output_span, mean_step_s=float(mt.step_s.mean()))
+    drift_cost = context_share = growth = None
+    if fit.per_output_token is not None:
+        no_drift = mt.step_s - fit.per_output_token * mt.pos
+        if no_drift.mean() > 0 and drift is not None and drift.present:
+            drift_cost = float(mt.step_s.mean() / no_drift.mean())
+        expected = fit.expected(mt.context, mt.commit)
+        ctx_part = fit.per_context_token * float(mt.context.mean())
+        context_share = ctx_part / float(expected.mean()) if expected.mean() > 0 else None
+        model["context_effect_s"] = fit.per_context_token * float(np.ptp(mt.context))
+        model["output_effect_s"] = fit.per_output_token * span.output_span
+        model["excess_step_s_mean"] = float((mt.step_s - expected).mean())
+    else:
+        # confounded: the growth along the generation, start vs end, by the fitted slope
+        lo, hi = span.context or (0, 0)
+        growth = stm.context_effect(fit, lo, hi)
+        expected = fit.expected(mt.context, mt.commit)
+    xs, ys = stm.binned_profile(mt.pos, mt.step_s)
+    _, es = stm.binned_profile(mt.pos, expected)
+    profile = {"output_pos": xs.tolist(), "step_s": ys.tolist(), "expected_step_s": es.tolist()}
+    return StepTimeFacts(fit, drift, drift_cost, context_share, growth, model, profile)
+
+
+@dataclass(frozen=True)
+class AcceptanceShape:
+    """The decay / window model search and what each effect costs the main requests."""
+
+    fit: acc.AcceptanceFit | None = None
+    source: str = ""
+    window_cost: float | None = None
+    decay_cost: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+def acceptance_shape(table: StepTable, mt: StepTable | None, *, source: str) -> AcceptanceShape:
+    """Decay / window model search over `table` (every request), costs over `mt` (main)."""
+    # the last step of a request cut by max_tokens commits only the tokens left: it says
+    # nothing about the drafter, so the acceptance fit leaves it out
+    keep = np.ones(table.n, dtype=bool)
+    last_of = {int(r): i for i, r in enumerate(table.rid)}
+    keep[list(last_of.values())] = False
+    a_fit = acc.fit_acceptance(table.commit[keep], table.context[keep], table.pos[keep])
+    if a_fit is None or mt is None or not mt.n:
+        return AcceptanceShape(fit=a_fit, source=source)
+    L_main = float(mt.commit.mean())
+    window_cost = decay_cost = None
+    if a_fit.window_present and a_fit.window is not None and L_main > 0:
+        w = a_fit.window
+        lifted = mt.commit - w.coef * (mt.context >= (w.at or 0))
+        window_cost = float(lifted.mean() / L_main)
+    if a_fit.decay_present and a_fit.decay is not None and L_main > 0:
+        # what the main requests would commit without decay: the acceptance of the first
+        # tokens (pooled over every request, below any window), over the main mean with the
+        # window cliff already lifted (so decay x window = the total shape cost)
+        early = keep & (table.pos < EARLY_START)
+        if a_fit.window_present and a_fit.window is not None:
+            early &= table.context < (a_fit.window.at or 0)
+        start = a_fit.decay.before
+        if early.sum() >= 20:
+            # extrapolated to position 0: the decay has already begun in the first tokens
+            x = np.column_stack([np.ones(int(early.sum())), table.pos[early]])
+            beta, *_ = np.linalg.lstsq(x, table.commit[early], rcond=None)
+            start = float(max(beta[0], table.commit[early].mean()))
+        decay_cost = start / (L_main * (window_cost or 1.0))
+    return AcceptanceShape(a_fit, source, window_cost, decay_cost, tuple(a_fit.notes))
+
+
+def two_point(ok: tuple[RequestTrace, ...]) -> tuple[TwoPoint | None, list[RequestTrace]]:
+    """The two-point estimate (N2 - N1) / (T2 - T1) over its repeats, and its N2 requests."""
+    n1 = [r for r in ok if r.spec.tag == tags.make(tags.TWO_POINT, "n1") and r.e2e_s]
+    n2 = [r for r in ok if r.spec.tag == tags.make(tags.TWO_POINT, "n2") and r.e2e_s]
+    if not n1 or not n2:
+        return None, n2
+
+    def toks(r: RequestTrace) -> int:
+        return r.completion_tokens if r.completion_tokens is not None else r.tokens_received
+
+    # means, not medians: a stall in one repeat is part of the throughput the full generation
+    # also pays, and a median would hide it from the two-point side only
+    t1, t2 = float(np.mean([r.e2e_s for r in n1])), float(np.mean([r.e2e_s for r in n2]))
+    k1, k2 = float(np.mean([toks(r) for r in n1])), float(np.mean([toks(r) for r in n2]))
+    if not t1 or not t2 or t2 <= t1 or k2 <= k1:
+        return None, n2
+    per = [
+        (toks(b) - toks(a)) / (b.e2e_s - a.e2e_s)
+        for a, b in zip(n1, n2, strict=False)
+        if b.e2e_s > a.e2e_s and toks(b) > toks(a)
+    ]
+    med = float(np.median(per)) if per else 0.0
+    spread = float((max(per) - min(per)) / med) if len(per) > 1 and med > 0 else 0.0
+    return (
+        TwoPoint(
+            n1=round(k1),
+            n2=round(k2),
+            prompt_tokens=prompt_len(n2[0]) or None,
+            decode_tps=(k2 - k1) / (t2 - t1),
+            repeats=min(len(n1), len(n2)),
+            spread=spread,
+        ),
+        n2,
+    )
+
+
+@dataclass(frozen=True)
+class TwoPointFacts:
+    two_point: TwoPoint | None = None
+    window_step_s: float | None = None  # mean step time inside the two-point window
+    context_factor: float | None = None  # expected step full / two-point (context only)
+    honeymoon: acc.Honeymoon | None = None
+
+
+def two_point_facts(m: Measured, fit: stm.StepTimeFit | None, mt: StepTable | None
+                    ) -> TwoPointFacts:
+    tp, n2 = two_point(m.ok)
+    window_step_s = context_factor = None
+    if tp is not None:
+        win = [s for s in m.reliable_steps(n2) if s.output_pos >= tp.n1]
+        if win:
+            window_step_s = float(np.mean([s.step_s for s in win]))
+    if tp is not None and fit is not None and mt is not None and mt.n:
+        # the two-point may sit at another context than the full generation: what the context
+        # term alone predicts for the ratio of their step times (not a bias; allowed for)
+        tp_ctx = (tp.prompt_tokens or 0) + (tp.n1 + tp.n2) / 2
+        s_tp = fit.s0 + fit.per_context_token * tp_ctx
+        s_full = fit.s0 + fit.per_context_token * float(mt.context.mean())
+        if s_tp > 0 and s_full > 0:
+            context_factor = s_full / s_tp
+    honeymoon = None
+    if mt is not None and mt.n:
+        start, width = (tp.n1, tp.n2 - tp.n1) if tp else (0, HONEYMOON_DEFAULT_WINDOW)
+        honeymoon = acc.honeymoon(mt.commit, mt.step_s, mt.pos, window_tokens=width, start=start)
+    return TwoPointFacts(tp, window_step_s, context_factor, honeymoon)
+
+
+def concurrency_points(m: Measured) -> tuple[tuple[int, float, float | None], ...]:
+    """(concurrency, mean per-request decode tps, mean reliable step time) per sweep point."""
+    conc: dict[int, list[RequestTrace]] = {}
+    for r in m.ok:
+        if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP:
+            conc.setdefault(concurrency_of(r), []).append(r)
+    out = []
+    for c, rs in sorted(conc.items()):
+        tps = [w[0] / w[1] for w in (r.decode_window() for r in rs) if w]
+        st = [s.step_s for s in m.reliable_steps(rs)]
+        if tps:
+            out.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
+    return tuple(out)
+
+
+def _ci_interval(point: float | None, ci: tuple[float, float] | None) -> Interval | None:
+    if point is None:
+        return None
+    return Interval(value=point, low=ci[0] if ci else None, high=ci[1] if ci else None)
+
+
+@dataclass(frozen=True)
+class BaselineFacts:
+    """The observed run against a baseline run: the exact split and its intervals."""
+
+    baseline: dec.Decomposition
+    speculation: SpeculationState
+    split: dec.Split | None
+    split_ci: dec.SplitCI | None
+    attribution: Attribution
+    series: dict[str, Any]
+
+
+def baseline_facts(baseline: Run, mb: Measured, m: Measured, seed: int = 0
+                   ) -> BaselineFacts | None:
+    """None when either run has no usable decode window."""
+    h, hb = m.headline, mb.headline
+    if hb is None or h is None:
+        return None
+    sp = dec.split(hb, h)
+    ci = None
+    # a bootstrap over one unit is a point, not an interval: CIs need >= 2 units a side
+    if mb.rows is not None and m.rows is not None and len(mb.rows) >= 2 and len(m.rows) >= 2:
+        ci = dec.split_ci(mb.rows, m.rows, unit=m.unit, seed=seed)
+    attribution = Attribution(
+        tps_ratio=sp.tps_ratio if sp else None,
+        acceptance_factor=sp.acceptance_factor if sp else None,
+        step_time_factor=sp.step_time_factor if sp else None,
+        tps_ratio_ci=_ci_interval(sp.tps_ratio, ci.tps_ratio) if sp and ci else None,
+        acceptance_factor_ci=_ci_interval(sp.acceptance_factor, ci.acceptance_factor)
+        if sp and ci
+        else None,
+        step_time_factor_ci=_ci_interval(sp.step_time_factor, ci.step_time_factor)
+        if sp and ci
+        else None,
+        baseline_run=baseline.info.run_id or None,
+    )
+    series = {
+        "label": ["baseline", "observed"],
+        "decode_tps": [hb.decode_tps, h.decode_tps],
+        "mean_commit_len": [hb.mean_commit_len, h.mean_commit_len],
+        "mean_step_s": [hb.mean_step_s, h.mean_step_s],
+    }
+    return BaselineFacts(hb, speculation(mb, None), sp, ci, attribution, series)

@@ -1,0 +1,402 @@
+"""The headline numbers, computed in one place: decode tps, commit length, step time, TTFT, where
+each came from, and their 95% intervals. Pure: no I/O. probe, diagnose, report, compare and the
+store all get these figures from `headline()`, so one run prints one tokens/s everywhere (`logs`
+shares its rule for server log records: telemetry.commit).
+
+decode tps is token-weighted over the requests' decode windows (tokens after each request's
+first token-bearing chunk over the time from that chunk to its last, `RequestTrace.decode_window`):
+chunking cannot move it, and prefill never leaks into it.
+
+Commit length (tokens per verify step over ALL steps, drafted or not) has ONE precedence; the
+first that applies wins and `mean_commit_len_source` names it:
+1. `client`: the client's step reconstruction, when it is reliable for every request. It sees
+   every step, drafted or not; on vLLM it equalled the server's all-steps counters exactly, while
+   the server's per-step lists left out the steps that drafted nothing.
+2. `prometheus`: server all-steps counters over the run (vLLM inter-token-latency count and
+   generation tokens: (tokens - requests) / steps).
+3. `server`: per-request server figures, each request's own client steps where those are reliable
+   and its server fields otherwise: per-step lists only after the cross-check with the stream
+   (analysis.server_steps) showed what they cover, drafted-steps-only counts turned into all-steps
+   ones with the stream's token count.
+4. `client` over the requests whose steps are reliable, when some are not and no server data
+   covers the rest (a note says how many).
+5. `log`: server log records (per-step records of these requests, else all-steps summaries).
+A drafted-steps-only figure (vLLM `mean_acceptance_length`, llama.cpp `mean len`, the
+`SpecDecoding metrics:` line, `1 + accepted / drafts`) is never `mean_commit_len`: it is
+`mean_commit_len_per_drafted_step`, beside `drafted_step_share` (share of steps that drafted).
+
+Mean step time is `mean_commit_len / decode_tps`, so that tps = L / s holds exactly; its source is
+`client` where the client's steps were timed by the client (then it is their measured mean),
+else `derived`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specscope.analysis.acceptance import ServerAcceptance, from_telemetry
+from specscope.analysis.decompose import Decomposition
+from specscope.analysis.server_steps import (
+    DISAGREEMENT,
+    DRAFTED_STEPS,
+    EVERY_STEP,
+    ServerCommit,
+    server_commit,
+)
+from specscope.analysis.steps import StepReconstruction
+from specscope.analysis.uncertainty import Interval95, median_interval, totals_intervals, unit_rows
+from specscope.telemetry.records import SpecRecord
+from specscope.trace.model import RequestTrace
+
+CLIENT, PROMETHEUS, SERVER, LOG = "client", "prometheus", "server", "log"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The headline of one set of requests (the main measurement of a run)."""
+
+    requests: int  # requests with a decode window
+    decode_tps: float | None = None
+    decode_tps_ci: Interval95 | None = None
+    mean_commit_len: float | None = None
+    mean_commit_len_source: str | None = None  # client | prometheus | server | log | None
+    commit_len_detail: str = ""  # the source in words, e.g. "client chunks (full_generation)"
+    mean_commit_len_ci: Interval95 | None = None
+    mean_commit_len_per_drafted_step: float | None = None
+    per_drafted_step_source: str | None = None
+    drafted_step_share: float | None = None
+    share_counts: tuple[float, float] | None = None  # (steps that drafted, steps) behind the share
+    share_source: str | None = None
+    mean_step_s: float | None = None
+    mean_step_s_source: str | None = None  # client | derived | None
+    mean_step_s_ci: Interval95 | None = None
+    ttft_s: float | None = None  # median over the requests
+    ttft_s_ci: Interval95 | None = None
+    tokens: float = 0.0  # decode-window totals
+    seconds: float = 0.0
+    # (tokens, steps, seconds) per resampling unit of the commit-length source, for the
+    # baseline split's interval; None where the source is run-level (no per-unit steps)
+    rows: np.ndarray | None = field(default=None, compare=False)
+    unit: str = "request"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def decomposition(self) -> Decomposition | None:
+        """tokens / steps / seconds with the identity tps = L / s, None without L."""
+        if not self.mean_commit_len or self.seconds <= 0:
+            return None
+        return Decomposition(self.tokens, self.tokens / self.mean_commit_len, self.seconds)
+
+    def json_fields(self) -> dict[str, object]:
+        """The contract's keys (probe `summary.*`, diagnose top level)."""
+
+        def ci(v: Interval95 | None) -> list[float] | None:
+            return None if v is None else v.as_list()
+
+        return {
+            "decode_tps": self.decode_tps,
+            "decode_tps_ci": ci(self.decode_tps_ci),
+            "mean_commit_len": self.mean_commit_len,
+            "mean_commit_len_source": self.mean_commit_len_source,
+            "mean_commit_len_ci": ci(self.mean_commit_len_ci),
+            "mean_commit_len_per_drafted_step": self.mean_commit_len_per_drafted_step,
+            "drafted_step_share": self.drafted_step_share,
+            "mean_step_s": self.mean_step_s,
+            "mean_step_s_source": self.mean_step_s_source,
+            "mean_step_s_ci": ci(self.mean_step_s_ci),
+            "ttft_s_ci": ci(self.ttft_s_ci),
+            "interval_method": self.interval_method,
+        }
+
+    @property
+    def interval_method(self) -> str | None:
+        for v in (self.mean_commit_len_ci, self.decode_tps_ci, self.ttft_s_ci):
+            if v is not None:
+                return v.method
+        return None
+
+
+@dataclass(frozen=True)
+class _Request:
+    trace: RequestTrace
+    rec: StepReconstruction
+    window: tuple[int, float]
+    server: ServerCommit | None
+
+    @property
+    def client_ok(self) -> bool:
+        """The client's own all-steps reconstruction is reliable (a server list that replaced
+        it counts only where the client's steps agreed with it)."""
+        r = self.rec
+        if not (r.reliable and r.steps):
+            return False
+        return r.method != "server" or bool(r.server_check and r.server_check.client_agrees)
+
+
+def _prometheus(records: Sequence[SpecRecord]) -> tuple[float, float, float | None, str] | None:
+    """(all-steps commit length, steps, drafted share, source) from vLLM's counters' run delta."""
+    for r in records:
+        if r.format != "prometheus" or r.scope != "run_delta":
+            continue
+        d = r.fields.get("delta")
+        if not isinstance(d, dict):
+            continue
+        steps, tokens, reqs = d.get("itl_count"), d.get("generation_tokens"), d.get("finished_requests")
+        if not (steps and tokens and reqs) or tokens - reqs <= 0:
+            continue
+        share = d["drafts"] / steps if d.get("drafts") is not None and steps >= d["drafts"] else None
+        return (tokens - reqs) / steps, float(steps), share, (
+            "Prometheus vllm:inter_token_latency_seconds_count and generation_tokens (run delta, "
+            "server-wide)"
+        )
+    return None
+
+
+def _chunk_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
+    """(tokens, chunks, seconds) units over token-bearing chunks after each request's first: the
+    decode window cut into requests or blocks of consecutive chunks, whatever the steps are."""
+    k: list[float] = []
+    s: list[float] = []
+    rid: list[int] = []
+    for q in reqs:
+        tc = [c for c in q.trace.chunks if c.n_tokens > 0]
+        for a, b in itertools.pairwise(tc):
+            k.append(float(b.n_tokens))
+            s.append((b.t_ns - a.t_ns) / 1e9)
+            rid.append(q.trace.index)
+    return unit_rows(k, s, rid)
+
+
+def _client_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
+    steps = [st for q in reqs for st in q.rec.steps]
+    return unit_rows([st.commit_len for st in steps], [st.step_s for st in steps],
+                     [q.trace.index for q in reqs for _ in q.rec.steps])
+
+
+def _drafted(reqs: Sequence[_Request], telemetry: ServerAcceptance | None
+             ) -> tuple[float | None, str | None, tuple[float, float] | None]:
+    """(per-drafted-step commit length, its source, (drafted steps, steps)) from what the server
+    said per request, else the figure from its log/counter summaries."""
+    per_tok = per_n = share_d = share_n = 0.0
+    sources: set[str] = set()
+    for q in reqs:
+        chk = q.rec.server_check
+        sc = q.server
+        if chk is not None and chk.covers == DRAFTED_STEPS:
+            share_d += chk.drafted_steps
+            share_n += chk.all_steps
+            if chk.commits:
+                per_tok += sum(chk.commits)
+                per_n += chk.drafted_steps
+                sources.add(f"{q.trace.server_spec.source or 'server'} per-step list")
+        elif chk is not None and chk.covers == EVERY_STEP:
+            drafted = q.trace.server_spec.per_step_drafted  # type: ignore[union-attr]
+            if drafted and len(drafted) == chk.all_steps:
+                share_d += sum(1 for d in drafted if d > 0)
+                share_n += chk.all_steps
+        elif sc is not None and sc.per_drafted_step and sc.drafted_steps:
+            per_tok += sc.per_drafted_step * sc.drafted_steps
+            per_n += sc.drafted_steps
+            share_d += sc.drafted_steps
+            share_n += sc.steps
+            sources.add(sc.source)
+    per = per_tok / per_n if per_n else None
+    src = ", ".join(sorted(sources)) if per is not None else None
+    if per is None and telemetry is not None and telemetry.per_drafted_step:
+        per, src = telemetry.mean_commit_len, telemetry.source
+    return per, src, ((share_d, share_n) if share_n else None)
+
+
+def headline(
+    traces: Sequence[RequestTrace],
+    reconstructions: Sequence[StepReconstruction],
+    *,
+    telemetry: Sequence[SpecRecord] | None = None,
+    label: str = "all requests",
+    seed: int = 0,
+) -> Headline:
+    """The headline over these (successful) requests and their reconstructions (aligned).
+    `telemetry`: server records about the same run (Prometheus deltas, log records)."""
+    reqs: list[_Request] = []
+    for t, r in zip(traces, reconstructions, strict=True):
+        w = t.decode_window()
+        if w is not None and t.ok:
+            reqs.append(_Request(t, r, w, server_commit(t, r.server_check)))
+    ttfts = [v for t in traces if t.ok and (v := t.ttft_s) is not None]
+    ttft = float(np.median(ttfts)) if ttfts else None
+    ttft_ci = median_interval(ttfts, seed=seed)
+    if not reqs:
+        return Headline(requests=0, ttft_s=ttft, ttft_s_ci=ttft_ci)
+    tokens = float(sum(q.window[0] for q in reqs))
+    seconds = float(sum(q.window[1] for q in reqs))
+    tps = tokens / seconds
+    records = list(telemetry or [])
+    server_log = from_telemetry(records) if records else None
+    notes: list[str] = []
+
+    source: str | None = None
+    detail = ""
+    L: float | None = None
+    covered: list[_Request] = []
+    timed = False
+    rows: np.ndarray | None = None
+    unit = "request"
+    client = [q for q in reqs if q.client_ok]
+    prom = _prometheus(records)
+    mixed = [q for q in reqs if q.client_ok or q.server is not None]
+    if len(client) == len(reqs):
+        covered, source = client, CLIENT
+        methods = sorted({q.rec.method for q in client})
+        detail = f"client {'/'.join(methods)} steps ({label})"
+        timed = all(q.rec.timed_by_client for q in client)
+    elif prom is not None:
+        L, source, detail = prom[0], PROMETHEUS, prom[3]
+    elif len(mixed) == len(reqs):
+        covered, source = mixed, SERVER
+        used = sorted({q.server.source for q in mixed if not q.client_ok and q.server})
+        detail = f"server per-request fields ({', '.join(used)}; {label})"
+        if len(client):
+            detail += f"; client steps for {len(client)} of {len(reqs)} requests"
+    elif client:
+        covered, source = client, CLIENT
+        detail = f"client steps ({label}; {len(client)} of {len(reqs)} requests reliable)"
+        notes.append(
+            f"commit length from the {len(client)} of {len(reqs)} requests whose client steps "
+            "are reliable; the others have no usable server figure"
+        )
+        timed = all(q.rec.timed_by_client for q in client)
+    else:
+        log_l, log_src = _log_commit(reqs, server_log)
+        if log_l is not None:
+            L, source, detail = log_l, LOG, log_src
+
+    commit_ci: Interval95 | None = None
+    step_ci: Interval95 | None = None
+    if covered:
+        c_tokens = c_steps = 0.0
+        for q in covered:
+            if q.client_ok:
+                c_tokens += q.rec.total_commit
+                c_steps += len(q.rec.steps)
+            elif q.server is not None:
+                c_tokens += q.server.tokens
+                c_steps += q.server.steps
+        L = c_tokens / c_steps if c_steps else None
+        if source == CLIENT and timed:
+            rows, unit = _client_rows(covered)
+        else:
+            rows = np.asarray(
+                [
+                    (q.rec.total_commit, len(q.rec.steps), q.window[1])
+                    if q.client_ok
+                    else (q.server.tokens, q.server.steps, q.window[1])  # type: ignore[union-attr]
+                    for q in covered
+                ],
+                dtype=float,
+            ).reshape(-1, 3)
+            unit = "request"
+        cis = totals_intervals(rows, unit, seed=seed) or {}
+        commit_ci = cis.get("mean_commit_len")
+        if source == CLIENT and timed and len(covered) == len(reqs):
+            step_ci = cis.get("mean_step_s")
+    if rows is None and L:
+        # run-level sources (counters, logs) give no per-request steps: each request's window at
+        # the run's commit length, so a baseline split still resamples requests
+        rows = np.asarray([(q.window[0], q.window[0] / L, q.window[1]) for q in reqs], dtype=float)
+        unit = "request"
+    chunk_rows, chunk_unit = _chunk_rows(reqs)
+    tps_ci = (totals_intervals(chunk_rows, chunk_unit, seed=seed) or {}).get("decode_tps")
+    if step_ci is None and L and tps_ci is not None:
+        # s = L / tps: the interval of tps carries over (L's own uncertainty is in its interval)
+        step_ci = Interval95(L / tps_ci.high, L / tps_ci.low, tps_ci.method + " (L / tps)")
+
+    per_drafted, per_src, counts = _drafted(reqs, server_log)
+    share = counts[0] / counts[1] if counts else None
+    share_src = "server per-request fields and the stream" if counts else None
+    if share is None and prom is not None and prom[2] is not None:
+        share, share_src = prom[2], prom[3]
+    notes += _cross_checks(L, source, label, reqs, server_log, prom)
+    step = L / tps if L else None
+    step_src = None
+    if step is not None:
+        step_src = CLIENT if source == CLIENT and timed and len(covered) == len(reqs) else "derived"
+    return Headline(
+        requests=len(reqs),
+        decode_tps=tps,
+        decode_tps_ci=tps_ci,
+        mean_commit_len=L,
+        mean_commit_len_source=source,
+        commit_len_detail=detail,
+        mean_commit_len_ci=commit_ci,
+        mean_commit_len_per_drafted_step=per_drafted,
+        per_drafted_step_source=per_src,
+        drafted_step_share=share,
+        share_counts=counts,
+        share_source=share_src,
+        mean_step_s=step,
+        mean_step_s_source=step_src,
+        mean_step_s_ci=step_ci,
+        ttft_s=ttft,
+        ttft_s_ci=ttft_ci,
+        tokens=tokens,
+        seconds=seconds,
+        rows=rows,
+        unit=unit,
+        notes=tuple(notes),
+    )
+
+
+def _log_commit(reqs: Sequence[_Request], server: ServerAcceptance | None
+                ) -> tuple[float | None, str]:
+    """Commit length from server log records: per-step records of these requests, else an
+    all-steps summary over the log window (never a drafted-steps-only one)."""
+    if server is None:
+        return None, ""
+    ids = {q.trace.request_id for q in reqs if q.trace.request_id}
+    if server.per_step and ids & set(server.by_request):
+        vals = [v for k, vs in server.by_request.items() if k in ids for v in vs]
+        return float(np.mean(vals)), server.source
+    if server.mean_commit_len and not server.per_drafted_step:
+        return server.mean_commit_len, server.source + " (whole log window)"
+    return None, ""
+
+
+def _cross_checks(L: float | None, source: str | None, label: str, reqs: Sequence[_Request],
+                  server: ServerAcceptance | None, prom) -> list[str]:
+    """Where the chosen figure and other evidence disagree, say so, and say which is which."""
+    notes: list[str] = []
+    if not L or source != CLIENT:
+        return notes
+    if prom is not None and abs(prom[0] / L - 1) > DISAGREEMENT:
+        notes.append(
+            f"client steps say {L:.2f} tokens/step, {prom[3]} {prom[0]:.2f}: the counters are "
+            "server-wide, so other traffic during the run or requests outside "
+            f"{label} move them"
+        )
+    if server is None or not server.mean_commit_len:
+        return notes
+    ids = {q.trace.request_id for q in reqs if q.trace.request_id}
+    if server.per_step and ids & set(server.by_request):
+        vals = [v for k, vs in server.by_request.items() if k in ids for v in vs]
+        srv = float(np.mean(vals))
+        if abs(srv / L - 1) > DISAGREEMENT:
+            notes.append(
+                f"client steps say {L:.2f} tokens/step, server per-step records {srv:.2f}: "
+                "chunks may merge or split steps"
+            )
+    elif abs(server.mean_commit_len / L - 1) > DISAGREEMENT:
+        notes.append(
+            f"server telemetry ({server.source}) says {server.mean_commit_len:.2f} tokens/step "
+            f"over its window, the client {L:.2f} over {label}"
+            + (
+                " (the server's figure is per drafted step: it is higher wherever steps draft "
+                "nothing, as n-gram lookup often does)"
+                if server.per_drafted_step
+                else ""
+            )
+        )
+    return notes

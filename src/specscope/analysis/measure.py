@@ -1,0 +1,200 @@
+"""One run digested: the successful requests, their step reconstructions, the main measurement
+(the full generation when there is one) and its headline. Pure: no I/O.
+
+Everything the diagnosis derives later (fits, shapes, series) starts from `measure(run)` and the
+step tables built here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specscope.analysis import decompose as dec
+from specscope.analysis.acceptance import ServerAcceptance
+from specscope.analysis.headline import Headline, headline
+from specscope.analysis.steps import StepReconstruction, reconstruct_steps
+from specscope.telemetry.records import SpecRecord
+from specscope.telemetry.server_info import max_commit_len_from
+from specscope.trace import tags
+from specscope.trace.model import RequestTrace, Run, Step
+
+CALIBRATION_TAG = "calibration"  # experiments.diagnosis_plan's short sizing request
+
+
+def prompt_len(tr: RequestTrace) -> int:
+    return int(tr.spec.prompt_tokens or tr.prompt_tokens_reported or 0)
+
+
+def concurrency_of(tr: RequestTrace) -> int:
+    exp, point = tags.split(tr.spec.tag)
+    if exp == tags.CONCURRENCY_SWEEP and point and point.isdigit():
+        return int(point)
+    return 1
+
+
+def reconstruct(tr: RequestTrace, *, max_commit_len: int | None = None) -> StepReconstruction:
+    """The request's steps (analysis.steps), with steps of negative or non-finite time dropped
+    (a clock that went backwards keeps the request out of timing analysis) and the context
+    filled from the prompt where the reconstruction had none."""
+    rec = reconstruct_steps(tr, max_commit_len=max_commit_len)
+    bad = [s for s in rec.steps if not (s.step_s >= 0 and np.isfinite(s.step_s))]
+    if bad:
+        bad_ids = {id(s) for s in bad}
+        rec.steps = [s for s in rec.steps if id(s) not in bad_ids]
+        rec.reliable = False
+        rec.reason = "; ".join(x for x in (rec.reason, f"{len(bad)} steps with negative time") if x)
+    prompt = prompt_len(tr)
+    for s in rec.steps:
+        if s.context_len is None:
+            s.context_len = prompt + s.output_pos
+        s.request_index = tr.index
+    return rec
+
+
+def records(items: list | None) -> list[SpecRecord] | None:
+    """SpecRecords from records or their dicts (run.telemetry holds dicts); malformed skipped."""
+    if not items:
+        return None
+    out: list[SpecRecord] = []
+    for d in items:
+        if isinstance(d, SpecRecord):
+            out.append(d)
+            continue
+        try:
+            out.append(SpecRecord.model_validate(d))
+        except (ValueError, TypeError):  # a malformed record is skipped, the rest still counts
+            continue
+    return out or None
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """Steps of many requests as columns (for the fits)."""
+
+    commit: np.ndarray
+    step_s: np.ndarray
+    context: np.ndarray
+    pos: np.ndarray
+    rid: np.ndarray
+
+    @classmethod
+    def of(cls, steps: list[Step]) -> StepTable:
+        return cls(
+            commit=np.asarray([s.commit_len for s in steps], dtype=float),
+            step_s=np.asarray([s.step_s for s in steps], dtype=float),
+            context=np.asarray([s.context_len or 0 for s in steps], dtype=float),
+            pos=np.asarray([s.output_pos for s in steps], dtype=float),
+            rid=np.asarray([s.request_index for s in steps], dtype=int),
+        )
+
+    @property
+    def n(self) -> int:
+        return int(self.commit.size)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run digested: reconstructions, the main requests, their headline."""
+
+    run: Run
+    ok: tuple[RequestTrace, ...]
+    recs: dict[int, StepReconstruction]
+    main: tuple[RequestTrace, ...]
+    main_label: str
+    head: Headline | None = None
+    reliable: bool | None = None
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def headline(self) -> dec.Decomposition | None:
+        return self.head.decomposition if self.head is not None else None
+
+    @property
+    def commit_len_source(self) -> str:
+        return self.head.commit_len_detail if self.head is not None else ""
+
+    @property
+    def rows(self) -> np.ndarray | None:
+        return self.head.rows if self.head is not None else None
+
+    @property
+    def unit(self) -> str:
+        return self.head.unit if self.head is not None else "block"
+
+    def reliable_steps(self, reqs: tuple[RequestTrace, ...] | list[RequestTrace]) -> list[Step]:
+        return [s for r in reqs if self.recs[r.index].reliable for s in self.recs[r.index].steps]
+
+
+def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Measured:
+    ok = tuple(r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks))
+    mcl = max_commit_len_from(run.info.server_info)
+    recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
+    full = tuple(r for r in ok if tags.split(r.spec.tag)[0] == tags.FULL_GENERATION)
+    # without a full generation, every request but the diagnose command's calibration request
+    rest = tuple(r for r in ok if r.spec.tag != CALIBRATION_TAG) or ok
+    main, label = (full, "full_generation") if full else (rest, "all requests")
+    if not main:
+        return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label)
+    main_recs = [recs[r.index] for r in main]
+    head = headline(main, main_recs, telemetry=telemetry, label=label, seed=seed)
+    notes = list(head.notes)
+    if head.decode_tps is None:
+        notes.append("no decode window: fewer than two token-bearing chunks in the main requests")
+    elif head.mean_commit_len is None:
+        notes.append("steps unreliable and no server telemetry: commit length unknown")
+    elif head.mean_step_s_source == "derived":
+        notes.append(
+            "mean step time derived as commit length / decode tps (commit length from "
+            f"{head.commit_len_detail})"
+        )
+    return Measured(
+        run=run, ok=ok, recs=recs, main=main, main_label=label, head=head,
+        reliable=all(rc.reliable for rc in main_recs),
+        reasons=tuple(sorted({rc.reason for rc in main_recs if not rc.reliable and rc.reason})),
+        notes=tuple(notes),
+    )
+
+
+def step_tables(m: Measured) -> tuple[StepTable | None, StepTable | None]:
+    """(every reliable, client-timed step at concurrency 1: the fits' table; the main requests'
+    reliable steps: what the costs are measured over)."""
+    c1 = [
+        r for r in m.ok
+        if concurrency_of(r) == 1 and m.recs[r.index].reliable and m.recs[r.index].timed_by_client
+    ]
+    all_steps = [s for r in c1 for s in m.recs[r.index].steps]
+    main_steps = m.reliable_steps(m.main)
+    return (StepTable.of(all_steps) if all_steps else None,
+            StepTable.of(main_steps) if main_steps else None)
+
+
+def server_step_tables(
+    reqs: tuple[RequestTrace, ...], main: tuple[RequestTrace, ...], server: ServerAcceptance
+) -> tuple[StepTable | None, StepTable | None]:
+    """Per-step server records of these requests (matched by request id) as step tables; the
+    server's steps start at output position 0 (prefill's token is not a verify step there)."""
+
+    def build(rs: tuple[RequestTrace, ...]) -> StepTable | None:
+        k, ctx, pos, rid = [], [], [], []
+        for r in rs:
+            commits = server.by_request.get(r.request_id or "")
+            if not commits:
+                continue
+            o = 0
+            for c in commits:
+                k.append(c), ctx.append(prompt_len(r) + o), pos.append(o), rid.append(r.index)
+                o += c
+        if not k:
+            return None
+        return StepTable(
+            commit=np.asarray(k, float),
+            step_s=np.full(len(k), np.nan),
+            context=np.asarray(ctx, float),
+            pos=np.asarray(pos, float),
+            rid=np.asarray(rid, int),
+        )
+
+    return build(reqs), build(main)
