@@ -228,6 +228,7 @@ def test_fewer_chunks_than_the_servers_listed_steps_are_not_timed():
     from specscope.trace.model import ServerSpecFields
 
     tr = trace([4, 4, 5, 3], step_ms=[80.0, 85.0, 90.0, 70.0])
-    tr.server_spec = ServerSpecFields(per_step_accepted=[1, 1, 2, 1, 1, 2, 1, 0],
+    # 8 listed steps commit the stream's 16 decode tokens: 4 chunks merge them
+    tr.server_spec = ServerSpecFields(per_step_accepted=[1, 1, 2, 1, 1, 2, 0, 0],
                                       source="vllm.metrics")
     assert serving_metrics([tr])["run"]["requests_with_timed_steps"] == 0

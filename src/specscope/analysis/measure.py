@@ -20,18 +20,20 @@ from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
-CALIBRATION_TAG = "calibration"  # experiments.diagnosis_plan's short sizing request
+CALIBRATION_TAG = tags.CALIBRATION
 
 
 def prompt_len(tr: RequestTrace) -> int:
     return int(tr.spec.prompt_tokens or tr.prompt_tokens_reported or 0)
 
 
-def concurrency_of(tr: RequestTrace) -> int:
+def concurrency_of(tr: RequestTrace, default: int = 1) -> int:
+    """The concurrency level a request ran at: its concurrency-sweep point, else `default`
+    (the run's)."""
     exp, point = tags.split(tr.spec.tag)
     if exp == tags.CONCURRENCY_SWEEP and point and point.isdigit():
         return int(point)
-    return 1
+    return default
 
 
 def reconstruct(tr: RequestTrace, *, max_commit_len: int | None = None) -> StepReconstruction:

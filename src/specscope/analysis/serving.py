@@ -43,7 +43,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specscope.analysis.steps import reconstruct_steps, server_mean_commit_len
+from specscope.analysis.measure import concurrency_of
+from specscope.analysis.server_steps import server_commit
+from specscope.analysis.steps import reconstruct_steps
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
@@ -51,7 +53,7 @@ PERCENTILES: tuple[int, ...] = (1, 5, 25, 50, 75, 90, 95, 99)
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-CALIBRATION_TAG = "calibration"
+CALIBRATION_TAG = tags.CALIBRATION
 
 #: SLO names accepted by `--slo`, and the per-request value each one bounds.
 SLO_METRICS: dict[str, str] = {
@@ -355,14 +357,6 @@ def group_metrics(reqs: Sequence[RequestMetrics], slo: Mapping[str, float] | Non
     }
 
 
-def concurrency_of(trace: RequestTrace, default: int = 1) -> int:
-    """The concurrency level a request ran at: its concurrency-sweep point, else the run's."""
-    exp, point = tags.split(trace.spec.tag)
-    if exp == tags.CONCURRENCY_SWEEP and point and point.isdigit():
-        return int(point)
-    return default
-
-
 def main_requests(traces: Sequence[RequestTrace]) -> tuple[list[RequestTrace], str]:
     """The run's main measurement: the full generation when there is one, else every request
     but the diagnose command's calibration request (the headline's choice)."""
@@ -483,7 +477,7 @@ def export_rows(run: Run, steps: Mapping[int, Sequence[Step]] | None = None, *,
             if m.steps else None,
             "max_inter_step_latency_s": _round(m.max_inter_step_s),
             "max_inter_token_latency_s": _round(m.max_inter_token_s),
-            "server_mean_commit_len": _round(server_mean_commit_len(t)),
+            "server_mean_commit_len": _round(sc.mean_commit_len if (sc := server_commit(t)) else None),
             "meets_slo": m.meets(slo) if slo else None,
         })
         for i, s in enumerate(m.steps):

@@ -8,12 +8,12 @@ from typing import Annotated
 
 import typer
 
-from specscope.analysis.diagnosis import max_commit_from
 from specscope.analysis.serving import serving_of_run
 from specscope.commands.common import err_console, fail_usage, out_console
 from specscope.report import context_from_run, render_terminal, write_html, write_markdown
 from specscope.report.csv_export import write_csv
 from specscope.store.analyses import load_analysis
+from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace.rundir import REPORT_HTML, RunDirError
 
 
@@ -30,7 +30,7 @@ def report(
         run, analysis = load_analysis(run_dir, reanalyze=reanalyze)
     except RunDirError as e:
         fail_usage(str(e))
-    max_commit = max_commit_from(run.info.server_info)
+    max_commit = max_commit_len_from(run.info.server_info)
     if analysis.serving is None:  # an analysis.json written before serving metrics existed
         analysis.serving = serving_of_run(run, max_commit_len=max_commit)
     ctx = context_from_run(run, analysis, str(run_dir))

@@ -16,8 +16,9 @@ from specscope.experiments import (
     two_point,
 )
 from specscope.experiments.plan import Plan, PlanStep
+from specscope.trace import tags
 
-CALIBRATION_TAG = "calibration"
+CALIBRATION_TAG = tags.CALIBRATION
 
 
 def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
