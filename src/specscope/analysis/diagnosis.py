@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from specscope.analysis import acceptance as acc
 from specscope.analysis import decompose as dec
 from specscope.analysis import steptime as stm
-from specscope.analysis.findings import Facts, TwoPoint, build_findings
+from specscope.analysis.findings import Facts, TwoPoint, decide
 from specscope.analysis.model import Analysis, Attribution, Finding, Interval
 from specscope.analysis.speculation import SpeculationState, speculation_state
 from specscope.telemetry.records import SpecRecord
@@ -286,6 +286,10 @@ def _acceptance_shape(
     keep[list(last_of.values())] = False
     a_fit = acc.fit_acceptance(table.commit[keep], table.context[keep], table.pos[keep])
     facts.acc_fit = a_fit
+    facts.acceptance_table = StepTable(
+        table.commit[keep], table.step_s[keep], table.context[keep], table.pos[keep],
+        table.rid[keep],
+    )
     facts.acceptance_source = source
     if a_fit is None or mt is None or not mt.n:
         return
@@ -391,6 +395,7 @@ def _two_point(ok: list[RequestTrace]) -> tuple[TwoPoint | None, list[RequestTra
             decode_tps=(k2 - k1) / (t2 - t1),
             repeats=min(len(n1), len(n2)),
             spread=spread,
+            rates=tuple(per),
         ),
         n2,
     )
@@ -481,6 +486,11 @@ def analyze(
     main_steps = [s for r in m.main if m.recs[r.index].reliable for s in m.recs[r.index].steps]
     table = StepTable.of(all_steps) if all_steps else None
     mt = StepTable.of(main_steps) if main_steps else None
+    facts.main_table = mt
+    facts.main_prefill_shares = [r.ttft_s / r.e2e_s for r in m.main if r.ttft_s and r.e2e_s]
+    facts.main_chunk_gaps = [
+        list(np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9) for r in m.main
+    ]
     if mt is not None and mt.n:
         facts.main_context = (float(mt.context.min()), float(mt.context.max()))
         facts.main_output_span = float(mt.pos.max() - mt.pos.min())
@@ -589,6 +599,7 @@ def analyze(
         tps = [w[0] / w[1] for w in (r.decode_window() for r in rs) if w]
         st = [s.step_s for r in rs if m.recs[r.index].reliable for s in m.recs[r.index].steps]
         if tps:
+            facts.concurrency_samples[c] = tps
             facts.concurrency.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
 
     # --- baseline ------------------------------------------------------------------------------
@@ -636,7 +647,9 @@ def analyze(
 
     out.step_time_model = _plain(out.step_time_model)
     out.series = _plain(out.series)
-    out.findings = build_findings(facts)
+    decisions = decide(facts)
+    out.findings = decisions.findings
+    out.notes.extend(decisions.not_reported)
     if not out.findings:
         out.no_finding_reason = _no_finding_reason(facts)
     return out
