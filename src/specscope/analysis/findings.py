@@ -19,6 +19,7 @@ evidence instead, and ranking uses it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ import numpy as np
 
 from specscope.analysis import advice
 from specscope.analysis import significance as sig
-from specscope.analysis.acceptance import EARLY_POS, AcceptanceFit, Honeymoon, ServerAcceptance
+from specscope.analysis.acceptance import (
+    COARSE_CUTS,
+    EARLY_POS,
+    AcceptanceFit,
+    Honeymoon,
+    ServerAcceptance,
+)
 from specscope.analysis.decompose import Decomposition, Split, SplitCI
 from specscope.analysis.model import Evidence, Finding
 from specscope.analysis.speculation import SpeculationState
@@ -273,21 +280,42 @@ def acceptance_decay(f: Facts) -> Claim | None:
 
 
 # --- draft_window ------------------------------------------------------------------------------
-# A cliff at the drafter's window shows *across requests*: requests whose prompt starts above the
-# window commit less from their first tokens (output position < EARLY_POS) on. Tested over
-# requests: the best cut of prompt length (largest drop of the early commit length) against the
-# same maximum with early commit lengths shuffled among requests (the search over cuts is paid
-# for); the effect is the drop at that cut. It matters from a 10% drop (ratio below/above 1.11).
-MIN_WINDOW = 1 / (1 - 0.10) - 1
-MIN_EARLY_STEPS = 3  # early steps a request needs to count
+# A cliff at the drafter's window: commit length steps down once the context passes W. Two tests,
+# the better one decides (its p doubled, Bonferroni over the two):
+# - within requests that cross W (request fixed effects: one hard prompt is not a cliff), with
+#   output position as a covariate (so a decay is not read as a cliff), errors cluster-robust over
+#   32-step blocks, the p-value multiplied by the cuts the change-point search tried;
+# - across requests: early commit length (output position < EARLY_POS) by prompt length, the
+#   largest drop over every cut against the same maximum with the requests shuffled (a
+#   permutation test that pays for the search).
+# The model search has already required the cliff to show across requests
+# (acceptance._confirm_window), which is what tells a window from a decay. It matters from a 10%
+# drop.
+MIN_WINDOW = 0.10
+MIN_EARLY_STEPS = 3  # early steps a request needs to count in the across-request test
 
 
-def _window_test(f: Facts) -> sig.Test:
+def _window_within(f: Facts, at: float, before: float) -> sig.Test:
     t = f.acceptance_table
-    method = ("change-point over requests (early commit length by prompt length), permutation "
-              "test of the largest drop over every cut")
+    method = ("within-request OLS of commit length on [context > W] and output position "
+              "(request fixed effects), cluster-robust SE over 32-step blocks, p x "
+              f"{COARSE_CUTS} cuts searched")
+    if t is None or t.n < 40 or before <= 0:
+        return sig.untestable(method + ": too few steps", MIN_WINDOW, "fraction")
+    x = np.column_stack([sig.within((t.context > at).astype(float), t.rid),
+                         sig.within(t.pos / 1000.0, t.rid)])
+    beta, se, _ = sig.cluster_ols(sig.within(t.commit, t.rid), x, sig.blocks(t.rid))
+    one = sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_WINDOW,
+                     method=method, unit="fraction")
+    return dataclasses.replace(one, p=min(1.0, one.p * COARSE_CUTS))
+
+
+def _window_across(f: Facts) -> sig.Test:
+    t = f.acceptance_table
+    method = ("permutation test over requests of the largest drop of early commit length "
+              "between prompt lengths")
     if t is None or t.n == 0:
-        return sig.untestable(method + ": no steps", MIN_WINDOW, "x")
+        return sig.untestable(method + ": no steps", MIN_WINDOW, "fraction")
     early = t.pos < EARLY_POS
     prompts, means = [], []
     for r in np.unique(t.rid):
@@ -298,16 +326,26 @@ def _window_test(f: Facts) -> sig.Test:
     pr, mv = np.asarray(prompts), np.asarray(means)
     res = sig.max_split_permutation(mv, pr, rng=np.random.default_rng(0))
     if res is None:
-        return sig.untestable(method + ": one prompt length (a context sweep tells a window from "
-                              "a decay)", MIN_WINDOW, "x")
+        return sig.untestable(method + ": one prompt length", MIN_WINDOW, "fraction")
     cut, _, p = res
-    two = sig.two_sample_log(mv[pr <= cut], mv[pr > cut], min_effect=MIN_WINDOW,
-                             method="effect at the cut")
+    two = sig.two_sample_log(mv[pr <= cut], mv[pr > cut], min_effect=1 / (1 - MIN_WINDOW) - 1,
+                             method="drop at the cut")
+
+    def drop(ratio_minus_1: float) -> float:  # below/above - 1 -> 1 - above/below
+        return 1 - 1 / (1 + ratio_minus_1) if ratio_minus_1 > -1 else float("-inf")
+
     return sig.Test(
         method=f"{method} ({mv.size} requests, best cut at prompt {cut:.0f}); {two.method}",
-        effect=two.effect, ci=two.ci, p=p, min_effect=MIN_WINDOW, unit="x",
-        statistic=two.statistic, p_material=two.p_material,
+        effect=drop(two.effect), ci=(drop(two.ci[0]), drop(two.ci[1])), p=p,
+        min_effect=MIN_WINDOW, unit="fraction", statistic=two.statistic,
+        p_material=two.p_material,
     )
+
+
+def _window_test(f: Facts, at: float, before: float) -> sig.Test:
+    best = min((_window_within(f, at, before), _window_across(f)), key=lambda x: x.p)
+    return dataclasses.replace(best, p=min(1.0, 2 * best.p),
+                               method=best.method + " (the better of two tests, p x 2)")
 
 
 def draft_window(f: Facts) -> Claim | None:
@@ -331,7 +369,7 @@ def draft_window(f: Facts) -> Claim | None:
         f"({w.before:.2f} -> {w.after:.2f} tokens/step): the drafter's window.",
         evidence=ev,
         next=advice.draft_window(f.flavor, hi),
-        test=_window_test(f),
+        test=_window_test(f, w.at if w.at is not None else hi, w.before),
         factor=_family_factors(f).get("draft_window"),
         cap=0.99 if a.separable else 0.5,
     )
