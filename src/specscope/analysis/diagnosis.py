@@ -286,10 +286,7 @@ def _acceptance_shape(
     keep[list(last_of.values())] = False
     a_fit = acc.fit_acceptance(table.commit[keep], table.context[keep], table.pos[keep])
     facts.acc_fit = a_fit
-    facts.acceptance_table = StepTable(
-        table.commit[keep], table.step_s[keep], table.context[keep], table.pos[keep],
-        table.rid[keep],
-    )
+    facts.acceptance_table = table
     facts.acceptance_source = source
     if a_fit is None or mt is None or not mt.n:
         return
@@ -575,6 +572,7 @@ def analyze(
         win = [s for s in n2_steps if s.output_pos >= tp.n1]
         if win:
             facts.two_point_window_step_s = float(np.mean([s.step_s for s in win]))
+            facts.two_point_window = StepTable.of(win)
     if tp is not None and facts.step_fit is not None and mt is not None and mt.n:
         # the two-point may sit at another context than the full generation: what the context
         # term alone predicts for the ratio of their step times (not a bias; allowed for)
@@ -650,6 +648,7 @@ def analyze(
     decisions = decide(facts)
     out.findings = decisions.findings
     out.notes.extend(decisions.not_reported)
+    out.finding_tests = decisions.tests
     if not out.findings:
         out.no_finding_reason = _no_finding_reason(facts)
     return out

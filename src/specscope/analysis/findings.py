@@ -37,7 +37,7 @@ from specscope.analysis.acceptance import (
     ServerAcceptance,
 )
 from specscope.analysis.decompose import Decomposition, Split, SplitCI
-from specscope.analysis.model import Evidence, Finding
+from specscope.analysis.model import Evidence, Finding, FindingTest
 from specscope.analysis.speculation import SpeculationState
 from specscope.analysis.steptime import DRIFT_MIN_SHARE, DriftTest, StepTimeFit
 
@@ -99,8 +99,9 @@ class Facts:
     speculation: SpeculationState | None = None
     baseline_speculation: SpeculationState | None = None
     # the samples the tests run on
-    acceptance_table: StepTable | None = None  # steps of the decay / window search
+    acceptance_table: StepTable | None = None  # steps of the decay / window search (all)
     main_table: StepTable | None = None  # reliable steps of the main requests
+    two_point_window: StepTable | None = None  # steps of the two-point N2 requests past N1
     main_prefill_shares: list[float] = field(default_factory=list)  # ttft / e2e per main request
     main_chunk_gaps: list[list[float]] = field(default_factory=list)  # s between chunks, per request
 
@@ -175,16 +176,55 @@ def _src_steps(f: Facts) -> str:
     return f"client steps, {f.main_label}"
 
 
+def _complete_steps(t: StepTable | None) -> StepTable | None:
+    """The steps that no max_tokens cut can have touched: those starting at least one maximal
+    commit before the request's end. Dropping only the cut step would bias the late steps low
+    (a long commit is the likelier one to cross the end and be dropped); whether a step starts
+    that early depends on the steps before it only, never on its own commit."""
+    if t is None or not t.n:
+        return t
+    ends = {int(r): float(np.max(t.pos[t.rid == r] + t.commit[t.rid == r])) for r in
+            np.unique(t.rid)}
+    k = float(t.commit.max())
+    keep = t.pos + k <= np.asarray([ends[int(r)] for r in t.rid])
+    return type(t)(t.commit[keep], t.step_s[keep], t.context[keep], t.pos[keep], t.rid[keep])
+
+
+CONTENT_POS = 48  # the first tokens of every request: where prompts differ but decay has not begun
+
+
+def _content_var(f: Facts) -> float:
+    """Between-prompt variance of log commit length in this run, from every request's first
+    CONTENT_POS output tokens (so a decay or a long generation is not read as content);
+    0 when not estimable."""
+    t = _complete_steps(f.acceptance_table)
+    if t is None or not t.n:
+        return 0.0
+    early = t.pos < CONTENT_POS
+    commit = t.commit
+    a = f.acc_fit
+    if a is not None and a.window is not None and a.window.at is not None:
+        # a window cliff is not content: the fitted cliff is added back above the window
+        commit = commit - a.window.coef * (t.context > a.window.at)
+    return sig.content_variance(commit[early], t.rid[early], min_steps=4)
+
+
+def _with_content(lr: tuple[float, float], sides: int, f: Facts) -> tuple[float, float]:
+    """(log estimate, se) widened by the content variance of `sides` single generations: a
+    bootstrap over one generation's steps cannot see that another prompt commits differently."""
+    return lr[0], math.sqrt(lr[1] ** 2 + sides * _content_var(f))
+
+
 def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
     """Is the main requests' mean commit length below `threshold`? log(threshold / L) > 0,
-    cluster-robust over 32-step blocks of the main requests' steps."""
+    cluster-robust over 64-step blocks of the main requests' steps."""
     L = f.headline.mean_commit_len if f.headline else None
     mt = f.main_table
     method = f"one-sided z test of mean commit length < {threshold} ({what}), " \
-        "cluster-robust over 32-step blocks"
+        "cluster-robust over 64-step blocks"
     if L is None or L <= 0 or mt is None or mt.n < 8:
         return sig.untestable(method + ": no reliable steps to test on", 0.0, "x")
-    se = sig.ratio_log_se(mt.commit, np.ones(mt.n), sig.blocks(mt.rid))
+    se = sig.ratio_log_se(mt.commit, np.ones(mt.n), sig.blocks(mt.rid, split_short=True))
     return sig.z_test(math.log(threshold / L), float("nan") if se is None else se, min_effect=0.0,
                       method=method, unit="x", log_ratio=True)
 
@@ -214,49 +254,98 @@ def chunk_coalescing(f: Facts) -> Claim | None:
 # Decay matters when commit length falls by >= 10% over the user's generation (smaller changes
 # are within content-to-content variation of real drafters). Tested within requests (request
 # fixed effects: one hard prompt is not a decay), with the window cliff as a covariate when the
-# model search found one, errors cluster-robust over 32-step blocks.
+# model search found one, errors cluster-robust over 64-step blocks. Shapes tried: a step down
+# after output position T for each T in DECAY_CUTS (the honeymoon: early tokens are easy) and a
+# linear fall; the best one decides, its p multiplied by the shapes tried (Bonferroni).
 MIN_DECAY = 0.10
+DECAY_CUTS = (64, 128, 256, 512, 1024)
 
 
-def _decay_test(f: Facts, a: AcceptanceFit) -> sig.Test:
-    t = f.acceptance_table
-    method = ("within-request OLS slope of commit length on output position (request fixed "
-              "effects), cluster-robust SE over 32-step blocks")
+@dataclass(frozen=True)
+class _DecayShape:
+    test: sig.Test
+    kind: str  # "step" | "linear"
+    at: float | None
+    before: float
+    after: float
+
+
+def _long_requests(t: StepTable | None, min_steps: int) -> StepTable | None:
+    """Only the requests with at least `min_steps` steps: a within-request contrast from a
+    short request is one draw of content's slow wander, and its serial correlation cannot be
+    estimated from it."""
+    if t is None or not t.n:
+        return t
+    ids, counts = np.unique(t.rid, return_counts=True)
+    keep = np.isin(t.rid, ids[counts >= min_steps])
+    return type(t)(t.commit[keep], t.step_s[keep], t.context[keep], t.pos[keep], t.rid[keep])
+
+
+DECAY_MIN_STEPS = 96  # steps a request needs to enter the decay test (1.5 x the 64 lags)
+
+
+def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
+    t = _long_requests(_complete_steps(f.acceptance_table), DECAY_MIN_STEPS)
     if t is None or t.n < 40:
-        return sig.untestable(method + ": too few steps", MIN_DECAY, "fraction")
-    cols = [sig.within(t.pos / 1000.0, t.rid)]
-    if a.window is not None and a.window.at is not None:
-        cols.append(sig.within((t.context > a.window.at).astype(float), t.rid))
-    y = sig.within(t.commit, t.rid)
-    beta, se, _ = sig.cluster_ols(y, np.column_stack(cols), sig.blocks(t.rid))
+        return None
+    method = (f"OLS of commit length on output position over requests of >= {DECAY_MIN_STEPS} "
+              "steps, with request fixed effects, SE inflated for serial correlation "
+              "(Newey-West, 64 lags)")
+    extra = []
+    if a is not None and a.window is not None and a.window.at is not None:
+        extra.append((t.context > a.window.at).astype(float))
+        method += ", window cliff as a covariate"
     span = f.main_output_span or float(np.ptp(t.pos))
-    level = float(t.commit.mean()) - float(beta[0]) * float(t.pos.mean()) / 1000.0
-    if level <= 0 or span <= 0:
-        return sig.untestable(method + ": no span", MIN_DECAY, "fraction")
-    scale = span / 1000.0 / level
-    return sig.z_test(-float(beta[0]) * scale, float(se[0]) * scale, min_effect=MIN_DECAY,
-                      method=method + f" (relative drop over {span:.0f} output tokens)",
-                      unit="fraction")
+    shapes: list[_DecayShape] = []
+    for cut in DECAY_CUTS:
+        above = t.pos > cut
+        before = float(t.commit[~above].mean()) if (~above).any() else 0.0
+        if above.sum() < 20 or (~above).sum() < 20 or before <= 0 or cut >= span:
+            continue
+        beta, se, df = sig.fe_ols(t.commit, np.column_stack([above.astype(float), *extra]),
+                                  t.rid)
+        test = sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_DECAY,
+                          unit="fraction", df=df,
+                          method=f"{method}: step after output position {cut}")
+        shapes.append(_DecayShape(test, "step", float(cut), before, before + float(beta[0])))
+    if span > 0:
+        beta, se, df = sig.fe_ols(t.commit, np.column_stack([t.pos / 1000.0, *extra]), t.rid)
+        level = float(t.commit.mean()) - float(beta[0]) * float(t.pos.mean()) / 1000.0
+        if level > 0:
+            scale = span / 1000.0 / level
+            test = sig.z_test(
+                -float(beta[0]) * scale, float(se[0]) * scale, min_effect=MIN_DECAY,
+                unit="fraction", df=df,
+                method=f"{method}: linear, relative drop over {span:.0f} output tokens")
+            shapes.append(_DecayShape(test, "linear", None, level, level * (1 - test.effect)))
+    if not shapes:
+        return None
+    best = min(shapes, key=lambda d: d.test.p)
+    tried = len(shapes)
+    return dataclasses.replace(best, test=dataclasses.replace(
+        best.test, p=min(1.0, best.test.p * tried),
+        method=best.test.method + f" (best of {tried} shapes, p x {tried})"))
 
 
 def acceptance_decay(f: Facts) -> Claim | None:
     a = f.acc_fit
-    if a is None or a.decay is None:
+    shape = _decay_test(f, a)
+    if shape is None:
         return None
-    d = a.decay
     src_acc = f.acceptance_source or _src_steps(f)
-    where = (
-        f"after output position ~{d.at:.0f}"
-        if d.kind == "step" and d.at is not None
-        else "along the generation"
-    )
+    where = (f"after output position ~{shape.at:.0f}" if shape.kind == "step"
+             else "along the generation")
+    drop = 1 - shape.after / shape.before if shape.before > 0 else 0.0
     ev = [
-        _ev("mean commit length early", d.before, "tokens/step", src_acc),
-        _ev("mean commit length late", d.after, "tokens/step", src_acc),
-        _ev("relative drop", d.relative_drop, "", "acceptance model search (BIC)"),
-        _ev("shape", d.kind, "", "acceptance model search (BIC)"),
+        _ev("mean commit length early", shape.before, "tokens/step", src_acc),
+        _ev("mean commit length late", shape.after, "tokens/step", src_acc),
+        _ev("relative drop", drop, "", "within-request fit"),
+        _ev("shape", shape.kind, "", "best of the shapes tested"),
         *_cost_ev(f.decay_cost, "mean early / mean overall"),
     ]
+    if a is not None and a.decay is not None:
+        ev.append(_ev("acceptance model search (BIC) chose", a.model, "",
+                      f"decay {a.decay.before:.2f} -> {a.decay.after:.2f} tokens/step"))
     if f.honeymoon:
         hm = f.honeymoon
         ev.append(
@@ -269,12 +358,12 @@ def acceptance_decay(f: Facts) -> Claim | None:
         )
     return Claim(
         id="acceptance_decay",
-        summary=f"Commit length falls with output position: {d.before:.2f} -> {d.after:.2f} "
-        f"tokens/step {where} ({d.relative_drop:.0%} drop); early tokens are easy.",
+        summary=f"Commit length falls with output position: {shape.before:.2f} -> "
+        f"{shape.after:.2f} tokens/step {where} ({drop:.0%} drop); early tokens are easy.",
         evidence=ev,
         next="measure with the real workload's prompts and long generations (not a short "
         "window); improve or retrain the drafter on long free-form/reasoning text",
-        test=_decay_test(f, a),
+        test=shape.test,
         factor=_family_factors(f).get("acceptance_decay"),
     )
 
@@ -284,7 +373,7 @@ def acceptance_decay(f: Facts) -> Claim | None:
 # the better one decides (its p doubled, Bonferroni over the two):
 # - within requests that cross W (request fixed effects: one hard prompt is not a cliff), with
 #   output position as a covariate (so a decay is not read as a cliff), errors cluster-robust over
-#   32-step blocks, the p-value multiplied by the cuts the change-point search tried;
+#   64-step blocks, the p-value multiplied by the cuts the change-point search tried;
 # - across requests: early commit length (output position < EARLY_POS) by prompt length, the
 #   largest drop over every cut against the same maximum with the requests shuffled (a
 #   permutation test that pays for the search).
@@ -296,22 +385,21 @@ MIN_EARLY_STEPS = 3  # early steps a request needs to count in the across-reques
 
 
 def _window_within(f: Facts, at: float, before: float) -> sig.Test:
-    t = f.acceptance_table
-    method = ("within-request OLS of commit length on [context > W] and output position "
-              "(request fixed effects), cluster-robust SE over 32-step blocks, p x "
+    t = _complete_steps(f.acceptance_table)
+    method = ("OLS of commit length on [context > W] and output position with request fixed "
+              "effects, SE inflated for serial correlation (Newey-West, 64 lags), p x "
               f"{COARSE_CUTS} cuts searched")
     if t is None or t.n < 40 or before <= 0:
         return sig.untestable(method + ": too few steps", MIN_WINDOW, "fraction")
-    x = np.column_stack([sig.within((t.context > at).astype(float), t.rid),
-                         sig.within(t.pos / 1000.0, t.rid)])
-    beta, se, _ = sig.cluster_ols(sig.within(t.commit, t.rid), x, sig.blocks(t.rid))
+    x = np.column_stack([(t.context > at).astype(float), t.pos / 1000.0])
+    beta, se, df = sig.fe_ols(t.commit, x, t.rid)
     one = sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_WINDOW,
-                     method=method, unit="fraction")
+                     method=method, unit="fraction", df=df)
     return dataclasses.replace(one, p=min(1.0, one.p * COARSE_CUTS))
 
 
 def _window_across(f: Facts) -> sig.Test:
-    t = f.acceptance_table
+    t = _complete_steps(f.acceptance_table)
     method = ("permutation test over requests of the largest drop of early commit length "
               "between prompt lengths")
     if t is None or t.n == 0:
@@ -393,8 +481,8 @@ def speculation_overhead(f: Facts) -> Claim | None:
         method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
         lr = sig.log_ratio_from_ci(f.split.tps_ratio, f.split_ci.tps_ratio) if f.split_ci else None
         test = (
-            sig.z_test(lr[0], lr[1], min_effect=MIN_OVERHEAD, method=method, unit="x",
-                       log_ratio=True)
+            sig.z_test(*_with_content(lr, 1, f), min_effect=MIN_OVERHEAD, unit="x",
+                       method=method + ", widened by the content variance", log_ratio=True)
             if lr else sig.untestable(method + ": no interval", MIN_OVERHEAD, "x")
         )
         return Claim(
@@ -454,8 +542,9 @@ def acceptance_low(f: Facts) -> Claim | None:
         lr = sig.log_ratio_from_ci(f.split.acceptance_factor, f.split_ci.acceptance_factor) \
             if f.split_ci else None
         test = (
-            sig.z_test(math.log(residual), lr[1], min_effect=MIN_LOW_RELATIVE, method=method,
-                       unit="x", log_ratio=True)
+            sig.z_test(*_with_content((math.log(residual), lr[1]), 2, f), unit="x",
+                       min_effect=MIN_LOW_RELATIVE, log_ratio=True,
+                       method=method + ", widened by the content variance of both prompts")
             if lr else sig.untestable(method + ": no interval", MIN_LOW_RELATIVE, "x")
         )
         return Claim(
@@ -598,6 +687,29 @@ def context_scaling(f: Facts) -> Claim | None:
 TWO_POINT_BIAS = 0.15
 
 
+def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
+    """With reliable steps: the window's own steps (tokens/s of the N2 requests past N1)
+    against the full generation's, both cluster-robust over 64-step blocks, plus one prompt's
+    content variance a side (normal). Without: the repeats' rates, over requests."""
+    method = "two-point window rate / context-adjusted full-generation rate"
+    w, mt = f.two_point_window, f.main_table
+    if w is not None and mt is not None and w.n >= 8 and mt.n >= 8:
+        se_w = sig.ratio_log_se(w.commit, w.step_s, sig.blocks(w.rid))
+        se_m = sig.ratio_log_se(mt.commit, mt.step_s, sig.blocks(mt.rid))
+        if se_w is not None and se_m is not None:
+            rate_w = float(w.commit.sum() / w.step_s.sum())
+            se = math.sqrt(se_w**2 + se_m**2 + 2 * _content_var(f))
+            return sig.z_test(
+                math.log(rate_w / full_adj), se, min_effect=TWO_POINT_BIAS, unit="x",
+                log_ratio=True,
+                method=f"{method}: z test on the log of the window's {w.n} steps vs the full "
+                f"generation's {mt.n}, cluster-robust over 64-step blocks, plus between-prompt "
+                "content variance a side",
+            )
+    return sig.two_sample_log(tp.rates, [full_adj], min_effect=TWO_POINT_BIAS, method=method,
+                              extra_var=_content_var(f))
+
+
 def two_point_bias(f: Facts) -> Claim | None:
     tp, h = f.two_point, f.headline
     if tp is None or h is None or not h.decode_tps or not f.main_label.startswith(
@@ -644,8 +756,7 @@ def two_point_bias(f: Facts) -> Claim | None:
         # a measurement bias, not a cause of the gap: no share of it (factor None)
         next="measure with the real generation length (full_generation), or move N1 past the "
         "warm-up region; report both numbers",
-        test=sig.two_sample_log(tp.rates, [full_adj], min_effect=TWO_POINT_BIAS,
-                                method="two-point rate / context-adjusted full-generation rate"),
+        test=_two_point_test(f, tp, full_adj),
     )
 
 
@@ -665,16 +776,17 @@ def _prefill_test(f: Facts, share: float) -> sig.Test:
                           min_effect=MIN_PREFILL_EXCESS, unit="share above 0.5",
                           method=f"one-sample t test of ttft/e2e over {shares.size} requests")
     mt = f.main_table
-    method = "z test of ttft/e2e, decode-time SE cluster-robust over 32-step blocks"
+    method = "z test of ttft/e2e, decode-time SE cluster-robust over 64-step blocks"
     if mt is not None and mt.n:
-        se_d = sig.ratio_log_se(mt.step_s, np.ones(mt.n), sig.blocks(mt.rid))
+        se_d = sig.ratio_log_se(mt.step_s, np.ones(mt.n), sig.blocks(mt.rid, split_short=True))
     else:  # steps unreliable: the gaps between chunks are the decode time's units
         gaps = [np.asarray(g, dtype=float) for g in f.main_chunk_gaps if len(g)]
         method += " (of chunk gaps: steps unreliable)"
         se_d = (
             sig.ratio_log_se(np.concatenate(gaps), np.ones(sum(g.size for g in gaps)),
                              sig.blocks(np.concatenate([np.full(g.size, i)
-                                                        for i, g in enumerate(gaps)])))
+                                                        for i, g in enumerate(gaps)]),
+                                        split_short=True))
             if gaps else None
         )
     if se_d is None:
@@ -751,6 +863,19 @@ RULES: tuple[Rule, ...] = (
 class Decisions:
     findings: list[Finding]  # reported, ranked
     not_reported: list[str]  # claims tested and not reported, each with why
+    tests: list[FindingTest]  # every claim's test and outcome
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _outcome(t: sig.Test, q: float) -> str:
+    if not math.isfinite(t.effect):
+        return "not testable"
+    if q > sig.ALPHA:
+        return "interval includes zero effect" if t.interval_includes_zero else "not significant"
+    return "reported" if t.material else "below minimum"
 
 
 def _test_evidence(t: sig.Test, q: float, m: int) -> list[Evidence]:
@@ -787,7 +912,15 @@ def decide(f: Facts) -> Decisions:
     qs = dict(zip((c.id for c in tested), sig.bh([c.test.p for c in tested]), strict=True))
     found: list[Finding] = []
     rejected: list[str] = []
+    records: list[FindingTest] = []
     for c in claims:
+        if c.test is not None:
+            t = c.test
+            records.append(FindingTest(
+                id=c.id, method=t.method, effect=_num(t.effect), ci=[_num(t.ci[0]), _num(t.ci[1])],
+                p=t.p, q=qs[c.id], min_effect=t.min_effect, unit=t.unit,
+                reported=_outcome(t, qs[c.id]) == "reported", outcome=_outcome(t, qs[c.id]),
+            ))
         if c.test is None:
             found.append(Finding(id=c.id, summary=c.summary, evidence=c.evidence, next=c.next,
                                  confidence=c.check_confidence, factor=c.factor))
@@ -801,7 +934,7 @@ def decide(f: Facts) -> Decisions:
             ))
         else:
             rejected.append(_why_not(c, q))
-    return Decisions(rank(found, f), rejected)
+    return Decisions(rank(found, f), rejected, records)
 
 
 def build_findings(f: Facts) -> list[Finding]:

@@ -9,7 +9,8 @@ reports a finding only when it is significant after that control AND its estimat
 minimum. Pure: numbers in, numbers out (numpy, scipy.stats).
 
 Steps of one generation are correlated (content comes in stretches), so step-level standard
-errors here are cluster-robust over blocks of consecutive steps within a request; effects that
+errors here are cluster-robust over blocks of consecutive steps within a request (Student t
+with clusters - 1 degrees of freedom where the clusters are few); effects that
 live between requests (two-point repeats, concurrency levels) are tested over requests.
 """
 
@@ -24,7 +25,7 @@ from scipy import stats
 
 ALPHA = 0.05  # false-discovery rate over one diagnosis's findings
 Z95 = float(stats.norm.ppf(0.975))
-BLOCK_STEPS = 32  # consecutive steps per cluster: longer than the correlation of step noise
+BLOCK_STEPS = 64  # consecutive steps per cluster: longer than content's stretches (~20 steps)
 PERMUTATIONS = 2000
 
 
@@ -98,15 +99,17 @@ def log_ratio_from_ci(point: float, ci: tuple[float, float]) -> tuple[float, flo
     return math.log(point), (math.log(hi) - math.log(lo)) / (2 * Z95)
 
 
-def blocks(groups: np.ndarray, block: int = BLOCK_STEPS) -> np.ndarray:
-    """Cluster ids: runs of `block` consecutive steps within each group (request), in order;
-    a group shorter than 4 blocks is cut into 4 (so that a short request still has spread)."""
+def blocks(groups: np.ndarray, block: int = BLOCK_STEPS, *, split_short: bool = False
+           ) -> np.ndarray:
+    """Cluster ids: runs of `block` consecutive steps within each group (request), in order. A
+    request shorter than a block is one cluster (its early-vs-late contrast is one draw); with
+    `split_short` it is cut into 4 instead (for totals, where only the spread matters)."""
     g = np.asarray(groups)
     out = np.empty(g.size, dtype=np.int64)
     nxt = 0
     for key in np.unique(g):
         idx = np.flatnonzero(g == key)
-        size = max(1, min(block, idx.size // 4))
+        size = max(1, min(block, idx.size // 4)) if split_short else block
         out[idx] = nxt + np.arange(idx.size) // size
         nxt = int(out[idx].max()) + 1 if idx.size else nxt
     return out
@@ -133,6 +136,57 @@ def cluster_ols(
     adj = (g / max(g - 1, 1)) * ((n - 1) / max(n - k, 1))
     cov = adj * bread @ meat @ bread
     return beta, np.sqrt(np.clip(np.diag(cov), 0, None)), int(g)
+
+
+def long_run_inflation(resid: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS
+                       ) -> float:
+    """Variance inflation of a mean from serial correlation within requests, the larger of two
+    estimates pooled over requests: 1 + 2 * the Bartlett-weighted residual autocorrelations up
+    to `max_lag` (Newey-West), and batch means (B x the variance of means of B consecutive
+    residuals / their variance, B = 8..64). At least 1. Content comes in stretches, so lag 1
+    alone understates it, and lag sums over short requests are biased low."""
+    r = np.asarray(resid, dtype=float)
+    g = np.asarray(groups)
+    parts = [r[g == key] - r[g == key].mean() for key in np.unique(g)]
+    den = sum(float(x @ x) for x in parts)
+    if den <= 0:
+        return 1.0
+    total = 0.0
+    for lag in range(1, max_lag + 1):
+        num = sum(float(x[lag:] @ x[:-lag]) for x in parts if x.size > lag)
+        total += (1 - lag / (max_lag + 1)) * num / den
+    n = sum(x.size for x in parts)
+    var = den / max(n - len(parts), 1)
+    # batch means: B x the variance of means of B consecutive steps, over the residual variance;
+    # less biased than the lag sums when the correlation is long and requests are short
+    batch = 1.0
+    for size in (8, 16, 32, 64):
+        means = [float(x[i:i + size].mean()) for x in parts for i in range(0, x.size - size + 1,
+                                                                           size)]
+        if len(means) >= 4 and var > 0:
+            batch = max(batch, size * float(np.mean(np.square(means))) / var)
+    return max(1.0, 1.0 + 2.0 * total, batch)
+
+
+def fe_ols(y: np.ndarray, x: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS
+           ) -> tuple[np.ndarray, np.ndarray, int]:
+    """OLS with request fixed effects (y and the columns of x demeaned within requests) and
+    standard errors inflated for serial correlation (long_run_inflation): (beta, se, residual
+    degrees of freedom)."""
+    g = np.asarray(groups)
+    yw = within(y, g)
+    xw = np.column_stack([within(c, g) for c in np.asarray(x, dtype=float).T])
+    beta, *_ = np.linalg.lstsq(xw, yw, rcond=None)
+    resid = yw - xw @ beta
+    df = int(yw.size - xw.shape[1] - np.unique(g).size)
+    if df < 2:
+        return beta, np.full(xw.shape[1], np.inf), max(df, 1)
+    try:
+        cov = float(resid @ resid) / df * np.linalg.inv(xw.T @ xw)
+    except np.linalg.LinAlgError:
+        return beta, np.full(xw.shape[1], np.inf), df
+    infl = long_run_inflation(resid, g, max_lag)
+    return beta, np.sqrt(np.clip(np.diag(cov), 0, None) * infl), df
 
 
 def within(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -164,13 +218,33 @@ def ratio_log_se(num: np.ndarray, den: np.ndarray, clusters: np.ndarray) -> floa
     return math.sqrt(var) / r
 
 
+def content_variance(values: np.ndarray, groups: np.ndarray, *, min_steps: int = 8) -> float:
+    """Between-request variance of log mean(values) beyond what within-request sampling
+    explains (method of moments, floored at 0): how much one prompt's content moves commit
+    length. A comparison of two single generations (two prompts) carries it once per side,
+    however many steps each has. 0 when fewer than 3 requests have `min_steps` steps."""
+    v = np.asarray(values, dtype=float)
+    g = np.asarray(groups)
+    logs, within_var = [], []
+    for key in np.unique(g):
+        x = v[g == key]
+        if x.size >= min_steps and x.mean() > 0:
+            logs.append(math.log(x.mean()))
+            within_var.append(float(x.var(ddof=1)) / (x.size * x.mean() ** 2))
+    if len(logs) < 3:
+        return 0.0
+    return max(0.0, float(np.var(logs, ddof=1)) - float(np.mean(within_var)))
+
+
 def two_sample_log(
-    a: Sequence[float], b: Sequence[float], *, min_effect: float, method: str, unit: str = "x"
+    a: Sequence[float], b: Sequence[float], *, min_effect: float, method: str, unit: str = "x",
+    extra_var: float = 0.0,
 ) -> Test:
     """Is the typical value of `a` above that of `b` (per-request rates, on the log scale)?
     Welch's t-test when both sides have >= 2 requests; when one side has a single request, its
     value is treated as one more draw from the other side's spread (a prediction-interval t
-    test, conservative: a long single request varies less than a short repeat)."""
+    test, conservative: a long single request varies less than a short repeat). `extra_var` is
+    added to the log difference's variance (content variance the samples cannot show)."""
     la = np.log([v for v in a if v and v > 0])
     lb = np.log([v for v in b if v and v > 0])
     if la.size == 0 or lb.size == 0 or la.size + lb.size < 3:
@@ -189,6 +263,9 @@ def two_sample_log(
         df = many.size - 1
         name = (f"prediction t-test on log rates ({la.size} vs {lb.size} requests; the single "
                 "one judged against the other side's spread)")
+    if extra_var > 0:
+        se = math.sqrt(se * se + extra_var)
+        name += f", plus between-prompt content variance {extra_var:.4f} (log scale)"
     return z_test(est, se, min_effect=min_effect, method=f"{method}: {name}", unit=unit,
                   log_ratio=True, df=df)
 
