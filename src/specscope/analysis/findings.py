@@ -190,23 +190,23 @@ def _complete_steps(t: StepTable | None) -> StepTable | None:
     return type(t)(t.commit[keep], t.step_s[keep], t.context[keep], t.pos[keep], t.rid[keep])
 
 
-CONTENT_POS = 48  # the first tokens of every request: where prompts differ but decay has not begun
-
-
 def _content_var(f: Facts) -> float:
-    """Between-prompt variance of log commit length in this run, from every request's first
-    CONTENT_POS output tokens (so a decay or a long generation is not read as content);
-    0 when not estimable."""
+    """Between-prompt variance of log commit length in this run, over every request's complete
+    steps with the fitted shape (decay, window cliff) divided out, so that a decay or a cliff is
+    not read as content; 0 when not estimable."""
     t = _complete_steps(f.acceptance_table)
     if t is None or not t.n:
         return 0.0
-    early = t.pos < CONTENT_POS
-    commit = t.commit
+    fitted = np.full(t.n, float(t.commit.mean()))
     a = f.acc_fit
+    if a is not None and a.decay is not None:
+        d = a.decay
+        col = t.pos / 1000.0 if d.kind == "linear" else (t.pos > (d.at or 0)).astype(float)
+        fitted = fitted + d.coef * (col - col.mean())
     if a is not None and a.window is not None and a.window.at is not None:
-        # a window cliff is not content: the fitted cliff is added back above the window
-        commit = commit - a.window.coef * (t.context > a.window.at)
-    return sig.content_variance(commit[early], t.rid[early], min_steps=4)
+        col = (t.context > a.window.at).astype(float)
+        fitted = fitted + a.window.coef * (col - col.mean())
+    return sig.content_variance(t.commit, t.rid, fitted=fitted)
 
 
 def _with_content(lr: tuple[float, float], sides: int, f: Facts) -> tuple[float, float]:
