@@ -484,6 +484,7 @@ def analyze(
     table = StepTable.of(all_steps) if all_steps else None
     mt = StepTable.of(main_steps) if main_steps else None
     facts.main_table = mt
+    facts.step_table = table
     facts.main_prefill_shares = [r.ttft_s / r.e2e_s for r in m.main if r.ttft_s and r.e2e_s]
     facts.main_chunk_gaps = [
         list(np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9) for r in m.main

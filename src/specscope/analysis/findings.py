@@ -39,7 +39,7 @@ from specscope.analysis.acceptance import (
 from specscope.analysis.decompose import Decomposition, Split, SplitCI
 from specscope.analysis.model import Evidence, Finding, FindingTest
 from specscope.analysis.speculation import SpeculationState
-from specscope.analysis.steptime import DRIFT_MIN_SHARE, DriftTest, StepTimeFit
+from specscope.analysis.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK, DriftTest, StepTimeFit
 
 if TYPE_CHECKING:  # the step columns diagnosis.py builds (imported for types only: no cycle)
     from specscope.analysis.diagnosis import StepTable
@@ -101,6 +101,7 @@ class Facts:
     # the samples the tests run on
     acceptance_table: StepTable | None = None  # steps of the decay / window search (all)
     main_table: StepTable | None = None  # reliable steps of the main requests
+    step_table: StepTable | None = None  # the steps of the step-time fit (concurrency 1)
     two_point_window: StepTable | None = None  # steps of the two-point N2 requests past N1
     main_prefill_shares: list[float] = field(default_factory=list)  # ttft / e2e per main request
     main_chunk_gaps: list[list[float]] = field(default_factory=list)  # s between chunks, per request
@@ -259,6 +260,7 @@ def chunk_coalescing(f: Facts) -> Claim | None:
 # linear fall; the best one decides, its p multiplied by the shapes tried (Bonferroni).
 MIN_DECAY = 0.10
 DECAY_CUTS = (64, 128, 256, 512, 1024)
+DECAY_SHAPES = len(DECAY_CUTS) + 1  # the steps and the linear fall
 
 
 @dataclass(frozen=True)
@@ -305,7 +307,7 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
         beta, se, df = sig.fe_ols(t.commit, np.column_stack([above.astype(float), *extra]),
                                   t.rid)
         test = sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_DECAY,
-                          unit="fraction", df=df,
+                          unit="fraction", df=df, tests=DECAY_SHAPES,
                           method=f"{method}: step after output position {cut}")
         shapes.append(_DecayShape(test, "step", float(cut), before, before + float(beta[0])))
     if span > 0:
@@ -315,16 +317,12 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
             scale = span / 1000.0 / level
             test = sig.z_test(
                 -float(beta[0]) * scale, float(se[0]) * scale, min_effect=MIN_DECAY,
-                unit="fraction", df=df,
+                unit="fraction", df=df, tests=DECAY_SHAPES,
                 method=f"{method}: linear, relative drop over {span:.0f} output tokens")
             shapes.append(_DecayShape(test, "linear", None, level, level * (1 - test.effect)))
     if not shapes:
         return None
-    best = min(shapes, key=lambda d: d.test.p)
-    tried = len(shapes)
-    return dataclasses.replace(best, test=dataclasses.replace(
-        best.test, p=min(1.0, best.test.p * tried),
-        method=best.test.method + f" (best of {tried} shapes, p x {tried})"))
+    return min(shapes, key=lambda d: d.test.p)
 
 
 def acceptance_decay(f: Facts) -> Claim | None:
@@ -387,15 +385,14 @@ MIN_EARLY_STEPS = 3  # early steps a request needs to count in the across-reques
 def _window_within(f: Facts, at: float, before: float) -> sig.Test:
     t = _complete_steps(f.acceptance_table)
     method = ("OLS of commit length on [context > W] and output position with request fixed "
-              "effects, SE inflated for serial correlation (Newey-West, 64 lags), p x "
-              f"{COARSE_CUTS} cuts searched")
+              "effects, SE inflated for serial correlation (Newey-West, 64 lags)")
     if t is None or t.n < 40 or before <= 0:
         return sig.untestable(method + ": too few steps", MIN_WINDOW, "fraction")
     x = np.column_stack([(t.context > at).astype(float), t.pos / 1000.0])
     beta, se, df = sig.fe_ols(t.commit, x, t.rid)
-    one = sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_WINDOW,
-                     method=method, unit="fraction", df=df)
-    return dataclasses.replace(one, p=min(1.0, one.p * COARSE_CUTS))
+    # the cut was searched over COARSE_CUTS candidates, and this is one of two tests
+    return sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_WINDOW,
+                      method=method, unit="fraction", df=df, tests=2 * COARSE_CUTS)
 
 
 def _window_across(f: Facts) -> sig.Test:
@@ -417,7 +414,7 @@ def _window_across(f: Facts) -> sig.Test:
         return sig.untestable(method + ": one prompt length", MIN_WINDOW, "fraction")
     cut, _, p = res
     two = sig.two_sample_log(mv[pr <= cut], mv[pr > cut], min_effect=1 / (1 - MIN_WINDOW) - 1,
-                             method="drop at the cut")
+                             method="drop at the cut", tests=2 * max(1, np.unique(pr).size - 1))
 
     def drop(ratio_minus_1: float) -> float:  # below/above - 1 -> 1 - above/below
         return 1 - 1 / (1 + ratio_minus_1) if ratio_minus_1 > -1 else float("-inf")
@@ -431,9 +428,10 @@ def _window_across(f: Facts) -> sig.Test:
 
 
 def _window_test(f: Facts, at: float, before: float) -> sig.Test:
-    best = min((_window_within(f, at, before), _window_across(f)), key=lambda x: x.p)
-    return dataclasses.replace(best, p=min(1.0, 2 * best.p),
-                               method=best.method + " (the better of two tests, p x 2)")
+    across = _window_across(f)
+    across = dataclasses.replace(across, p=min(1.0, 2 * across.p))  # one of two tests
+    best = min((_window_within(f, at, before), across), key=lambda x: x.p)
+    return dataclasses.replace(best, method=best.method + " (the better of two tests)")
 
 
 def draft_window(f: Facts) -> Claim | None:
@@ -582,17 +580,46 @@ def acceptance_low(f: Facts) -> Claim | None:
 # that it moves tps by < 10%, inside run-to-run variation of real services).
 
 
+def _fit_se(f: Facts) -> tuple[dict[str, float], int] | None:
+    """Cluster-robust (64-step blocks) standard errors of the step-time fit's coefficients in
+    s/token, from its residuals (significance.huber_sandwich); None when the steps are gone."""
+    fit, t = f.step_fit, f.step_table
+    if fit is None or t is None or not t.n:
+        return None
+    ok = np.isfinite(t.step_s) & np.isfinite(t.context) & (t.step_s > 0)
+    if int(ok.sum()) != fit.residuals.size or np.std(t.context[ok]) == 0:
+        return None
+    cols, names = [np.ones(int(ok.sum())), t.context[ok] / KTOK], ["s0", "per_context_token"]
+    if fit.per_output_token is not None:
+        cols.append(t.pos[ok] / KTOK)
+        names.append("per_output_token")
+    if fit.per_commit_token is not None:
+        cols.append(t.commit[ok])
+        names.append("per_commit_token")
+    se, g = sig.huber_sandwich(np.column_stack(cols), fit.residuals, HUBER_K * fit.sigma,
+                               sig.blocks(t.rid[ok]))
+    per = {"per_context_token": KTOK, "per_output_token": KTOK}
+    return {n: float(v) / per.get(n, 1.0) for n, v in zip(names, se, strict=True)}, g
+
+
 def step_time_drift(f: Facts) -> Claim | None:
     dr, fit = f.drift, f.step_fit
     if dr is None or fit is None:
         return None
     se_slope = (dr.ci[1] - dr.ci[0]) / (2 * sig.Z95)
+    method = ("robust (Huber) regression slope of step time on output position at fixed "
+              f"context, SE inflated for autocorrelation (rho={fit.autocorr:.2f})")
+    df = None
+    robust = _fit_se(f)
+    if robust is not None and "per_output_token" in robust[0]:
+        # the larger of the model-based and the cluster-robust error: neither alone is safe
+        se_slope = max(se_slope, robust[0]["per_output_token"])
+        df = robust[1] - 1
+        method += " or cluster-robust over 64-step blocks (sandwich), the larger"
     scale = dr.span_tokens / dr.mean_step_s if dr.mean_step_s > 0 else float("nan")
     test = sig.z_test(
         dr.share, se_slope * scale, min_effect=DRIFT_MIN_SHARE, unit="fraction of the mean step",
-        method="robust (Huber) regression slope of step time on output position at fixed "
-        f"context, SE inflated for autocorrelation (rho={fit.autocorr:.2f}); effect = drift "
-        "over the generation / mean step",
+        method=method + "; effect = drift over the generation / mean step", df=df,
     )
     return Claim(
         id="step_time_drift",
@@ -631,9 +658,13 @@ def context_scaling(f: Facts) -> Claim | None:
     if fit is None:
         return None
     se = fit.se.get("per_context_token", float("inf"))
-    z = fit.per_context_token / se if se > 0 and math.isfinite(se) else 0.0
     method = "robust (Huber) regression slope of step time on context, SE inflated for " \
         "autocorrelation"
+    robust = _fit_se(f)
+    if robust is not None:
+        se = max(se, robust[0]["per_context_token"])
+        method += " or cluster-robust over 64-step blocks (sandwich), the larger"
+    z = fit.per_context_token / se if se > 0 and math.isfinite(se) else 0.0
     factor = _family_factors(f).get("context_scaling")
     if fit.identifiable is False and f.growth_along_generation is not None:
         g = f.growth_along_generation

@@ -65,11 +65,13 @@ def _finite(*xs: float) -> bool:
 
 def z_test(
     estimate: float, se: float, *, min_effect: float, method: str, unit: str = "",
-    log_ratio: bool = False, df: float | None = None,
+    log_ratio: bool = False, df: float | None = None, tests: int = 1,
 ) -> Test:
     """One-sided test of `estimate` > 0 with standard error `se` (normal, or Student t with
     `df` degrees of freedom). With `log_ratio`, estimate, se and the interval are on the log
-    scale and reported as ratio - 1 (min_effect is a ratio - 1 too)."""
+    scale and reported as ratio - 1 (min_effect is a ratio - 1 too). `tests` > 1: the estimate
+    is the best of that many tried (a searched change point, a chosen shape): p is multiplied
+    by it and the interval is the simultaneous one (Bonferroni), so both pay for the search."""
     if not _finite(estimate, se) or se < 0:
         return untestable(method + " (no spread to test against)", min_effect, unit)
     if se == 0:  # identical repeats: the measurement has no noise to test against
@@ -79,9 +81,11 @@ def z_test(
                     0.0 if estimate > 0 else 1.0, min_effect, unit, None,
                     1.0 if estimate >= floor else 0.0)
     dist = stats.t(df) if df is not None and df >= 1 else stats.norm
-    crit = float(dist.ppf(0.975))
+    crit = float(dist.ppf(1 - 0.025 / tests))
     stat = estimate / se
-    p = float(dist.sf(stat))
+    p = min(1.0, float(dist.sf(stat)) * tests)
+    if tests > 1:
+        method += f" (best of {tests} tried: p x {tests}, simultaneous interval)"
     lo, hi = estimate - crit * se, estimate + crit * se
     floor = math.log1p(min_effect) if log_ratio else min_effect
     p_mat = float(dist.cdf((estimate - floor) / se))
@@ -200,6 +204,29 @@ def within(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return v - (sums / np.maximum(counts, 1))[inv]
 
 
+def huber_sandwich(x: np.ndarray, resid: np.ndarray, scale: float, clusters: np.ndarray
+                   ) -> tuple[np.ndarray, int]:
+    """Cluster-robust (CR1) standard errors of a Huber regression's coefficients, from its
+    design, residuals and tuning scale (k * sigma): (se, number of clusters). The model-based
+    errors of a robust fit assume independent, light-tailed noise; stalls, spikes and
+    correlated jitter are neither."""
+    x = np.asarray(x, dtype=float)
+    r = np.asarray(resid, dtype=float)
+    inside = np.abs(r) <= scale
+    psi = np.clip(r, -scale, scale)
+    try:
+        bread = np.linalg.inv(x.T @ (x * inside[:, None]))
+    except np.linalg.LinAlgError:
+        return np.full(x.shape[1], np.inf), 0
+    uniq, inv = np.unique(np.asarray(clusters), return_inverse=True)
+    scores = np.zeros((uniq.size, x.shape[1]))
+    np.add.at(scores, inv, x * psi[:, None])
+    g, n, k = uniq.size, r.size, x.shape[1]
+    adj = (g / max(g - 1, 1)) * ((n - 1) / max(n - k, 1))
+    cov = adj * bread @ (scores.T @ scores) @ bread
+    return np.sqrt(np.clip(np.diag(cov), 0, None)), int(g)
+
+
 def ratio_log_se(num: np.ndarray, den: np.ndarray, clusters: np.ndarray) -> float | None:
     """Standard error of log(sum num / sum den) (a rate such as tokens/s or tokens/step),
     linearised and cluster-robust over `clusters`."""
@@ -249,7 +276,7 @@ def content_variance(values: np.ndarray, groups: np.ndarray, *, fitted: np.ndarr
 
 def two_sample_log(
     a: Sequence[float], b: Sequence[float], *, min_effect: float, method: str, unit: str = "x",
-    extra_var: float = 0.0,
+    extra_var: float = 0.0, tests: int = 1,
 ) -> Test:
     """Is the typical value of `a` above that of `b` (per-request rates, on the log scale)?
     Welch's t-test when both sides have >= 2 requests; when one side has a single request, its
@@ -278,7 +305,7 @@ def two_sample_log(
         se = math.sqrt(se * se + extra_var)
         name += f", plus between-prompt content variance {extra_var:.4f} (log scale)"
     return z_test(est, se, min_effect=min_effect, method=f"{method}: {name}", unit=unit,
-                  log_ratio=True, df=df)
+                  log_ratio=True, df=df, tests=tests)
 
 
 def max_split_permutation(
