@@ -478,6 +478,13 @@ def speculation_overhead(f: Facts) -> Claim | None:
     if _plain_baseline(f) and f.split is not None and h is not None:
         method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
         lr = sig.log_ratio_from_ci(f.split.tps_ratio, f.split_ci.tps_ratio) if f.split_ci else None
+        if lr is None and f.split.tps_ratio > 0:
+            # one request a side: the observed decode time's spread, taken for both sides
+            se_t = _decode_time_log_se(f)
+            if se_t is not None:
+                lr = (math.log(f.split.tps_ratio), math.sqrt(2.0) * se_t)
+                method = ("tps ratio plain/speculative, one request a side: z on the log with "
+                          "the observed decode time's block SE for both sides")
         test = (
             sig.z_test(*_with_content(lr, 1, f), min_effect=MIN_OVERHEAD, unit="x",
                        method=method + ", widened by the content variance", log_ratio=True)
@@ -799,6 +806,20 @@ PREFILL_SHARE = 0.5
 MIN_PREFILL_EXCESS = 0.05
 
 
+def _decode_time_log_se(f: Facts) -> float | None:
+    """Relative standard error of the main requests' decode time: over their steps, or over the
+    gaps between chunks when steps are unreliable (cluster-robust over blocks)."""
+    mt = f.main_table
+    if mt is not None and mt.n:
+        return sig.ratio_log_se(mt.step_s, np.ones(mt.n), sig.blocks(mt.rid, split_short=True))
+    gaps = [np.asarray(g, dtype=float) for g in f.main_chunk_gaps if len(g)]
+    if not gaps:
+        return None
+    ids = np.concatenate([np.full(g.size, i) for i, g in enumerate(gaps)])
+    return sig.ratio_log_se(np.concatenate(gaps), np.ones(ids.size),
+                            sig.blocks(ids, split_short=True))
+
+
 def _prefill_test(f: Facts, share: float) -> sig.Test:
     shares = np.asarray(f.main_prefill_shares, dtype=float)
     if shares.size >= 3:
@@ -806,20 +827,10 @@ def _prefill_test(f: Facts, share: float) -> sig.Test:
         return sig.z_test(float(shares.mean()) - PREFILL_SHARE, se, df=shares.size - 1,
                           min_effect=MIN_PREFILL_EXCESS, unit="share above 0.5",
                           method=f"one-sample t test of ttft/e2e over {shares.size} requests")
-    mt = f.main_table
     method = "z test of ttft/e2e, decode-time SE cluster-robust over 64-step blocks"
-    if mt is not None and mt.n:
-        se_d = sig.ratio_log_se(mt.step_s, np.ones(mt.n), sig.blocks(mt.rid, split_short=True))
-    else:  # steps unreliable: the gaps between chunks are the decode time's units
-        gaps = [np.asarray(g, dtype=float) for g in f.main_chunk_gaps if len(g)]
+    se_d = _decode_time_log_se(f)
+    if f.main_table is None or not f.main_table.n:
         method += " (of chunk gaps: steps unreliable)"
-        se_d = (
-            sig.ratio_log_se(np.concatenate(gaps), np.ones(sum(g.size for g in gaps)),
-                             sig.blocks(np.concatenate([np.full(g.size, i)
-                                                        for i, g in enumerate(gaps)]),
-                                        split_short=True))
-            if gaps else None
-        )
     if se_d is None:
         return sig.untestable(method + ": no decode time", MIN_PREFILL_EXCESS)
     return sig.z_test(share - PREFILL_SHARE, share * (1 - share) * se_d,
