@@ -191,23 +191,27 @@ def _complete_steps(t: StepTable | None) -> StepTable | None:
     return type(t)(t.commit[keep], t.step_s[keep], t.context[keep], t.pos[keep], t.rid[keep])
 
 
+CONTENT_POS = 64  # the output positions every request is compared over
+
+
 def _content_var(f: Facts) -> float:
-    """Between-prompt variance of log commit length in this run, over every request's complete
-    steps with the fitted shape (decay, window cliff) divided out, so that a decay or a cliff is
-    not read as content; 0 when not estimable."""
+    """Between-prompt variance of log commit length in this run, over the same first
+    CONTENT_POS output tokens of every request that generated that many (so a decay, the same
+    in every request, is not read as content), the fitted window cliff divided out; 0 when not
+    estimable."""
     t = _complete_steps(f.acceptance_table)
     if t is None or not t.n:
         return 0.0
     fitted = np.full(t.n, float(t.commit.mean()))
     a = f.acc_fit
-    if a is not None and a.decay is not None:
-        d = a.decay
-        col = t.pos / 1000.0 if d.kind == "linear" else (t.pos > (d.at or 0)).astype(float)
-        fitted = fitted + d.coef * (col - col.mean())
     if a is not None and a.window is not None and a.window.at is not None:
         col = (t.context > a.window.at).astype(float)
         fitted = fitted + a.window.coef * (col - col.mean())
-    return sig.content_variance(t.commit, t.rid, fitted=fitted)
+    ends = {int(r): float(np.max(t.pos[t.rid == r] + t.commit[t.rid == r])) for r in
+            np.unique(t.rid)}
+    long_enough = np.asarray([ends[int(r)] >= CONTENT_POS for r in t.rid])
+    sel = long_enough & (t.pos < CONTENT_POS - float(t.commit.max()))
+    return sig.content_variance(t.commit[sel], t.rid[sel], fitted=fitted[sel], min_steps=4)
 
 
 def _with_content(lr: tuple[float, float], sides: int, f: Facts) -> tuple[float, float]:

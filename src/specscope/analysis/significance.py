@@ -27,6 +27,7 @@ ALPHA = 0.05  # false-discovery rate over one diagnosis's findings
 Z95 = float(stats.norm.ppf(0.975))
 BLOCK_STEPS = 64  # consecutive steps per cluster: longer than content's stretches (~20 steps)
 PERMUTATIONS = 2000
+CONTENT_UPPER = 0.25  # content variance: its 75% upper bound (chi-square lower tail 0.25)
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,7 @@ def content_variance(values: np.ndarray, groups: np.ndarray, *, fitted: np.ndarr
     """Between-request variance of log mean(values / fitted) beyond what within-request
     sampling explains (method of moments, within-request variance inflated for serial
     correlation, floored at 0): how much one prompt's content moves commit length once the
-    fitted shape (decay, window) is divided out (a 90% upper bound: conservative). A comparison of two single generations (two
+    fitted shape (decay, window) is divided out (a 75% upper bound: conservative). A comparison of two single generations (two
     prompts) carries it once per side, however many steps each has. 0 when fewer than 3
     requests have `min_steps` steps."""
     v = np.asarray(values, dtype=float)
@@ -267,10 +268,10 @@ def content_variance(values: np.ndarray, groups: np.ndarray, *, fitted: np.ndarr
         x = v[g == key]
         logs.append(math.log(x.mean()))
         within_var.append(infl * float(x.var(ddof=1)) / (x.size * x.mean() ** 2))
-    # the 90% upper confidence bound of the spread (chi-square), not its point estimate: with
+    # the 75% upper confidence bound of the spread (chi-square), not its point estimate: with
     # ~10 requests the point estimate is 0 a third of the time when the truth is not
     k = len(logs)
-    upper = float(np.var(logs, ddof=1)) * (k - 1) / float(stats.chi2.ppf(0.10, k - 1))
+    upper = float(np.var(logs, ddof=1)) * (k - 1) / float(stats.chi2.ppf(CONTENT_UPPER, k - 1))
     return max(0.0, upper - float(np.mean(within_var)))
 
 
