@@ -129,6 +129,10 @@ def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path
                   "draft_window"):
         assert wrong not in ids, ids
     assert obj["mean_commit_len"] > 4.0
+    # every claim tested is in the JSON with its outcome; none of the wrong ones was reported
+    tested = {t["id"]: t for t in obj["finding_tests"]}
+    assert "two_point_bias" in tested and not tested["two_point_bias"]["reported"]
+    assert all(t["reported"] == (t["id"] in ids) for t in tested.values())
     run_dir = Path(obj["run_dir"])
     formats = {json.loads(line)["format"] for line in (run_dir / "telemetry.jsonl").open()}
     assert "prometheus" in formats and len(formats) > 1  # the run-scoped delta and the log lines

@@ -225,3 +225,19 @@ def test_bursts_survive_tenfold_step_time_variation_and_stalls():
     r = reconstruct_steps(trace(chunks, source="events"), max_commit_len=5)
     assert r.method == "burst" and r.reliable, r.reason
     assert [s.commit_len for s in r.steps] == commits
+
+
+def test_one_late_read_among_many_steps_is_a_note_not_coalescing():
+    """A loaded client reads two step events together once in 150 steps: the other steps are
+    intact, so the request stays reliable (the merge is noted); a stream that merges often is
+    still coalescing."""
+    commits = [3, 5, 2, 8, 4, 6] * 25
+    merged = per_step(commits)
+    merged[40:42] = [(merged[41][0], merged[40][1] + merged[41][1])]  # 8 + 4 = 12 > max 8
+    r = reconstruct_steps(trace(merged), max_commit_len=8)
+    assert r.reliable, r.reason
+    assert any("max commit length" in n for n in r.notes)
+    often = per_step(commits)
+    for i in range(100, 3, -6):  # every sixth pair merged
+        often[i - 1:i + 1] = [(often[i][0], often[i - 1][1] + often[i][1])]
+    assert not reconstruct_steps(trace(often), max_commit_len=8).reliable

@@ -169,3 +169,36 @@ def test_simulated_numbers_stay_in_range(context, verified, batch, pos, seed, na
     assert s >= 0 and math.isfinite(s)
     k = accepted_drafts(sc, pos, context, rng)
     assert 0 <= k <= sc.acceptance.max_drafts
+
+
+def _noisy(**tables):
+    sc = load_scenario("healthy")
+    return sc.model_copy(update={k: getattr(sc, k).model_copy(update=v) for k, v in tables.items()})
+
+
+def test_realistic_noise_options_are_off_by_default_and_change_nothing():
+    sc = load_scenario("healthy")
+    assert sc.acceptance.request_sigma == sc.acceptance.stretch_sigma == 0.0
+    assert sc.step.noise_rho == 0.0 and sc.faults.stall_prob == 0.0
+    # explicit zeros draw exactly what the defaults draw
+    same = _noisy(acceptance={"request_sigma": 0.0}, step={"noise_rho": 0.0})
+    assert list(simulate_request(sc, 512, 200, seed=3)) == list(simulate_request(same, 512, 200, 3))
+
+
+def test_content_dependent_acceptance_varies_between_requests():
+    def request_means(sc):
+        return [np.mean([k for k, _ in simulate_request(sc, 512, 400, seed=s)]) for s in range(30)]
+
+    plain = np.std(request_means(load_scenario("healthy")))
+    noisy = np.std(request_means(_noisy(acceptance={"request_sigma": 0.6})))
+    assert noisy > 2 * plain
+
+
+def test_correlated_step_noise_and_stalls():
+    sc = _noisy(step={"noise_sigma": 0.2, "noise_rho": 0.8})
+    logs = np.log([s for _, s in simulate_request(sc, 512, 2000, seed=1)])
+    r = logs - logs.mean()
+    assert float(r[1:] @ r[:-1] / (r @ r)) > 0.5
+    stalled = _noisy(faults={"stall_prob": 1.0, "stall_s": 1.0})
+    steps = [s for _, s in simulate_request(stalled, 512, 300, seed=2)]
+    assert sum(s > 0.9 for s in steps) == 1

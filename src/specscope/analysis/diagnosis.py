@@ -22,10 +22,10 @@ import numpy as np
 from specscope.analysis import acceptance as acc
 from specscope.analysis import facts as fx
 from specscope.analysis import serving
-from specscope.analysis.findings import Facts, build_findings, draft_coverage, rank
+from specscope.analysis.findings import Facts, decide
 from specscope.analysis.headline import Headline
 from specscope.analysis.measure import measure, records, server_step_tables, step_tables
-from specscope.analysis.model import Analysis, Finding
+from specscope.analysis.model import Analysis
 from specscope.analysis.series import build_series, plain
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
@@ -35,15 +35,6 @@ from specscope.trace.model import Run
 def _median(xs: list[float | None]) -> float | None:
     v = [x for x in xs if x is not None]
     return float(np.median(v)) if v else None
-
-
-def _draft_coverage(head: Headline | None, facts: Facts) -> list[Finding]:
-    if head is None or head.share_counts is None:
-        return []
-    drafted, steps = head.share_counts
-    return draft_coverage(drafted, steps, head.mean_commit_len,
-                          head.mean_commit_len_per_drafted_step, head.decode_tps,
-                          source=head.share_source or "", speculation=facts.speculation)
 
 
 def _headline_fields(out: Analysis, head: Headline | None) -> None:
@@ -60,6 +51,16 @@ def _headline_fields(out: Analysis, head: Headline | None) -> None:
                 "drafted_step_share", "mean_step_s_source", "decode_tps_ci",
                 "mean_commit_len_ci", "mean_step_s_ci", "ttft_s_ci", "interval_method"):
         setattr(out, key, fields[key])
+
+
+def _coverage(head: Headline | None) -> dict:
+    """The draft-coverage counts of the headline, as Facts fields."""
+    if head is None or head.share_counts is None:
+        return {}
+    drafted, steps = head.share_counts
+    return {"drafted_steps": drafted, "verify_steps": steps,
+            "per_drafted_step": head.mean_commit_len_per_drafted_step,
+            "coverage_source": head.share_source or ""}
 
 
 def analyze(
@@ -110,7 +111,8 @@ def analyze(
             out.notes.extend(shape.notes)
             out.notes.append(f"acceptance shape from {server.source} (client steps unreliable)")
     tp = fx.two_point_facts(m, st.fit, mt)
-    conc = fx.concurrency_points(m)
+    samples = fx.concurrency_samples(m)
+    conc = fx.concurrency_points(m, samples)
     base = None
     if baseline is not None:
         base = fx.baseline_facts(baseline, measure(baseline, None, seed=seed), m, seed=seed)
@@ -156,8 +158,20 @@ def analyze(
         flavor=run.info.flavor,
         speculation=speculation,
         baseline_speculation=base.speculation if base else None,
+        concurrency_samples=samples,
+        acceptance_table=shape.table,
+        main_table=mt,
+        step_table=table,
+        two_point_window=tp.window,
+        main_prefill_shares=[r.ttft_s / r.e2e_s for r in m.main if r.ttft_s and r.e2e_s],
+        main_chunk_gaps=[list(np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9)
+                         for r in m.main],
+        **_coverage(m.head),
     )
-    out.findings = rank([*build_findings(facts), *_draft_coverage(m.head, facts)], facts)
+    decisions = decide(facts)
+    out.findings = decisions.findings
+    out.notes.extend(decisions.not_reported)
+    out.finding_tests = decisions.tests
     if not out.findings:
         out.no_finding_reason = _no_finding_reason(facts)
     return out

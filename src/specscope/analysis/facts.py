@@ -109,6 +109,7 @@ class AcceptanceShape:
     window_cost: float | None = None
     decay_cost: float | None = None
     notes: tuple[str, ...] = ()
+    table: StepTable | None = None  # the steps the search ran on (the findings' tests use them)
 
 
 def acceptance_shape(table: StepTable, mt: StepTable | None, *, source: str) -> AcceptanceShape:
@@ -120,7 +121,7 @@ def acceptance_shape(table: StepTable, mt: StepTable | None, *, source: str) -> 
     keep[list(last_of.values())] = False
     a_fit = acc.fit_acceptance(table.commit[keep], table.context[keep], table.pos[keep])
     if a_fit is None or mt is None or not mt.n:
-        return AcceptanceShape(fit=a_fit, source=source)
+        return AcceptanceShape(fit=a_fit, source=source, table=table)
     L_main = float(mt.commit.mean())
     window_cost = decay_cost = None
     if a_fit.window_present and a_fit.window is not None and L_main > 0:
@@ -141,7 +142,7 @@ def acceptance_shape(table: StepTable, mt: StepTable | None, *, source: str) -> 
             beta, *_ = np.linalg.lstsq(x, table.commit[early], rcond=None)
             start = float(max(beta[0], table.commit[early].mean()))
         decay_cost = start / (L_main * (window_cost or 1.0))
-    return AcceptanceShape(a_fit, source, window_cost, decay_cost, tuple(a_fit.notes))
+    return AcceptanceShape(a_fit, source, window_cost, decay_cost, tuple(a_fit.notes), table)
 
 
 def two_point(ok: tuple[RequestTrace, ...]) -> tuple[TwoPoint | None, list[RequestTrace]]:
@@ -175,6 +176,7 @@ def two_point(ok: tuple[RequestTrace, ...]) -> tuple[TwoPoint | None, list[Reque
             decode_tps=(k2 - k1) / (t2 - t1),
             repeats=min(len(n1), len(n2)),
             spread=spread,
+            rates=tuple(per),
         ),
         n2,
     )
@@ -186,16 +188,19 @@ class TwoPointFacts:
     window_step_s: float | None = None  # mean step time inside the two-point window
     context_factor: float | None = None  # expected step full / two-point (context only)
     honeymoon: acc.Honeymoon | None = None
+    window: StepTable | None = None  # the N2 requests' steps past N1
 
 
 def two_point_facts(m: Measured, fit: stm.StepTimeFit | None, mt: StepTable | None
                     ) -> TwoPointFacts:
     tp, n2 = two_point(m.ok)
     window_step_s = context_factor = None
+    window = None
     if tp is not None:
         win = [s for s in m.reliable_steps(n2) if s.output_pos >= tp.n1]
         if win:
             window_step_s = float(np.mean([s.step_s for s in win]))
+            window = StepTable.of(win)
     if tp is not None and fit is not None and mt is not None and mt.n:
         # the two-point may sit at another context than the full generation: what the context
         # term alone predicts for the ratio of their step times (not a bias; allowed for)
@@ -208,21 +213,32 @@ def two_point_facts(m: Measured, fit: stm.StepTimeFit | None, mt: StepTable | No
     if mt is not None and mt.n:
         start, width = (tp.n1, tp.n2 - tp.n1) if tp else (0, HONEYMOON_DEFAULT_WINDOW)
         honeymoon = acc.honeymoon(mt.commit, mt.step_s, mt.pos, window_tokens=width, start=start)
-    return TwoPointFacts(tp, window_step_s, context_factor, honeymoon)
+    return TwoPointFacts(tp, window_step_s, context_factor, honeymoon, window)
 
 
-def concurrency_points(m: Measured) -> tuple[tuple[int, float, float | None], ...]:
-    """(concurrency, mean per-request decode tps, mean reliable step time) per sweep point."""
+def concurrency_samples(m: Measured) -> dict[int, list[float]]:
+    """Per-request decode tps per concurrency-sweep point (the batching test's samples)."""
     conc: dict[int, list[RequestTrace]] = {}
     for r in m.ok:
         if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP:
             conc.setdefault(concurrency_of(r), []).append(r)
-    out = []
+    out = {}
     for c, rs in sorted(conc.items()):
         tps = [w[0] / w[1] for w in (r.decode_window() for r in rs) if w]
-        st = [s.step_s for s in m.reliable_steps(rs)]
         if tps:
-            out.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
+            out[c] = tps
+    return out
+
+
+def concurrency_points(m: Measured, samples: dict[int, list[float]]
+                       ) -> tuple[tuple[int, float, float | None], ...]:
+    """(concurrency, mean per-request decode tps, mean reliable step time) per sweep point."""
+    out = []
+    for c, tps in samples.items():
+        rs = [r for r in m.ok if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP
+              and concurrency_of(r) == c]
+        st = [s.step_s for s in m.reliable_steps(rs)]
+        out.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
     return tuple(out)
 
 

@@ -46,6 +46,23 @@ class Finding(BaseModel):
     next: str = ""  # the experiment or change that would confirm or fix it
 
 
+class FindingTest(BaseModel):
+    """The statistical test that decided one finding id in this run, reported or not: the
+    effect in the claim's direction with its 95% interval, one-sided p, Benjamini-Hochberg q
+    over the ids tested, the smallest effect that matters, and the outcome in words."""
+
+    id: FindingId
+    method: str
+    effect: float | None
+    ci: list[float | None]  # [low, high], 95%
+    p: float
+    q: float | None
+    min_effect: float
+    unit: str = ""
+    reported: bool
+    outcome: str  # reported | interval includes zero effect | not significant | below minimum | not testable
+
+
 class Interval(BaseModel):
     value: float | None
     low: float | None = None
@@ -102,6 +119,7 @@ class Analysis(BaseModel):
     errors: int = 0
     findings: list[Finding] = Field(default_factory=list)  # ranked, most important first
     no_finding_reason: str | None = None  # stated plainly when findings is empty
+    finding_tests: list[FindingTest] = Field(default_factory=list)  # every claim tested, decided
     attribution: Attribution | None = None
     step_time_model: dict[str, Any] | None = None  # {"s0":..,"per_context_token":..,"r2":..}
     series: dict[str, dict[str, Any]] = Field(default_factory=dict)

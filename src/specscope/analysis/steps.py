@@ -252,10 +252,11 @@ def _client(
     if max_commit_len is not None:
         big = [n for _, n in groups[1:] if n > max_commit_len]
         if big:
-            problems.append(
-                f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
-                f"commit length {max_commit_len}: chunks merge steps"
-            )
+            # a stream that merges steps does so all the time; an odd late read (a loaded client,
+            # TCP coalescing) merges a step or two and leaves the other steps as they were
+            msg = (f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
+                   f"commit length {max_commit_len}: chunks merge steps")
+            (problems if len(big) > max(1.0, 0.05 * len(groups)) else notes).append(msg)
     if merges:
         msg = f"{merges} events arrived in the same read as another (merged)"
         (problems if merges > max(1.0, 0.05 * len(events)) else notes).append(msg)

@@ -32,7 +32,14 @@ from specscope.serve.backend import (
     StepOutput,
 )
 from specscope.twin import text
-from specscope.twin.model import Scenario, accepted_drafts, prefill_time, request_rngs, step_time
+from specscope.twin.model import (
+    RequestNoise,
+    Scenario,
+    accepted_drafts,
+    prefill_time,
+    request_rngs,
+    step_time,
+)
 
 TRUTH_KEEP = 4096  # finished requests whose truth stays queryable (oldest dropped first)
 
@@ -48,6 +55,7 @@ class _TwinRequest:
     token_rng: np.random.Generator
     disconnect_at: int | None  # output position at which the stream is cut (fault)
     stall_at: int | None  # output position whose step stalls (fault)
+    noise: RequestNoise  # content-dependent acceptance, correlated step noise
     output: int = 0
     truth: dict[str, Any] = field(default_factory=dict)
 
@@ -146,7 +154,7 @@ class TwinBackend:
             stall_at = int(self._fault_rng.integers(0, span))
         req = _TwinRequest(
             request_id, seed, len(prompt_ids), params.max_tokens, acc_rng, time_rng, token_rng,
-            disconnect_at, stall_at,
+            disconnect_at, stall_at, RequestNoise(sc, seed),
         )
         pre_s = prefill_time(sc, len(prompt_ids))
         req.truth = {
@@ -172,7 +180,9 @@ class TwinBackend:
         context = max(r.context for r in reqs)
         out_pos = max(r.output for r in reqs)
         # The oldest request's timing stream drives the batch, so batch 1 matches simulate_request.
-        s = step_time(sc, context, self._verified, batch, out_pos, reqs[0].time_rng)
+        lead = reqs[0]
+        s = step_time(sc, context, self._verified, batch, out_pos, lead.time_rng,
+                      lead.noise.step_z(lead.time_rng))
         stall_s = 0.0
         for r in reqs:  # a stalled request stalls the whole batch (one forward pass)
             if r.stall_at is not None and r.output >= r.stall_at:
@@ -181,7 +191,7 @@ class TwinBackend:
                 r.truth["fault"] = "stall"
         outputs, planned = [], []
         for r in reqs:
-            k = accepted_drafts(sc, r.output, r.context, r.acc_rng)
+            k = accepted_drafts(sc, r.output, r.context, r.acc_rng, r.noise.shift())
             commit = min(k + 1, r.max_tokens - r.output)
             tokens = text.pseudo_text_ids(r.token_rng, commit)
             planned.append((r, k, commit, r.context, r.output))

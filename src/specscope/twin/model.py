@@ -47,6 +47,9 @@ class StepTable(_Table):
     per_batch_request: float = Field(0.0, ge=0)
     drift_per_output_token: float = 0.0
     noise_sigma: float = Field(0.0, ge=0, le=2)
+    # lag-1 correlation of the noise between consecutive steps of a request (jitter that
+    # persists for a while: other tenants, clocks, thermal); 0 = independent steps
+    noise_rho: float = Field(0.0, ge=0, lt=1)
     spike_prob: float = Field(0.0, ge=0, le=1)
     spike_s: float = Field(0.0, ge=0)
 
@@ -70,6 +73,13 @@ class AcceptanceTable(_Table):
     # Tokens the target verifies per step (tree budget + 1); 0 = num_draft_tokens.
     verify_width: int = Field(0, ge=0)
     algorithm: str = "DDTREE"
+    # Content-dependent acceptance (realistic noise): every depth's acceptance is shifted on the
+    # logit scale by a per-request draw N(0, request_sigma) (some prompts are easier to draft)
+    # plus a stretch term along the generation, N(0, stretch_sigma) with correlation
+    # exp(-1/stretch_steps) between consecutive steps (easy and hard passages). 0 = off.
+    request_sigma: float = Field(0.0, ge=0, le=3)
+    stretch_sigma: float = Field(0.0, ge=0, le=3)
+    stretch_steps: float = Field(20.0, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> AcceptanceTable:
@@ -222,13 +232,16 @@ def step_time(
     batch_size: int,
     output_pos: int,
     rng: np.random.Generator,
+    z: float | None = None,
 ) -> float:
     """One step's simulated duration. Noise is mean-preserving lognormal (exp(sigma*z -
-    sigma^2/2)), so `expected_step_s` stays the true mean; a spike adds `spike_s`."""
+    sigma^2/2)), so `expected_step_s` stays the true mean; a spike adds `spike_s`. `z` is the
+    step's standard normal when the caller correlates it (RequestNoise), else drawn here."""
     s = expected_step_s(sc, context_len, verified_tokens, batch_size, output_pos)
     sigma = sc.step.noise_sigma
     if sigma > 0:
-        s *= math.exp(sigma * float(rng.standard_normal()) - sigma * sigma / 2)
+        zz = float(rng.standard_normal()) if z is None else z
+        s *= math.exp(sigma * zz - sigma * sigma / 2)
     if sc.step.spike_prob > 0 and float(rng.random()) < sc.step.spike_prob:
         s += sc.step.spike_s * sc.time_scale
     return s
@@ -247,10 +260,22 @@ def acceptance_multiplier(sc: Scenario, output_pos: int, context_len: int) -> fl
     return m
 
 
+def _shifted(p: float, shift: float) -> float:
+    """p moved by `shift` on the logit scale."""
+    if shift == 0.0 or p <= 0.0 or p >= 1.0:
+        return p
+    return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + shift)))
+
+
 def accepted_drafts(
-    sc: Scenario, output_pos: int, context_len: int, rng: np.random.Generator
+    sc: Scenario,
+    output_pos: int,
+    context_len: int,
+    rng: np.random.Generator,
+    shift: float = 0.0,
 ) -> int:
-    """Drafts accepted in one verify step (commit length = this + 1)."""
+    """Drafts accepted in one verify step (commit length = this + 1); `shift` is the content's
+    logit shift of every depth's acceptance (RequestNoise), 0 for the scenario's mean."""
     acc = sc.acceptance
     mult = acceptance_multiplier(sc, output_pos, context_len)
     if acc.replay_histogram:
@@ -265,7 +290,7 @@ def accepted_drafts(
         return k
     k = 0
     for p in acc.depth_probs:
-        if float(rng.random()) >= p * mult:
+        if float(rng.random()) >= _shifted(p, shift) * mult:
             break
         k += 1
     return k
@@ -314,19 +339,68 @@ def request_rngs(sc: Scenario, request_seed: int) -> tuple[np.random.Generator, 
     return np.random.default_rng(acc_seq), np.random.default_rng(time_seq)
 
 
+class RequestNoise:
+    """The realistic-noise state of one request: its content's acceptance shift (a per-request
+    level plus a correlated stretch term), its correlated step-noise draw and, in virtual time,
+    its stall. Its own random stream (drawn only when an option is on), so scenarios without
+    these options draw exactly what they drew before."""
+
+    def __init__(self, sc: Scenario, request_seed: int) -> None:
+        self._sc = sc
+        acc, faults = sc.acceptance, sc.faults
+        self._rng = np.random.default_rng(np.random.SeedSequence([sc.seed, request_seed, 4]))
+        self.level = float(self._rng.standard_normal()) * acc.request_sigma if (
+            acc.request_sigma > 0) else 0.0
+        self._stretch = 0.0
+        if acc.stretch_sigma > 0:
+            self._stretch = float(self._rng.standard_normal()) * acc.stretch_sigma
+        self._z: float | None = None
+        self.stall_at: int | None = None
+        if faults.stall_prob > 0 and float(self._rng.random()) < faults.stall_prob:
+            self.stall_at = -1  # placed by `place_stall` once the length is known
+
+    def place_stall(self, max_tokens: int) -> None:
+        if self.stall_at == -1:
+            self.stall_at = int(self._rng.integers(0, max(1, max_tokens - 1)))
+
+    def shift(self) -> float:
+        """This step's logit shift of acceptance (advances the stretch term)."""
+        acc = self._sc.acceptance
+        if acc.stretch_sigma > 0:
+            a = math.exp(-1.0 / acc.stretch_steps)
+            e = float(self._rng.standard_normal())
+            self._stretch = a * self._stretch + math.sqrt(1 - a * a) * acc.stretch_sigma * e
+        return self.level + self._stretch
+
+    def step_z(self, time_rng: np.random.Generator) -> float | None:
+        """This step's noise draw, AR(1)-correlated with the previous one (None: independent,
+        step_time draws it)."""
+        rho = self._sc.step.noise_rho
+        if rho <= 0 or self._sc.step.noise_sigma <= 0:
+            return None
+        e = float(time_rng.standard_normal())
+        self._z = e if self._z is None else rho * self._z + math.sqrt(1 - rho * rho) * e
+        return self._z
+
+
 def simulate_request_steps(
     sc: Scenario, prompt_tokens: int, max_tokens: int, seed: int = 0
 ) -> Iterator[SimStep]:
     """Every verify step of one request run alone (batch 1), in order. The last step is cut to
     the tokens left (its accepted_drafts keeps what the drafter really got)."""
     acc_rng, time_rng = request_rngs(sc, seed)
+    noise = RequestNoise(sc, seed)
+    noise.place_stall(max_tokens)
     verified = sc.acceptance.verified_tokens
     out = 0
     while out < max_tokens:
         context = prompt_tokens + out
-        k = accepted_drafts(sc, out, context, acc_rng)
+        k = accepted_drafts(sc, out, context, acc_rng, noise.shift())
         commit = min(k + 1, max_tokens - out)
-        s = step_time(sc, context, verified, 1, out, time_rng)
+        s = step_time(sc, context, verified, 1, out, time_rng, noise.step_z(time_rng))
+        if noise.stall_at is not None and out >= noise.stall_at:
+            s += sc.faults.stall_s * sc.time_scale
+            noise.stall_at = None
         yield SimStep(commit, s, k, context, out)
         out += commit
 
