@@ -13,17 +13,42 @@ log_to_stderr (default False here), step_log, max_batch, served_model_name.
 
 `twin_url` is a ready healthy twin at time_scale 0.1 (one per test); `fast_scenario` is a
 Scenario for timing-sensitive tests: fixed acceptance, steps of ~30 ms, no drift.
+
+Real peers (llama.cpp, vLLM) are the only evidence from real servers, so they must not drop out
+unseen: `peer_unavailable(reason)` skips where a developer lacks one, but fails the run in CI
+(`CI=true`); `import_peer_module(name)` is `pytest.importorskip` with the same rule.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 
 import pytest
 
 from specscope.serve.runner import ServerHandle, start_twin_server
 from specscope.twin.model import Scenario, load_scenario
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def peer_unavailable(reason: str) -> NoReturn:
+    """A real peer cannot be built or started: skip locally, fail in CI."""
+    if in_ci():
+        pytest.fail(f"real peer unavailable in CI (CI=true): {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def import_peer_module(name: str) -> ModuleType:
+    """Import what a peer needs (e.g. xllamacpp); a missing one is `peer_unavailable`."""
+    try:
+        return __import__(name)
+    except ImportError as exc:
+        peer_unavailable(f"could not import {name!r}: {exc}")
 
 
 @pytest.fixture

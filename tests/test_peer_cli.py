@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("xllamacpp")
+from conftest import import_peer_module, peer_unavailable
 
-from specscope.peers.llamacpp import MODES, LlamaCppServer
-from specscope.peers.models import PeerModelError, ensure_peer_models
+import_peer_module("xllamacpp")
+
+from specscope.peers.llamacpp import MODES, LlamaCppServer  # noqa: E402
+from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -113,7 +115,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModeRun]:
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
     base = tmp_path_factory.mktemp("peer-cli")
     out: dict[str, ModeRun] = {}
     for mode in MODES:

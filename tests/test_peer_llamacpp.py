@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("xllamacpp")
+from conftest import import_peer_module, peer_unavailable
 
-from specscope.peers.llamacpp import MODES, LlamaCppServer, PeerServerError
-from specscope.peers.models import PeerModelError, ensure_peer_models
+import_peer_module("xllamacpp")
+
+from specscope.peers.llamacpp import MODES, LlamaCppServer, PeerServerError  # noqa: E402
+from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
 
@@ -66,7 +68,7 @@ def models_ready() -> Path:
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
     return MODELS_DIR
 
 
