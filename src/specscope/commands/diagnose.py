@@ -190,6 +190,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "errors": [{"index": r.index, "tag": r.spec.tag, "kind": r.error.kind, "message": r.error.message}
                    for r in run.requests if r.error is not None][:50],
         "no_finding_reason": analysis.no_finding_reason,
+        "telemetry": run.info.telemetry or None,
         "report_html": str(html_path),
     }
 
