@@ -203,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     try:
         with server:
-            print(f"vLLM ready at {server.url} after {server.startup_s:.1f} s; log "
-                  f"{server.log_path}", file=sys.stderr, flush=True)  # fmt: skip
+            pid = server._proc.pid if server._proc is not None else None
+            print(f"vLLM ready at {server.url} (process group {pid}) after "
+                  f"{server.startup_s:.1f} s; log {server.log_path}", file=sys.stderr,
+                  flush=True)  # fmt: skip
             if command:
                 return run_command(server, command, timeout_s=args.timeout)
             print(server.url, flush=True)
