@@ -141,11 +141,13 @@ class VllmServer(PeerServer):
         self.host = host
         self.port = port
         self.served_model_name = SERVED_MODEL_NAME
+        self.peer: VllmPeer | None = None
 
     def _prepare(self) -> None:
         self.peer = installed_peer(self.root)  # fail early with "run: make peer-vllm"
 
     def _spawn(self, log) -> subprocess.Popen[str]:
+        assert self.peer is not None
         if self.port == 0:
             self.port = free_port(self.host)
         argv = server_argv(
