@@ -96,5 +96,6 @@ def test_server_env_is_offline_with_caches_inside_and_iomp_preloaded(tmp_path: P
     assert "LD_PRELOAD" not in env and "VIRTUAL_ENV" not in env  # no libiomp5 in this venv
     peer.libiomp5.parent.mkdir(parents=True)
     peer.libiomp5.write_bytes(b"")
-    env = vllm.server_env(peer, {"LD_PRELOAD": "/lib/other.so"})
+    env = vllm.server_env(peer, {"LD_PRELOAD": "/lib/other.so", "VLLM_CPU_OMP_THREADS_BIND": "0"})
     assert env["LD_PRELOAD"] == f"{peer.libiomp5}:/lib/other.so"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # the caller's choice wins

@@ -64,17 +64,21 @@ def cores_to_bind() -> str:
 
 
 def server_env(peer: VllmPeer, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The recipe's environment: offline, caches inside the peer folder, all cores, Intel OpenMP."""
+    """The recipe's environment: offline, caches inside the peer folder, all cores, Intel OpenMP.
+
+    A caller's own VLLM_CPU_KVCACHE_SPACE / VLLM_CPU_OMP_THREADS_BIND win (e.g. one core on a
+    machine busy with other work).
+    """
     env = dict(os.environ if base is None else base)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB))
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", cores_to_bind())
     env.update(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
-        VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GIB),
         VLLM_CACHE_ROOT=str(peer.cache_dir / "vllm"),
         TORCHINDUCTOR_CACHE_DIR=str(peer.cache_dir / "inductor"),
-        VLLM_CPU_OMP_THREADS_BIND=cores_to_bind(),
         PYTHONUNBUFFERED="1",  # log lines reach the file as they happen (specscope reads it)
     )
     env.pop("VIRTUAL_ENV", None)
