@@ -73,6 +73,17 @@ class Truth:
 
     @property
     def per_drafted_step(self) -> float | None:
+        """Tokens committed per drafted step: all committed tokens less one per undrafted step.
+
+        vLLM's own `1 + accepted / drafts` (`vllm_per_drafted_step`) can be higher: it counts
+        drafts accepted past `max_tokens` on a request's last step, which were never sent.
+        """
+        if self.drafts == 0:
+            return None
+        return (self.generated - self.requests - (self.steps - self.drafts)) / self.drafts
+
+    @property
+    def vllm_per_drafted_step(self) -> float | None:
         return None if self.drafts == 0 else 1.0 + self.accepted / self.drafts
 
     @classmethod
@@ -177,6 +188,7 @@ def test_probe_headline_is_vllms_all_steps_truth(
         "commit_source": s.get("mean_commit_len_source"),
         "per_drafted_step": s.get("mean_commit_len_per_drafted_step"),
         "truth_per_drafted_step": t.per_drafted_step and round(t.per_drafted_step, 4),
+        "vllm_per_drafted_step": t.vllm_per_drafted_step and round(t.vllm_per_drafted_step, 4),
         "drafted_step_share": s.get("drafted_step_share"),
         "truth_drafted_share": round(t.drafts / t.steps, 4),
         "step_ms": s.get("mean_step_s") and round(1e3 * s["mean_step_s"], 2),
@@ -192,7 +204,9 @@ def test_probe_headline_is_vllms_all_steps_truth(
     # vLLM's drafted-steps-only figure is shown beside the all-steps one, never instead of it.
     assert "mean_commit_len_per_drafted_step" in s, figures
     if server.spec == "ngram":
-        assert t.per_drafted_step is not None
+        assert t.per_drafted_step is not None and t.vllm_per_drafted_step is not None
+        # vLLM's accepted count only ever exceeds what was committed (the last step's cap).
+        assert t.vllm_per_drafted_step >= t.per_drafted_step - 1e-9
         assert _rel(s["mean_commit_len_per_drafted_step"], t.per_drafted_step) <= HEADLINE_TOLERANCE
     else:
         assert s["mean_commit_len_per_drafted_step"] is None
