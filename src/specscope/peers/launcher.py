@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import IO, Self
 
 LOG_TAIL_LINES = 5
 
@@ -79,7 +80,7 @@ class PeerServer:
         self.startup_s: float | None = None
         self._proc: subprocess.Popen[str] | None = None
 
-    def __enter__(self) -> PeerServer:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
@@ -99,7 +100,7 @@ class PeerServer:
     def _prepare(self) -> None:
         """Check inputs in this process, so that a missing file fails in one line, early."""
 
-    def _spawn(self, log) -> subprocess.Popen[str]:  # pragma: no cover - abstract
+    def _spawn(self, log: IO[str]) -> subprocess.Popen[str]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _discover_url(self, deadline: float) -> str:  # pragma: no cover - abstract
@@ -109,7 +110,7 @@ class PeerServer:
     def _popen(
         self,
         argv: Sequence[str],
-        log,
+        log: IO[str],
         *,
         env: Mapping[str, str] | None = None,
         stdout_pipe: bool = False,

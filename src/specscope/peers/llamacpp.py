@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from specscope.peers.launcher import (
     PeerServer,
@@ -162,7 +162,7 @@ class LlamaCppServer(PeerServer):
     def _prepare(self) -> None:
         peer_models(self.models_dir)  # fail early, in this process, with the one-line message
 
-    def _spawn(self, log) -> subprocess.Popen[str]:
+    def _spawn(self, log: IO[str]) -> subprocess.Popen[str]:
         argv = [
             sys.executable, "-m", "specscope.peers.llamacpp",
             "--mode", self.mode, "--port", "0", "--models", str(self.models_dir),

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from specscope.peers.launcher import (
     PeerServer,
@@ -150,7 +150,7 @@ class VllmServer(PeerServer):
     def _prepare(self) -> None:
         self.peer = installed_peer(self.root)  # fail early with "run: make peer-vllm"
 
-    def _spawn(self, log) -> subprocess.Popen[str]:
+    def _spawn(self, log: IO[str]) -> subprocess.Popen[str]:
         assert self.peer is not None
         if self.port == 0:
             self.port = free_port(self.host)
