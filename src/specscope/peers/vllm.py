@@ -140,7 +140,7 @@ class VllmServer(PeerServer):
         label = f"spec={spec}, prefix caching {'on' if prefix_caching else 'off'}"
         super().__init__(label=label, log_path=log_path, start_timeout_s=start_timeout_s)
         self.spec = spec
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # the venv's python and LD_PRELOAD need no cwd
         self.prefix_caching = prefix_caching
         self.enforce_eager = enforce_eager
         self.host = host

@@ -200,7 +200,7 @@ def ensure_vllm_peer(
     root: Path = DEFAULT_OUT, *, python: str = sys.executable, log=print
 ) -> VllmPeer:
     """Install (or reuse) the venv and the model folder; idempotent through the stamp file."""
-    root = Path(root)
+    root = Path(root).absolute()
     if is_installed(root):
         log(f"up to date: {root} ({VLLM_PIN}, {TORCH_PIN})")
         return VllmPeer(root)
