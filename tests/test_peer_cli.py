@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytest.importorskip("xllamacpp")
+from conftest import import_peer_module, peer_unavailable, run_specscope, scrape_prometheus
 
-from specscope.peers.llamacpp import MODES, LlamaCppServer
-from specscope.peers.models import PeerModelError, ensure_peer_models
+import_peer_module("xllamacpp")
+
+from specscope.peers.llamacpp import MODES, LlamaCppServer  # noqa: E402
+from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -88,24 +87,8 @@ class ModeRun:
 
 
 def _specscope(command: str, *args: str) -> CliResult:
-    proc = subprocess.run(
-        [sys.executable, "-m", "specscope.cli", command, *args],
-        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = run_specscope(command, *args, timeout_s=CLI_TIMEOUT_S)
     return CliResult(command, proc.returncode, proc.stdout, proc.stderr)
-
-
-def _metrics(url: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    return {
-        s.name: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if not s.labels
-    }
 
 
 @pytest.fixture(scope="module")
@@ -113,16 +96,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModeRun]:
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
     base = tmp_path_factory.mktemp("peer-cli")
     out: dict[str, ModeRun] = {}
     for mode in MODES:
         log_path = base / f"{mode}-llama-server.log"
         with LlamaCppServer(mode, models_dir=MODELS_DIR, log_path=log_path, threads=THREADS) as srv:
             probe_out = base / f"{mode}-probe"
-            before = _metrics(srv.url)
+            before = scrape_prometheus(srv.url)
             probe = _specscope("probe", srv.url, *PROBE_ARGS, "--out", str(probe_out), "--json")
-            after = _metrics(srv.url)
+            after = scrape_prometheus(srv.url)
             delta = {k: after[k] - before.get(k, 0.0) for k in after}
             # The server log so far holds exactly the probe's requests.
             logs = _specscope("logs", str(log_path), "--format", "llamacpp", "--json")

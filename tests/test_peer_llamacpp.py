@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("xllamacpp")
+from conftest import import_peer_module, metric_delta, peer_unavailable, scrape_prometheus
 
-from specscope.peers.llamacpp import MODES, LlamaCppServer, PeerServerError
-from specscope.peers.models import PeerModelError, ensure_peer_models
+import_peer_module("xllamacpp")
+
+from specscope.peers.llamacpp import MODES, LlamaCppServer, PeerServerError  # noqa: E402
+from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
 
@@ -43,30 +45,12 @@ def _post(url: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
-def _metrics(url: str) -> dict[str, float]:
-    """`llamacpp:*` samples by full name (labels included)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            samples[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-    return samples
-
-
-def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
-    return after.get(name, 0.0) - before.get(name, 0.0)
-
-
 @pytest.fixture(scope="module")
 def models_ready() -> Path:
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
     return MODELS_DIR
 
 
@@ -79,22 +63,22 @@ def server(request: pytest.FixtureRequest, models_ready: Path) -> Iterator[Llama
 def test_timings_agree_with_metrics_and_steps_commit_one_plus_accepted(
     server: LlamaCppServer,
 ) -> None:
-    before = _metrics(server.url)
+    before = scrape_prometheus(server.url)
     reply = _post(
         f"{server.url}/completion",
         {"prompt": PROMPT, "n_predict": N_PREDICT, "temperature": 0, "ignore_eos": True},
     )
-    after = _metrics(server.url)
+    after = scrape_prometheus(server.url)
     timings = reply["timings"]
     predicted = timings["predicted_n"]
     assert predicted == N_PREDICT
-    assert _delta(before, after, "llamacpp:tokens_predicted_total") == predicted
+    assert metric_delta(before, after, "llamacpp:tokens_predicted_total") == predicted
 
-    drafted = _delta(before, after, "llamacpp:spec_decode_num_draft_tokens_total")
-    accepted = _delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
-    drafts = _delta(before, after, "llamacpp:spec_decode_num_drafts_total")
+    drafted = metric_delta(before, after, "llamacpp:spec_decode_num_draft_tokens_total")
+    accepted = metric_delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
+    drafts = metric_delta(before, after, "llamacpp:spec_decode_num_drafts_total")
     per_pos = [
-        _delta(
+        metric_delta(
             before,
             after,
             f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}',
@@ -102,7 +86,7 @@ def test_timings_agree_with_metrics_and_steps_commit_one_plus_accepted(
         for i in range(8)
     ]
     # n_decode counts target decode calls: one for the prompt batch, then one per verify step.
-    steps = _delta(before, after, "llamacpp:n_decode_total") - 1
+    steps = metric_delta(before, after, "llamacpp:n_decode_total") - 1
 
     if server.mode == "none":
         assert "draft_n" not in timings  # the server omits the fields when nothing was drafted

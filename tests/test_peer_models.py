@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+from conftest import import_peer_module, peer_unavailable
+
+gguf = import_peer_module("gguf")
 from gguf.quants import dequantize  # noqa: E402
 
 from specscope.peers import models  # noqa: E402
@@ -26,7 +28,7 @@ def source() -> Path:
     try:
         return models.find_source_gguf()
     except models.PeerModelError as exc:  # the peer extra is optional; make test installs it
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
 
 
 @pytest.fixture(scope="module")

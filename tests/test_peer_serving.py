@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("xllamacpp")
+from conftest import import_peer_module, peer_unavailable
+
+import_peer_module("xllamacpp")
 
 from specscope.analysis.serving import request_metrics, timed_steps, tpot_s
 from specscope.cli import app
@@ -50,7 +52,7 @@ def spec_server(request: pytest.FixtureRequest) -> Iterator[LlamaCppServer]:
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
     with LlamaCppServer(request.param, models_dir=MODELS_DIR, threads=THREADS) as srv:
         yield srv
 

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("xllamacpp")
+from conftest import import_peer_module, peer_unavailable
 
-from typer.testing import CliRunner
+import_peer_module("xllamacpp")
 
-from specscope.analysis.steps import reconstruct_steps
-from specscope.cli import app
-from specscope.peers.llamacpp import LlamaCppServer
-from specscope.peers.models import PeerModelError, ensure_peer_models
-from specscope.trace import load_run
+from typer.testing import CliRunner  # noqa: E402
+
+from specscope.analysis.steps import reconstruct_steps  # noqa: E402
+from specscope.cli import app  # noqa: E402
+from specscope.peers.llamacpp import LlamaCppServer  # noqa: E402
+from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
+from specscope.trace import load_run  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
 
@@ -28,7 +30,7 @@ def test_probe_real_llamacpp_bursts_match_server_counts(tmp_path):
     try:
         ensure_peer_models(MODELS_DIR, log=lambda _line: None)
     except PeerModelError as exc:
-        pytest.skip(str(exc))
+        peer_unavailable(str(exc))
     n = 40
     with LlamaCppServer("draft", models_dir=MODELS_DIR) as srv:
         res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),

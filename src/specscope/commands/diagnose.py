@@ -225,6 +225,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
                    for r in run.requests if r.error is not None][:50],
         "no_finding_reason": analysis.no_finding_reason,
         "finding_tests": [plain_values(t.model_dump(mode="json")) for t in analysis.finding_tests],
+        "telemetry": run.info.telemetry or None,
         "report_html": str(html_path),
         "serving": analysis.serving,
     }

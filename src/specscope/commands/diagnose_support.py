@@ -298,13 +298,15 @@ def collect_telemetry(args: dict[str, Any], info: RunInfo,
                       metrics_before: Any) -> tuple[list[SpecRecord], list[str]]:
     """Server evidence for the run window: log files, a log command, a Prometheus delta.
     Failures become notes in the report, never a crash (the measurement is already saved)."""
+    from specscope.telemetry.coverage import covered_share, wait_for_closing_interval
     from specscope.telemetry.ingest import LogQuery, read_logs
     from specscope.telemetry.sources import SourceError
 
     records: list[SpecRecord] = []
     notes: list[str] = []
+    run_end = time.time()
     since = info.started_unix - LOG_WINDOW_SLACK_S
-    until = time.time() + LOG_WINDOW_SLACK_S
+    until = run_end + LOG_WINDOW_SLACK_S
     if args.get("logs") or args.get("logs_cmd_text"):
         query = LogQuery(paths=list(args.get("logs") or []), logs_cmd=args.get("logs_cmd_text"),
                          command_timeout_s=float(args.get("logs_timeout") or 30.0),
@@ -312,10 +314,21 @@ def collect_telemetry(args: dict[str, Any], info: RunInfo,
         what = ", ".join([*query.paths, *([query.logs_cmd] if query.logs_cmd else [])])
         try:
             res = read_logs(query)
+            # Interval formats log the run's last interval after it ends: wait for it (bounded).
+            waited = wait_for_closing_interval(query.paths, res.records, run_end)
+            if waited > 0:
+                query.until = time.time() + LOG_WINDOW_SLACK_S
+                res = read_logs(query)
             records += res.records
             s = res.summary
+            coverage = covered_share(res.records, info.started_unix, run_end)
+            info.telemetry = {"log_coverage": coverage, "log_wait_s": round(waited, 2),
+                              "log_records": len(res.records)}
             notes.append(f"server logs ({what}): {len(res.records)} speculation records in the run "
-                         f"window; {s.malformed} malformed line(s)")
+                         f"window; {s.malformed} malformed line(s)"
+                         + (f"; waited {waited:.1f} s for the closing interval" if waited else "")
+                         + ("" if coverage is None
+                            else f"; interval records cover {coverage:.0%} of the run window"))
             notes += [f"server logs: {w}" for w in s.warnings[:5]]
         except (SourceError, OSError, ValueError) as e:
             notes.append(f"server logs ({what}) not read: {e}")

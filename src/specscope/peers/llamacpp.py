@@ -26,15 +26,18 @@ import selectors
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Literal
+from typing import IO, Literal
 
+from specscope.peers.launcher import (
+    PeerServer,
+    PeerServerError,
+    get_status,
+    run_command,
+    split_command,
+)
 from specscope.peers.models import DEFAULT_OUT, PeerModelError, PeerModels, peer_models
 
 Mode = Literal["none", "draft", "ngram"]
@@ -51,10 +54,6 @@ NGRAM_LOOKUP_N = 4
 NGRAM_DRAFT_M = DRAFT_N_MAX
 URL_LINE_PREFIX = "specscope-peer-url: "
 SHUTDOWN_GRACE_S = 10.0
-
-
-class PeerServerError(RuntimeError):
-    """The peer server did not start or answer; the message is one line meant for the user."""
 
 
 def build_params(
@@ -124,7 +123,7 @@ def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int, threa
         # ~Server hangs when it runs before llama.cpp's main loop has started (a stop right after
         # start): wait until the server answers, and never let shutdown take longer than a bound.
         deadline = time.monotonic() + SHUTDOWN_GRACE_S
-        while _get_status(f"{url}/health", timeout_s=1.0) != 200 and time.monotonic() < deadline:
+        while get_status(f"{url}/health", timeout_s=1.0) != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
         watchdog = threading.Timer(SHUTDOWN_GRACE_S, os._exit, args=(0,))
         watchdog.daemon = True
@@ -133,22 +132,16 @@ def serve_forever(mode: Mode, models: PeerModels, *, host: str, port: int, threa
         watchdog.cancel()
 
 
-def _get_status(url: str, timeout_s: float) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:  # 503 while loading
-        return int(exc.code)
-    except (OSError, ValueError):
-        return None
+class LlamaCppServer(PeerServer):
+    """llama.cpp's server in a child process (see `PeerServer`), healthy on entry, gone on exit.
 
-
-class LlamaCppServer:
-    """Context manager: llama.cpp's server in a child process, healthy on entry, gone on exit.
-
-    `url` is the base URL; `log_path` is the server's own log (stderr), kept after exit unless the
-    caller passed no `log_path` (then it lives in a temporary folder removed on exit).
+    The child prints its listening address on stdout once the port is bound (port 0: no race);
+    its stderr is llama.cpp's log.
     """
+
+    name = "llama.cpp"
+    ready_path = "/health"
+    log_file_name = "llama-server.log"
 
     def __init__(
         self,
@@ -161,53 +154,25 @@ class LlamaCppServer:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        super().__init__(label=mode, log_path=log_path, start_timeout_s=start_timeout_s)
         self.mode = mode
         self.models_dir = Path(models_dir)
-        self.start_timeout_s = start_timeout_s
         self.threads = threads
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
-        if log_path is None:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix=f"specscope-peer-{mode}-")
-            log_path = Path(self._tmpdir.name) / "llama-server.log"
-        self.log_path = Path(log_path)
-        self.url = ""
-        self._proc: subprocess.Popen[str] | None = None
 
-    def __enter__(self) -> LlamaCppServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def start(self) -> None:
+    def _prepare(self) -> None:
         peer_models(self.models_dir)  # fail early, in this process, with the one-line message
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _spawn(self, log: IO[str]) -> subprocess.Popen[str]:
         argv = [
             sys.executable, "-m", "specscope.peers.llamacpp",
             "--mode", self.mode, "--port", "0", "--models", str(self.models_dir),
             "--threads", str(self.threads),
         ]  # fmt: skip
-        with self.log_path.open("w") as log:
-            self._proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True
-            )
-        self.url = self._read_url()
-        self._wait_healthy()
+        return self._popen(argv, log, stdout_pipe=True)
 
-    def _read_url(self) -> str:
-        """The child prints the listening address once the port is bound (port 0 = no race)."""
+    def _discover_url(self, deadline: float) -> str:
+        """Read the address line the child prints once it listens."""
         assert self._proc is not None and self._proc.stdout is not None
-        deadline = time.monotonic() + self.start_timeout_s
         with selectors.DefaultSelector() as sel:
             sel.register(self._proc.stdout, selectors.EVENT_READ)
             while (left := deadline - time.monotonic()) > 0:
@@ -224,42 +189,6 @@ class LlamaCppServer:
                     return line[len(URL_LINE_PREFIX) :].strip()
         raise PeerServerError(self._startup_failure("did not report its address"))
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                break
-            if _get_status(f"{self.url}/health", timeout_s=2.0) == 200:
-                return
-            time.sleep(0.2)
-        raise PeerServerError(self._startup_failure("did not become healthy"))
-
-    def _startup_failure(self, what: str) -> str:
-        rc = self._proc.poll() if self._proc is not None else None
-        tail = ""
-        with contextlib.suppress(OSError):
-            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln]
-            tail = f"; last log line: {lines[-1]}" if lines else ""
-        state = f"exited with {rc}" if rc is not None else f"within {self.start_timeout_s:.0f} s"
-        return f"llama.cpp server ({self.mode}) {what} ({state}); log {self.log_path}{tail}"
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM (the child deletes its Server, which joins llama.cpp's loop), then SIGKILL."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=timeout_s)
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
-            self._tmpdir = None
-
 
 def run_with_server(
     mode: Mode,
@@ -275,16 +204,7 @@ def run_with_server(
     This is the one-liner for docs: the server lives exactly as long as the command.
     """
     with LlamaCppServer(mode, models_dir=models_dir, log_path=log_path, threads=threads) as srv:
-        argv = [a.replace("{url}", srv.url).replace("{log}", str(srv.log_path)) for a in command]
-        print(f"llama.cpp ({mode}) at {srv.url}; running: {' '.join(argv)}", file=sys.stderr)
-        try:
-            return subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=timeout_s).returncode
-        except FileNotFoundError:
-            print(f"error: command not found: {argv[0]}", file=sys.stderr)
-            return 2
-        except subprocess.TimeoutExpired:
-            print(f"error: {argv[0]} did not finish within {timeout_s:.0f} s", file=sys.stderr)
-            return 1
+        return run_command(srv, command, timeout_s=timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run")
     args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = split_command(args.command)
     if args.threads < 1:
         parser.error("--threads must be >= 1")
     try:

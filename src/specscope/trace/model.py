@@ -170,6 +170,9 @@ class RunInfo(_Model):
     status: Literal["running", "complete", "partial", "failed"] = "running"
     status_reason: str = ""
     notes: list[str] = Field(default_factory=list)
+    # How far the server evidence reaches: log_coverage (share of the run window that interval
+    # log records cover, null when the log has none), log_wait_s, log_records.
+    telemetry: dict[str, Any] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
