@@ -23,11 +23,11 @@ from conftest import import_peer_module, peer_unavailable
 
 import_peer_module("xllamacpp")
 
-from specscope.analysis.serving import request_metrics, timed_steps, tpot_s
-from specscope.cli import app
-from specscope.peers.llamacpp import LlamaCppServer
-from specscope.peers.models import PeerModelError, ensure_peer_models
-from specscope.trace import load_run
+from specscope.analysis.serving import request_metrics, timed_steps, tpot_s  # noqa: E402
+from specscope.cli import app  # noqa: E402
+from specscope.peers.llamacpp import LlamaCppServer  # noqa: E402
+from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
+from specscope.trace import load_run  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(300)]
 
