@@ -72,7 +72,10 @@ class RunSteps:
     step_s: np.ndarray
     context: np.ndarray
     batch: np.ndarray
-    full: np.ndarray  # False for a request's last step (cut to the tokens left: not acceptance)
+    # True where max_tokens could not cut the step: more tokens left than any step committed.
+    # (Dropping only each request's last step would bias the commit length low: a step is last
+    # because it drew a long commit.)
+    full: np.ndarray
     units: tuple[tuple[np.ndarray, ...], ...]  # per sweep point: step indices of each block
     levels: tuple[int, ...]  # concurrency sweep levels of the run
 
@@ -120,7 +123,7 @@ def run_steps(m: Measured) -> RunSteps | None:
     wins = _windows(m)
     starts = np.asarray([w[1] for w in wins], dtype=float)
     ends = np.asarray([w[2] for w in wins], dtype=float)
-    cols: dict[str, list[float]] = {k: [] for k in ("k", "s", "c", "b", "t", "full")}
+    cols: dict[str, list[float]] = {k: [] for k in ("k", "s", "c", "b", "t", "left")}
     strata: list[str] = []
     levels: set[int] = set()
     for r in m.ok:
@@ -128,7 +131,7 @@ def run_steps(m: Measured) -> RunSteps | None:
         if r.spec.tag == CALIBRATION_TAG or not (rec.reliable and rec.timed_by_client):
             continue
         levels.add(concurrency_of(r))
-        for i, s in enumerate(rec.steps):
+        for s in rec.steps:
             mid = s.t_end_ns - s.step_s * 5e8
             batch = int(np.sum((starts <= mid) & (ends >= mid))) or 1
             cols["k"].append(s.commit_len)
@@ -136,7 +139,7 @@ def run_steps(m: Measured) -> RunSteps | None:
             cols["c"].append(float(s.context_len or 0))
             cols["b"].append(batch)
             cols["t"].append(mid)
-            cols["full"].append(float(i < len(rec.steps) - 1))
+            cols["left"].append(float(r.spec.max_tokens - s.output_pos))
             strata.append(r.spec.tag)
     if len(cols["k"]) < MIN_STEPS:
         return None
@@ -144,7 +147,7 @@ def run_steps(m: Measured) -> RunSteps | None:
     ok = np.isfinite(arr["s"]) & (arr["s"] > 0)
     units = time_blocks(arr["t"][ok], np.asarray(strata)[ok], arr["b"][ok])
     return RunSteps(arr["k"][ok], arr["s"][ok], arr["c"][ok], arr["b"][ok],
-                    arr["full"][ok] > 0, units,
+                    arr["left"][ok] >= arr["k"].max(), units,
                     tuple(sorted(levels)))
 
 
