@@ -44,6 +44,7 @@ MIN_STEPS = 12
 # steps, because one batch step already holds every running request's step
 MIN_BLOCK_STEPS = 3
 MIN_CONTEXT_SPREAD = 64  # tokens of prompt-length spread before a context crossover is fitted
+MATERIAL_LOSS = 0.9  # factors are given when the advantage falls by a tenth or more
 
 # Where each engine has the setting (looked up in their docs; "none" stated where there is none).
 FLAGS_BATCH_OFF = (
@@ -357,7 +358,8 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     a_lo, a_hi = adv(low), adv(high)
     lo_pt = (low, at) if name == "concurrency" else (1.0, low)
     hi_pt = (high, at) if name == "concurrency" else (1.0, high)
-    factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < a_lo else []
+    # what the loss is made of, where there is a material one (a tenth of the advantage)
+    factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < MATERIAL_LOSS * a_lo else []
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
         return Axis(name, low, high, reason=f"no {name} crossover in {rng_txt}: slower than the "
@@ -371,6 +373,8 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     if boot.size >= 20:
         lo_ci, hi_ci = percentile_interval(boot)
         ci = (None if lo_ci < low else lo_ci, None if hi_ci > top else hi_ci)
+        if ci == (None, None):
+            ci = None  # open at both ends: no interval to give
     if point_x is not None and point_x <= high:
         return Axis(name, low, high, point=point_x, ci=ci, advantage_low=a_lo,
                     advantage_high=a_hi, factors=factors)
@@ -386,11 +390,14 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
                at: float) -> tuple[str, float | None]:
     parts: list[str] = []
     gain = None
+    # against another speculative config the policy is "switch to it", not "switch off"
+    off = "Speculation off" if mb is None or float(mb.commit_len(1.0, at)) < 1.05 else (
+        "The baseline's speculative configuration")
     if conc.point is not None and mo is not None and mb is not None:
         n = max(1, int(np.floor(conc.point)))
         gain = float(mb.rate(conc.high, at) / mo.rate(conc.high, at) - 1.0)
         parts.append(
-            f"Speculation off above batch {n} (crossover {conc.point:.1f}): per-request decode "
+            f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
             f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the {conc.advantage_low:.2f}x "
             f"at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
         )
@@ -415,7 +422,7 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
             parts.append(f"Keep speculation on over concurrency [{conc.low:.0f}, {conc.high:.0f}] "
                          f"({conc.advantage_high:.2f}x at {conc.high:.0f}){tail}.")
     if ctx.point is not None:
-        parts.append(f"Speculation off above context {ctx.point:.0f} tokens. Where: "
+        parts.append(f"{off} above context {ctx.point:.0f} tokens. Where: "
                      f"{FLAGS_CONTEXT_OFF}.")
     return " ".join(parts) or "Not enough sweep data for a policy.", gain
 
