@@ -17,9 +17,8 @@ import time
 
 import numpy as np
 
-from specscope.validation.breakeven import evaluate
+from specscope.validation.breakeven import SCENARIOS, evaluate
 
-SCENARIOS = ("batch-verify-cost", "shared-drafter", "expensive-tree", "batch-headroom")
 TARGET = 0.9
 
 

@@ -72,6 +72,7 @@ class RunSteps:
     commit: np.ndarray
     step_s: np.ndarray
     context: np.ndarray
+    prompt: np.ndarray  # context - output position: what a context sweep varies
     batch: np.ndarray
     # True where max_tokens could not cut the step: more tokens left than any step committed.
     # (Dropping only each request's last step would bias the commit length low: a step is last
@@ -124,7 +125,7 @@ def run_steps(m: Measured) -> RunSteps | None:
     wins = _windows(m)
     starts = np.asarray([w[1] for w in wins], dtype=float)
     ends = np.asarray([w[2] for w in wins], dtype=float)
-    cols: dict[str, list[float]] = {k: [] for k in ("k", "s", "c", "b", "t", "left")}
+    cols: dict[str, list[float]] = {k: [] for k in ("k", "s", "c", "p", "b", "t", "left")}
     strata: list[str] = []
     levels: set[int] = set()
     for r in m.ok:
@@ -138,6 +139,7 @@ def run_steps(m: Measured) -> RunSteps | None:
             cols["k"].append(s.commit_len)
             cols["s"].append(s.step_s)
             cols["c"].append(float(s.context_len or 0))
+            cols["p"].append(float((s.context_len or 0) - s.output_pos))
             cols["b"].append(batch)
             cols["t"].append(mid)
             cols["left"].append(float(r.spec.max_tokens - s.output_pos))
@@ -147,7 +149,7 @@ def run_steps(m: Measured) -> RunSteps | None:
     arr = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
     ok = np.isfinite(arr["s"]) & (arr["s"] > 0)
     units = time_blocks(arr["t"][ok], np.asarray(strata)[ok], arr["b"][ok])
-    return RunSteps(arr["k"][ok], arr["s"][ok], arr["c"][ok], arr["b"][ok],
+    return RunSteps(arr["k"][ok], arr["s"][ok], arr["c"][ok], arr["p"][ok], arr["b"][ok],
                     arr["left"][ok] >= arr["k"].max(), units,
                     tuple(sorted(levels)))
 
@@ -484,7 +486,11 @@ def breakeven(m: Measured, mb: Measured, *, seed: int = 0,
         c_hi = float(min(one_o.max(), one_b.max()))
     else:
         c_lo = c_hi = 0.0
-    if c_hi - c_lo >= MIN_CONTEXT_SPREAD:
+    # within one generation context and output position move together (ARCHITECTURE §1): a
+    # context crossover needs prompts of different lengths in both runs
+    spread = min(np.ptp(r.prompt[r.batch == 1]) if (r.batch == 1).any() else 0.0
+                 for r in (ro, rb))
+    if c_hi - c_lo >= MIN_CONTEXT_SPREAD and spread >= MIN_CONTEXT_SPREAD:
         ctx = _axis("context", fits, c_lo, c_hi, 0.0, " tokens")
     else:
         ctx = Axis("context", c_lo, c_hi, reason="no context crossover: needs a context sweep "
