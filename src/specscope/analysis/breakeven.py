@@ -44,6 +44,7 @@ MIN_STEPS = 12
 # steps, because one batch step already holds every running request's step
 MIN_BLOCK_STEPS = 3
 MIN_CONTEXT_SPREAD = 64  # tokens of prompt-length spread before a context crossover is fitted
+STEP_COVERAGE = 0.9  # a request's steps must hold 90% of its decode-window tokens to be fitted
 MATERIAL_LOSS = 0.9  # factors are given when the advantage falls by a tenth or more
 
 # Where each engine has the setting (looked up in their docs; "none" stated where there is none).
@@ -132,6 +133,9 @@ def run_steps(m: Measured) -> RunSteps | None:
         rec = m.recs[r.index]
         if r.spec.tag == CALIBRATION_TAG or not (rec.reliable and rec.timed_by_client):
             continue
+        window = r.decode_window()
+        if window is None or sum(st.commit_len for st in rec.steps) < STEP_COVERAGE * window[0]:
+            continue  # the steps do not account for the stream's tokens: not usable as steps
         levels.add(concurrency_of(r))
         for s in rec.steps:
             mid = s.t_end_ns - s.step_s * 5e8
