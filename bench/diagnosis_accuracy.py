@@ -22,6 +22,7 @@ import numpy as np
 
 from specscope.twin.model import load_scenario, scenario_names
 from specscope.validation.accuracy import Outcome, evaluate, randomised_cases
+from specscope.validation.breakeven import SCENARIOS as BREAKEVEN_SCENARIOS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=100.0)
     args = ap.parse_args(argv)
-    scenarios = {n: load_scenario(n) for n in scenario_names()}
+    scenarios = {n: load_scenario(n) for n in scenario_names() if n not in BREAKEVEN_SCENARIOS}
     if "healthy" not in scenarios:
         print(
             "bench: the twin has no healthy.toml scenario; nothing to compare against",

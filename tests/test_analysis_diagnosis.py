@@ -17,11 +17,12 @@ from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace
 from specscope.twin import model as tw
 from specscope.validation.accuracy import HEALTHY_FORBIDDEN, Case, evaluate, randomised_cases
+from specscope.validation.breakeven import SCENARIOS as BREAKEVEN_SCENARIOS
 
 
 @pytest.fixture(scope="module")
 def scenarios() -> dict[str, tw.Scenario]:
-    return {n: tw.load_scenario(n) for n in tw.scenario_names()}
+    return {n: tw.load_scenario(n) for n in tw.scenario_names() if n not in BREAKEVEN_SCENARIOS}
 
 
 def _vrun(sc: tw.Scenario, seed: int, **kw) -> virtual.VirtualRun:

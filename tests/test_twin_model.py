@@ -24,7 +24,8 @@ from specscope.twin.model import (
     step_time,
 )
 
-SHIPPED = ["coalescing", "draft-window", "healthy", "seed-regression", "speculation-overhead"]
+SHIPPED = ["batch-headroom", "batch-verify-cost", "coalescing", "draft-window", "expensive-tree",
+           "healthy", "seed-regression", "shared-drafter", "speculation-overhead"]
 
 
 def _run(sc, prompt: int, n: int, seeds=range(10)) -> tuple[float, float]:

@@ -22,6 +22,7 @@ import numpy as np
 from specscope.analysis import acceptance as acc
 from specscope.analysis import facts as fx
 from specscope.analysis import serving
+from specscope.analysis.breakeven import breakeven, unavailable
 from specscope.analysis.findings import Facts, decide
 from specscope.analysis.headline import Headline
 from specscope.analysis.measure import measure, records, server_step_tables, step_tables
@@ -113,17 +114,22 @@ def analyze(
     tp = fx.two_point_facts(m, st.fit, mt)
     samples = fx.concurrency_samples(m)
     conc = fx.concurrency_points(m, samples)
-    base = None
+    base = be = None
     if baseline is not None:
-        base = fx.baseline_facts(baseline, measure(baseline, None, seed=seed), m, seed=seed)
+        mb = measure(baseline, None, seed=seed)
+        base = fx.baseline_facts(baseline, mb, m, seed=seed)
         if base is None:
             out.notes.append("baseline has no usable decode window: no attribution")
         else:
             out.attribution = base.attribution
+        be = breakeven(m, mb, seed=seed)
+        out.breakeven = be.to_json() if be is not None else unavailable()
 
     out.step_time_model = plain(st.model)
     out.series = build_series(m, mt, server, tp, conc, step_profile=st.profile,
                               baseline=base.series if base else None)
+    if be is not None:
+        out.series["breakeven"] = be.curves
     facts = Facts(
         main_label=m.main_label,
         headline=m.headline,

@@ -93,6 +93,14 @@ class Analysis(BaseModel):
       two_point_vs_full:         {"label": [..], "decode_tps": [..]}
       baseline_vs_observed:      {"label": [..], "decode_tps": [..], "mean_commit_len": [..], "mean_step_s": [..]}
       concurrency:               {"concurrency": [..], "decode_tps_per_request": [..], "step_s": [..]}
+      breakeven:                 {"concurrency": [..], "observed_tps": [..], "observed_tps_low": [..],
+                                  "observed_tps_high": [..], "baseline_tps"...: fitted per-request
+                                  curves with 95% bands, "observed_points"/"baseline_points":
+                                  measured, "crossover": x | null}
+
+    `breakeven` (with a baseline): where this run's per-request decode rate meets the baseline's
+    (analysis.breakeven): concurrency, concurrency_ci, context, context_ci, reason,
+    recommendation, factors; None without a baseline.
     """
 
     schema_: int = Field(default=1, alias="schema")
@@ -121,6 +129,7 @@ class Analysis(BaseModel):
     no_finding_reason: str | None = None  # stated plainly when findings is empty
     finding_tests: list[FindingTest] = Field(default_factory=list)  # every claim tested, decided
     attribution: Attribution | None = None
+    breakeven: dict[str, Any] | None = None
     step_time_model: dict[str, Any] | None = None  # {"s0":..,"per_context_token":..,"r2":..}
     series: dict[str, dict[str, Any]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)

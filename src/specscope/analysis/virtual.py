@@ -17,6 +17,9 @@ from specscope.trace.model import Chunk, RequestSpec, RequestTrace, Run, RunInfo
 
 # (prompt_tokens, max_tokens, seed) -> [(commit_len, step_s), ...] for one request at C=1
 StepSimulator = Callable[[int, int, int], Iterable[tuple[int, float]]]
+# (prompt_tokens, max_tokens, seeds) -> per request [(commit_len, step_s), ...] for len(seeds)
+# identical requests stepped together as one continuous batch
+BatchSimulator = Callable[[int, int, list[int]], list[list[tuple[int, float]]]]
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class PlanItem:
     prompt_tokens: int
     max_tokens: int
     repeats: int = 1
+    concurrency: int = 1  # requests sent at once per repeat (stepped as one batch)
 
 
 def story_plan(
@@ -165,6 +169,61 @@ def virtual_run(
             t_ns = (tr.t_end_ns or t_ns) + 5_000_000
             index += 1
     # virtual runs replay the twin, which serves the SGLang flavor (meta_info fields)
+    info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0,
+                   flavor="sglang")
+    return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)
+
+
+def sweep_plan(
+    levels: tuple[int, ...] = (1, 2, 4, 8, 16),
+    *,
+    prompt_tokens: int = 512,
+    max_tokens: int = 128,
+    contexts: tuple[int, ...] = (256, 1024, 2048, 4096),
+    context_tokens: int = 64,
+    repeats: int = 2,
+) -> list[PlanItem]:
+    """A breakeven measurement: a concurrency sweep (each level `repeats` rounds) and a context
+    sweep at concurrency 1, as `diagnose --concurrency` runs them."""
+    plan = [PlanItem(tags.make(tags.CONCURRENCY_SWEEP, c), prompt_tokens, max_tokens, repeats, c)
+            for c in levels]
+    plan += [PlanItem(tags.make(tags.CONTEXT_SWEEP, p), p, context_tokens, repeats)
+             for p in contexts]
+    return plan
+
+
+def virtual_batched_run(
+    simulate: BatchSimulator,
+    plan: list[PlanItem],
+    *,
+    prefill: Callable[[int], float] = lambda p: 0.02 + 1.2e-5 * p,
+    seed: int = 0,
+    run_id: str = "virtual",
+) -> VirtualRun:
+    """Simulate the plan on a virtual clock, each round of `concurrency` requests sent at once
+    and stepped as one batch: the server prefills them one after another, then every step serves
+    all that are still running (so each request's first token waits for every prefill)."""
+    requests: list[RequestTrace] = []
+    true_steps: dict[int, list[tuple[int, float]]] = {}
+    t_ns = 1_000_000_000
+    index = 0
+    for item in plan:
+        for _ in range(item.repeats):
+            seeds = [seed * 100_003 + index + j for j in range(item.concurrency)]
+            per_request = simulate(item.prompt_tokens, item.max_tokens, seeds)
+            pre = prefill(item.prompt_tokens) * item.concurrency
+            end = t_ns
+            for steps in per_request:
+                steps = [(int(k), float(s)) for k, s in steps]
+                spec = RequestSpec(prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens,
+                                   tag=item.tag)
+                tr = trace_from_steps(steps, spec=spec, index=index, t_send_ns=t_ns,
+                                      prefill_s=pre)
+                requests.append(tr)
+                true_steps[index] = steps
+                end = max(end, tr.t_end_ns or t_ns)
+                index += 1
+            t_ns = end + 5_000_000
     info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0,
                    flavor="sglang")
     return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)

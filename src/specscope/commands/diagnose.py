@@ -216,6 +216,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
             for f in analysis.findings
         ],
         "attribution": attribution_json(analysis.attribution),
+        "breakeven": analysis.breakeven,
         "run_dir": analysis.run_dir,
         "status": run.info.status,
         "status_reason": run.info.status_reason,
@@ -237,7 +238,7 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
     err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
         print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
-                                     "attribution", "run_dir", "serving")), "findings": [],
+                                     "attribution", "breakeven", "run_dir", "serving")), "findings": [],
                     "error": message})
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 

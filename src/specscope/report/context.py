@@ -93,3 +93,35 @@ def fmt_value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def _open_ci(ci: list[float | None] | None, unit: str = "") -> str:
+    """A breakeven interval, whose ends may be open (null: beyond the searched range)."""
+    if not ci:
+        return ""
+    lo = "…" if ci[0] is None else f"{ci[0]:.1f}"
+    hi = "…" if ci[1] is None else f"{ci[1]:.1f}"
+    return f" (95% CI {lo}–{hi}{unit})"
+
+
+def breakeven_lines(be: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, text) rows of the breakeven against the baseline; [] without one."""
+    if not be:
+        return []
+    rows: list[tuple[str, str]] = []
+    for axis, unit in (("concurrency", ""), ("context", " tokens")):
+        point = be.get(axis)
+        if point is not None:
+            rows.append((f"breakeven {axis}", f"{point:.1f}{unit}"
+                         + _open_ci(be.get(f"{axis}_ci"), unit)))
+        elif be.get(f"{axis}_reason") or be.get("reason"):
+            rows.append((f"breakeven {axis}", str(be.get(f"{axis}_reason") or be.get("reason"))))
+    factors = [f for f in be.get("factors") or [] if isinstance(f, dict)]
+    if factors:
+        rows.append(("loss factors", "; ".join(
+            f"{f.get('name')} ×{f.get('factor', 0):.2f}"
+            + (f" ({f['share_of_loss']:.0%})" if f.get("share_of_loss") is not None else "")
+            for f in factors)))
+    if be.get("recommendation"):
+        rows.append(("recommendation", str(be["recommendation"])))
+    return rows

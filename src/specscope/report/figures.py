@@ -117,6 +117,37 @@ def concurrency(s: dict[str, Any]) -> go.Figure | None:
     return _layout(fig, "Per-request decode rate vs concurrency", "requests in flight", "tokens/s")
 
 
+def breakeven(s: dict[str, Any]) -> go.Figure | None:
+    """Both runs' fitted per-request decode rate vs concurrency with their 95% bands, the
+    measured sweep points, and the crossover marked."""
+    x = _list(s, "concurrency")
+    if not x:
+        return None
+    fig = go.Figure()
+    for label, color in (("observed", "#1f77b4"), ("baseline", "#ff7f0e")):
+        y, lo, hi = _list(s, f"{label}_tps"), _list(s, f"{label}_tps_low"), _list(s, f"{label}_tps_high")
+        if len(y) != len(x):
+            continue
+        if len(lo) == len(x) and len(hi) == len(x):
+            fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", opacity=0.2,
+                                     line={"width": 0, "color": color}, hoverinfo="skip",
+                                     name=f"{label} 95% band"))
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"color": color},
+                                 name=f"{label} (fitted)"))
+        pts = s.get(f"{label}_points")
+        if isinstance(pts, dict) and _list(pts, "concurrency"):
+            fig.add_trace(go.Scatter(x=_list(pts, "concurrency"),
+                                     y=_list(pts, "decode_tps_per_request"), mode="markers",
+                                     marker={"color": color, "size": 8}, name=f"{label} (measured)"))
+    cross = s.get("crossover")
+    if isinstance(cross, int | float):
+        fig.add_vline(x=float(cross), line_dash="dash", line_color="#444",
+                      annotation_text=f"breakeven {float(cross):.1f}")
+    fig.update_xaxes(type="log")
+    return _layout(fig, "Per-request decode rate vs concurrency: this run and the baseline",
+                   "requests in flight (batch)", "tokens/s per request")
+
+
 FIGURES: list[tuple[FigureSpec, Callable[[dict[str, Any]], go.Figure | None]]] = [
     (FigureSpec("commit_len_histogram", "Commit-length histogram",
                 "How many tokens each verify step committed; mass at 1-2 means the drafter is "
@@ -142,6 +173,9 @@ FIGURES: list[tuple[FigureSpec, Callable[[dict[str, Any]], go.Figure | None]]] =
     (FigureSpec("concurrency", "Concurrency",
                 "Per-request rate falling with concurrency is batching interference."),
      concurrency),
+    (FigureSpec("breakeven", "Breakeven vs baseline",
+                "Where the lines cross, speculation stops paying per request; bands are 95% "
+                "bootstrap intervals of the fitted step-time model."), breakeven),
 ]
 
 

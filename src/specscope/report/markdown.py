@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specscope.report.context import (
     ReportContext,
+    breakeven_lines,
     drafted_line,
     fmt,
     fmt_ci,
@@ -65,6 +66,8 @@ def render_markdown(ctx: ReportContext) -> str:
                     f"{fmt_interval(at.step_time_factor_ci)}", ""]
     if a.serving:
         out += _serving(a.serving)
+    if rows := breakeven_lines(a.breakeven):
+        out += ["## Breakeven", "", *[f"- {label}: {md_escape(text)}" for label, text in rows], ""]
     out += ["## Findings", ""]
     if not a.findings:
         out += [f"No finding: {md_escape(a.no_finding_reason or '')}", ""]

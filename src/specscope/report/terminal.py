@@ -12,6 +12,7 @@ from rich.text import Text
 from specscope.experiments.plan import Plan
 from specscope.report.context import (
     ReportContext,
+    breakeven_lines,
     drafted_line,
     fmt,
     fmt_ci,
@@ -57,6 +58,8 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
             add_row("95% intervals", f"tps ratio{fmt_interval(at.tps_ratio_ci, 2)}, acceptance"
                     f"{fmt_interval(at.acceptance_factor_ci, 2)}, step time"
                     f"{fmt_interval(at.step_time_factor_ci, 2)}")
+    for label, text in breakeven_lines(a.breakeven):
+        add_row(label, text)
     if a.interval_method:
         add_row("intervals", a.interval_method)
     add_row("requests (errors)", f"{a.requests} ({a.errors})")

@@ -65,6 +65,7 @@ class Comparison:
     resolved_findings: list[str] = field(default_factory=list)  # ids in A, not in B
     b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
     attribution: Attribution | None = None  # B analysed against A (factors and intervals)
+    breakeven: dict[str, Any] | None = None  # where B's per-request rate meets A's (analysis.breakeven)
     a: Analysis | None = None
     b: Analysis | None = None
 
@@ -87,6 +88,7 @@ class Comparison:
             "resolved_findings": self.resolved_findings,
             "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
             "attribution": attribution_json(self.attribution),
+            "breakeven": self.breakeven,
         }
 
 
@@ -115,6 +117,7 @@ def compare_analyses(a: Analysis, b: Analysis, b_with_baseline: Analysis | None 
         step_time_factor=stf, findings=differing_findings(a.findings, b_findings),
         new_findings=sorted(ids_b - ids_a), resolved_findings=sorted(ids_a - ids_b),
         b_findings=b_findings, attribution=at, a=a, b=b,
+        breakeven=b_with_baseline.breakeven if b_with_baseline is not None else None,
     )
 
 

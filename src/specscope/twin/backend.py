@@ -191,7 +191,7 @@ class TwinBackend:
                 r.truth["fault"] = "stall"
         outputs, planned = [], []
         for r in reqs:
-            k = accepted_drafts(sc, r.output, r.context, r.acc_rng, r.noise.shift())
+            k = accepted_drafts(sc, r.output, r.context, r.acc_rng, r.noise.shift(), batch)
             commit = min(k + 1, r.max_tokens - r.output)
             tokens = text.pseudo_text_ids(r.token_rng, commit)
             planned.append((r, k, commit, r.context, r.output))

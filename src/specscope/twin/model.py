@@ -39,12 +39,18 @@ class _Table(BaseModel):
 
 class StepTable(_Table):
     """Verify-step time, seconds: s0 + per_context_token*context + per_verified_token*verified
-    + per_batch_request*(batch-1) + drift_per_output_token*output_pos, times lognormal noise."""
+    + per_batch_request*(batch-1) + per_batch_verified_token*batch*verified
+    + drift_per_output_token*output_pos, times lognormal noise.
+
+    `per_batch_verified_token` is continuous batching's verify cost: one forward pass over every
+    request's verified tokens, so it grows with batch x verified tokens per request (the term
+    that makes speculation lose at high concurrency once the step is compute-bound)."""
 
     s0: float = Field(0.02, ge=0)
     per_context_token: float = Field(0.0, ge=0)
     per_verified_token: float = Field(0.0, ge=0)
     per_batch_request: float = Field(0.0, ge=0)
+    per_batch_verified_token: float = Field(0.0, ge=0)
     drift_per_output_token: float = 0.0
     noise_sigma: float = Field(0.0, ge=0, le=2)
     # lag-1 correlation of the noise between consecutive steps of a request (jitter that
@@ -68,6 +74,10 @@ class AcceptanceTable(_Table):
     decay_floor: float = Field(0.0, ge=0, le=1)
     window: int = Field(0, ge=0)
     window_penalty: float = Field(1.0, ge=0, le=1)
+    # Shared drafter capacity: every depth's acceptance is scaled by
+    # max(batch_floor, exp(-decay_per_batch_request*(batch-1))) in a batch of `batch` requests.
+    decay_per_batch_request: float = Field(0.0, ge=0)
+    batch_floor: float = Field(0.0, ge=0, le=1)
     # Replay: index k = weight of steps that accepted exactly k drafts (SGLang histogram order).
     replay_histogram: list[float] = Field(default_factory=list)
     # Tokens the target verifies per step (tree budget + 1); 0 = num_draft_tokens.
@@ -211,7 +221,7 @@ def load_scenario(name_or_path: str | Path, variant: str | None = None) -> Scena
 
 
 def expected_step_s(
-    sc: Scenario, context_len: int, verified_tokens: int, batch_size: int, output_pos: int
+    sc: Scenario, context_len: int, verified_tokens: int, batch_size: float, output_pos: int
 ) -> float:
     """The noiseless step time (already time-scaled): the step-time model's mean."""
     st = sc.step
@@ -220,6 +230,7 @@ def expected_step_s(
         + st.per_context_token * context_len
         + st.per_verified_token * verified_tokens
         + st.per_batch_request * max(0, batch_size - 1)
+        + st.per_batch_verified_token * max(1, batch_size) * verified_tokens
         + st.drift_per_output_token * output_pos
     )
     return max(0.0, s) * sc.time_scale
@@ -247,16 +258,20 @@ def step_time(
     return s
 
 
-def acceptance_multiplier(sc: Scenario, output_pos: int, context_len: int) -> float:
+def acceptance_multiplier(
+    sc: Scenario, output_pos: int, context_len: int, batch_size: float = 1
+) -> float:
     """How much every depth's acceptance is scaled at this point of a generation: the easy-early
     decay exp(-decay*pos) (never below decay_floor) times the window penalty once the context
-    exceeds the drafter's window."""
+    exceeds the drafter's window, times the shared-drafter penalty of a batch."""
     acc = sc.acceptance
     m = 1.0
     if acc.decay_per_output_token > 0:
         m = max(acc.decay_floor, math.exp(-acc.decay_per_output_token * output_pos))
     if acc.window > 0 and context_len > acc.window:
         m *= acc.window_penalty
+    if acc.decay_per_batch_request > 0 and batch_size > 1:
+        m *= max(acc.batch_floor, math.exp(-acc.decay_per_batch_request * (batch_size - 1)))
     return m
 
 
@@ -273,11 +288,12 @@ def accepted_drafts(
     context_len: int,
     rng: np.random.Generator,
     shift: float = 0.0,
+    batch_size: int = 1,
 ) -> int:
     """Drafts accepted in one verify step (commit length = this + 1); `shift` is the content's
     logit shift of every depth's acceptance (RequestNoise), 0 for the scenario's mean."""
     acc = sc.acceptance
-    mult = acceptance_multiplier(sc, output_pos, context_len)
+    mult = acceptance_multiplier(sc, output_pos, context_len, batch_size)
     if acc.replay_histogram:
         weights = np.asarray(acc.replay_histogram, dtype=float)
         k = int(rng.choice(len(weights), p=weights / weights.sum()))
@@ -302,10 +318,12 @@ def commit_length(
     return accepted_drafts(sc, output_pos, context_len, rng) + 1
 
 
-def expected_commit_length(sc: Scenario, output_pos: int, context_len: int) -> float:
+def expected_commit_length(
+    sc: Scenario, output_pos: int, context_len: int, batch_size: float = 1
+) -> float:
     """Mean commit length at this point (exact for chains; replay ignores thinning order)."""
     acc = sc.acceptance
-    mult = acceptance_multiplier(sc, output_pos, context_len)
+    mult = acceptance_multiplier(sc, output_pos, context_len, batch_size)
     if acc.replay_histogram:
         w = np.asarray(acc.replay_histogram, dtype=float)
         w = w / w.sum()
@@ -411,3 +429,58 @@ def simulate_request(
     """(commit_len, step_s) per verify step of one request at concurrency 1 (virtual time)."""
     for st in simulate_request_steps(sc, prompt_tokens, max_tokens, seed):
         yield st.commit_len, st.step_s
+
+
+def simulate_batch_steps(
+    sc: Scenario, prompt_tokens: int, max_tokens: int, seeds: list[int]
+) -> list[list[SimStep]]:
+    """Every verify step of len(seeds) identical requests admitted together and stepped as one
+    continuous batch (virtual time), per request. One step serves every running request: its
+    time is drawn once (from the oldest running request's timing stream, as the live twin does)
+    at the batch's size and its largest context; each request's acceptance is drawn at that batch
+    size. Finished requests leave the batch, so the tail runs at a smaller batch."""
+    streams = [request_rngs(sc, s) for s in seeds]
+    verified = sc.acceptance.verified_tokens
+    out = [0] * len(seeds)
+    steps: list[list[SimStep]] = [[] for _ in seeds]
+    while True:
+        active = [i for i in range(len(seeds)) if out[i] < max_tokens]
+        if not active:
+            return steps
+        batch = len(active)
+        context = prompt_tokens + max(out[i] for i in active)
+        s = step_time(sc, context, verified, batch, max(out[i] for i in active),
+                      streams[active[0]][1])
+        for i in active:
+            ctx = prompt_tokens + out[i]
+            k = accepted_drafts(sc, out[i], ctx, streams[i][0], batch_size=batch)
+            commit = min(k + 1, max_tokens - out[i])
+            steps[i].append(SimStep(commit, s, k, ctx, out[i]))
+            out[i] += commit
+
+
+def per_request_rate(sc: Scenario, batch_size: float, context_len: float) -> float:
+    """The true per-request decode rate (tokens/s) of a steady batch of `batch_size` requests
+    (continuous in the batch size, as the model is): expected commit length over expected step
+    time, at the start of generation (no output-position effects)."""
+    b = max(1.0, float(batch_size))
+    k = expected_commit_length(sc, 0, int(context_len), b)
+    s = expected_step_s(sc, int(context_len), sc.acceptance.verified_tokens, b, 0)
+    return k / s if s > 0 else float("inf")
+
+
+def breakeven_batch(
+    sc: Scenario, baseline: Scenario, context_len: float, high: float
+) -> float | None:
+    """The true crossover: the batch size in [1, high] at which `sc`'s per-request rate falls to
+    `baseline`'s (on a 1/100-request grid, then linear between the two grid points that bracket
+    it); None when `sc` is slower from the start or stays faster over the whole range."""
+    grid = np.linspace(1.0, high, int((high - 1) * 100) + 1)
+    gap = [per_request_rate(sc, b, context_len) - per_request_rate(baseline, b, context_len)
+           for b in grid]
+    if gap[0] <= 0:
+        return None
+    for i in range(1, grid.size):
+        if gap[i] <= 0:
+            return float(grid[i - 1] + (grid[i] - grid[i - 1]) * gap[i - 1] / (gap[i - 1] - gap[i]))
+    return None
