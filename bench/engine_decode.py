@@ -27,12 +27,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from specscope.backend import SamplingParams
 from specscope.engine.factory import assemble
 from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
 from specscope.engine.options import EngineOptions
-from specscope.serve.backend import SamplingParams
 
 
 def sync(device: torch.device) -> None:

@@ -24,12 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from specscope.backend import SamplingParams
 from specscope.engine.factory import assemble
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import TINY_CONFIG, load_model, random_model
 from specscope.engine.options import EngineOptions, SpeculationOptions
 from specscope.engine.runner import EagerRunner, Work
-from specscope.serve.backend import SamplingParams
 
 SPECS = [
     ("ngram chain k=4", SpeculationOptions(drafter="ngram", verify="chain", num_draft_tokens=4, ngram_min=1), 16, "contiguous"),

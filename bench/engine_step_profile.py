@@ -15,11 +15,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from specscope.backend import SamplingParams
 from specscope.engine.backend import EngineBackend
 from specscope.engine.cuda.graph_runner import CudaGraphRunner
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import random_model
-from specscope.serve.backend import SamplingParams
 
 
 def main() -> None:

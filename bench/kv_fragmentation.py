@@ -31,12 +31,12 @@ from scipy.stats import theilslopes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from specscope.backend import SamplingParams
 from specscope.engine.backend import EngineBackend
 from specscope.engine.factory import assemble
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import SMOLLM2_CONFIG, LoadedModel, load_model, random_model
 from specscope.engine.options import EngineOptions
-from specscope.serve.backend import SamplingParams
 
 LAYOUTS = [(1, "scattered"), (16, "contiguous")]
 

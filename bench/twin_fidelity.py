@@ -19,7 +19,7 @@ import time
 import aiohttp
 import numpy as np
 
-from specscope.serve.runner import start_twin_server
+from specscope.twin.server import start_twin_server
 
 BUDGET_S = 55.0
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: the twin behind a real HTTP server on 127.0.0.1 (serve/runner.py).
+"""Shared fixtures: the twin behind a real HTTP server on 127.0.0.1 (twin/server.py).
 
     def test_x(twin_server):
         srv = twin_server("seed-regression", time_scale=0.05, decode_log_interval=5)
@@ -32,8 +32,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from specscope.serve.runner import ServerHandle, start_twin_server
+from specscope.serve.runner import ServerHandle
 from specscope.twin.model import Scenario, load_scenario
+from specscope.twin.server import start_twin_server
 
 
 def in_ci() -> bool:

@@ -13,10 +13,10 @@ import pytest
 from specscope.analysis.breakeven import breakeven
 from specscope.analysis.diagnosis import analyze
 from specscope.analysis.measure import measure
+from specscope.backend import SamplingParams
 from specscope.report.context import context_from_run
 from specscope.report.figures import build_figures
 from specscope.report.markdown import render_markdown
-from specscope.serve.backend import SamplingParams
 from specscope.store.compare import compare_analyses
 from specscope.twin import model as tw
 from specscope.twin.backend import TwinBackend

@@ -9,10 +9,10 @@ import itertools
 import pytest
 import torch
 
+from specscope.backend import BackendError
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import build_model
 from specscope.engine.model import ForwardBatch, ModelConfig, NewTokens
-from specscope.serve.backend import BackendError
 
 pytestmark = pytest.mark.engine
 

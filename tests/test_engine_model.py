@@ -16,11 +16,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specscope.backend import BackendError, SamplingParams
 from specscope.engine.backend import EngineBackend
 from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import TINY_CONFIG, LoadedModel, load_model, random_model
-from specscope.serve.backend import BackendError, SamplingParams
 
 pytestmark = pytest.mark.engine
 

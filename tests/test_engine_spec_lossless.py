@@ -14,12 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specscope.backend import SamplingParams  # noqa: E402
 from specscope.engine.backend import EngineBackend  # noqa: E402
 from specscope.engine.factory import assemble  # noqa: E402
 from specscope.engine.kv_cache import KVCache  # noqa: E402
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.options import EngineOptions  # noqa: E402
-from specscope.serve.backend import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.engine
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specscope.analysis.acceptance import from_telemetry
-from specscope.telemetry.base import to_record
 from specscope.telemetry.prefix import PrefixParser
+from specscope.telemetry.records import to_record
 from specscope.telemetry.summary import LogSummary
 from specscope.telemetry.vllm import parse_vllm_spec
 

@@ -2,8 +2,9 @@
 
 Production scanning takes four shortcuts: all markers found in one Aho-Corasick pass
 (markers.py), the canonical DDTREE lines counted by one regex without building records
-(fastpath.py), the canonical SGLang `Decode batch` / vLLM `SpecDecoding metrics` lines read by
-one regex each (linefast.py), and files read as newline-aligned positioned reads (sources.py). The reference here is
+(ddtree.py's block fast path), the canonical SGLang `Decode batch` / vLLM `SpecDecoding metrics`
+lines read by one regex each (the line fast paths in sglang.py and vllm.py), and files read as
+newline-aligned positioned reads (sources.py). The reference here is
 the general path the fast ones replaced: one `bytes.find` pass per marker (the engine switched
 off), every line parsed into a record (`keep_records=True`), the whole input as one block.
 Hypothesis mixes the real example lines of every format with mutated DDTREE, Decode batch and
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specscope.telemetry import LogQuery, markers, read_logs
-from specscope.telemetry.formats import LINE_FORMATS
+from specscope.telemetry.ingest import LINE_FORMATS
 from specscope.telemetry.markers import MarkerFinder
 from specscope.telemetry.scan import Scanner, ScanOptions, count_newlines
 
@@ -66,7 +67,7 @@ def _reference(data: bytes, options: dict) -> dict:
 
 def _fast(data: bytes, cuts: list[int], options: dict) -> dict:
     scanner = Scanner(ScanOptions(formats=list(LINE_FORMATS), **options))
-    assert scanner._fast is not None or options.get("keep_records")
+    assert scanner._block_fast or options.get("keep_records")
     lines = data.split(b"\n")
     start = 0
     for cut in [*sorted(set(cuts)), len(lines)]:
@@ -119,7 +120,7 @@ def ddtree_line(draw):
 
 @st.composite
 def sglang_decode_line(draw):
-    """The canonical `Decode batch` shape (linefast.py) and its near misses."""
+    """The canonical `Decode batch` shape (sglang.py's fast path) and its near misses."""
     rank = draw(ranks)
     second = draw(st.integers(0, 61))
     stamp = draw(st.sampled_from([f"2026-11-29 10:00:{second:02d}", "2026-13-40 10:00:00", "2026-11-29T10:00:01"]))
@@ -154,7 +155,7 @@ def sglang_decode_line(draw):
 
 @st.composite
 def vllm_spec_line(draw):
-    """The canonical `SpecDecoding metrics` shape (linefast.py) and its near misses."""
+    """The canonical `SpecDecoding metrics` shape (vllm.py's fast path) and its near misses."""
     second = draw(st.integers(0, 59))
     prefix = draw(
         st.sampled_from(
@@ -288,8 +289,8 @@ def test_marker_without_trailing_space_is_still_read(tail):
 
 
 def test_canonical_interval_lines_take_the_fast_parsers(monkeypatch):
-    """The bench's (and real servers') interval lines are read by linefast.py, not the general
-    parsers, and give the general parsers' summary."""
+    """The bench's (and real servers') interval lines are read by the line fast paths, not the
+    general parsers, and give the general parsers' summary."""
     from specscope.telemetry import scan
 
     data = (

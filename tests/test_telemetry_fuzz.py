@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specscope.telemetry import MetricsError, parse_metrics_text, parse_server_info
 from specscope.telemetry.custom import custom_format
-from specscope.telemetry.formats import LINE_FORMATS
+from specscope.telemetry.ingest import LINE_FORMATS
 from specscope.telemetry.llamacpp import parse_llamacpp_timings
 from specscope.telemetry.prefix import PrefixParser, clean_line
 from specscope.telemetry.scan import Scanner, ScanOptions

@@ -250,7 +250,8 @@ def embedded_server(scenario: str | None = None, time_scale: float | None = None
     Its log goes to `log_file` (read as evidence).
     """
     from specscope.serve.options import ServeOptions
-    from specscope.serve.runner import run_server, start_twin_server
+    from specscope.serve.runner import run_server
+    from specscope.twin.server import start_twin_server
 
     notes: list[str] = []
     handle = None

@@ -18,8 +18,7 @@ from rich.table import Table
 
 from specscope.commands.common import fail_usage, out_console, print_json, untrusted, warn
 from specscope.telemetry.custom import PatternError
-from specscope.telemetry.formats import UnknownFormatError
-from specscope.telemetry.ingest import LogQuery, read_logs, selected_formats
+from specscope.telemetry.ingest import LogQuery, UnknownFormatError, read_logs, selected_formats
 from specscope.telemetry.parallel import usable_cpus
 from specscope.telemetry.sources import DEFAULT_COMMAND_TIMEOUT_S, SourceError
 from specscope.telemetry.summary import LogSummary, commit_key

@@ -24,13 +24,13 @@ import threading
 import time
 from typing import Any
 
+from specscope.backend import BackendError, BackendInfo, BatchStep, SamplingParams, StepOutput
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel
 from specscope.engine.request import Request
 from specscope.engine.runner import EagerRunner, Runner, Work, extend
 from specscope.engine.sampling import make_generator
 from specscope.engine.stepper import PlainStepper, Stepper
-from specscope.serve.backend import BackendError, BackendInfo, BatchStep, SamplingParams, StepOutput
 
 PREFILL_CHUNK = 256  # tokens per prefill forward: bounds the [chunk x context] attention matrix
 CUDA_PREFILL_CHUNK = 2048  # on a GPU the bound is memory, not time: larger chunks, fewer launches

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from specscope.serve.backend import BackendError
+from specscope.backend import BackendError
 
 POLICIES = ("contiguous", "scattered")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from specscope.backend import SamplingParams
 from specscope.engine.kv_cache import SeqKV
-from specscope.serve.backend import SamplingParams
 
 
 @dataclass

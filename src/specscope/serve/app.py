@@ -11,8 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from specscope.backend import Backend
 from specscope.serve import routes_info, routes_native, routes_openai
-from specscope.serve.backend import Backend
 from specscope.serve.context import ServeContext
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics

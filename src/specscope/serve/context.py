@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import Response
 
-from specscope.serve.backend import Backend, SamplingParams
+from specscope.backend import Backend, SamplingParams
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
 from specscope.serve.scheduler import ErrorEvent, RequestState, Scheduler, StepEvent

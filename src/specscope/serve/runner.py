@@ -1,7 +1,7 @@
 """Run a server in a background thread on loopback (tests, `specscope diagnose` without URL),
 or in the foreground (`specscope serve`).
 
-    handle = start_twin_server("seed-regression", time_scale=0.2)
+    handle = run_server(backend)
     ... handle.url ...   # e.g. http://127.0.0.1:41234
     handle.stop()
 
@@ -18,14 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
+from specscope.backend import Backend
 from specscope.serve.app import create_app
-from specscope.serve.backend import Backend
 from specscope.serve.options import ServeOptions
 
 START_TIMEOUT_S = 20.0
@@ -97,22 +95,6 @@ def run_server(backend: Backend, options: ServeOptions | None = None, host: str 
         time.sleep(0.01)
     shown = f"[{host}]" if ":" in host else host
     return ServerHandle(f"http://{shown}:{real_port}", host, real_port, app, backend, server, thread)
-
-
-def start_twin_server(scenario: Any = "seed-regression", *, time_scale: float | None = None,
-                      truth_file: Path | None = None, host: str = "127.0.0.1", port: int = 0,
-                      **options: Any) -> ServerHandle:
-    """The twin behind a background server. `scenario` is a Scenario, a shipped name
-    ("seed-regression", "speculation-overhead:baseline") or a TOML path; `options` are
-    ServeOptions fields (stream_interval, per_token_events, decode_log_interval, log_file, ...)."""
-    from specscope.twin.backend import TwinBackend
-    from specscope.twin.model import Scenario, load_scenario
-
-    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-    if time_scale is not None:
-        sc = sc.scaled(time_scale)
-    options.setdefault("log_to_stderr", False)
-    return run_server(TwinBackend(sc, truth_file), ServeOptions(**options), host, port)
 
 
 def serve_forever(backend: Backend, options: ServeOptions | None = None,

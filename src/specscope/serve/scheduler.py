@@ -15,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from specscope.serve.backend import Backend, BackendError, BatchStep, SamplingParams
+from specscope.backend import Backend, BackendError, BatchStep, SamplingParams
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
 

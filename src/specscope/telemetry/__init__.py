@@ -15,7 +15,6 @@ Public API (other layers call these; everything returns `SpecRecord`s or summari
 from __future__ import annotations
 
 from specscope.telemetry.align import Alignment, align, records_in_window, request_windows
-from specscope.telemetry.base import Malformed, to_record
 from specscope.telemetry.ingest import LogQuery, LogResult, parse_line, parse_text, read_logs
 from specscope.telemetry.llamacpp import parse_llamacpp_timings
 from specscope.telemetry.prometheus import (
@@ -25,7 +24,7 @@ from specscope.telemetry.prometheus import (
     parse_metrics_text,
     scrape_metrics,
 )
-from specscope.telemetry.records import SpecRecord
+from specscope.telemetry.records import Malformed, SpecRecord, to_record
 from specscope.telemetry.server_info import ServerInfoError, fetch_server_info, parse_server_info
 from specscope.telemetry.sources import SourceError
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 
-from specscope.telemetry.base import LineFormat, Malformed, Parsed, integer, number
 from specscope.telemetry.prefix import PrefixParser
+from specscope.telemetry.records import Malformed, Parsed, integer, number
+from specscope.telemetry.scan import LineFormat
 from specscope.telemetry.timewindow import parse_time
 
 KNOWN_GROUPS = {"commit_len", "accepted_drafts", "accept_rate", "n_steps", "step", "ts", "rank", "request_id"}

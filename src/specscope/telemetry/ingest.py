@@ -1,16 +1,19 @@
-"""One call from inputs to a summary: the code path `specscope logs` and `diagnose` share."""
+"""One call from inputs to a summary: the code path `specscope logs` and `diagnose` share, and
+the registry of line formats with the `--format` groups that select them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from specscope.telemetry.base import LineFormat, Malformed, to_record
-from specscope.telemetry.custom import compile_pattern, custom_format
-from specscope.telemetry.formats import formats_for
+from specscope.telemetry.custom import PatternError, compile_pattern, custom_format
+from specscope.telemetry.ddtree import AVG_COMMIT, DDTREE
+from specscope.telemetry.llamacpp import LLAMACPP_LOG, LLAMACPP_TIMINGS
+from specscope.telemetry.parallel import capped_jobs, parallel_eligible, scan_file_parallel
 from specscope.telemetry.prefix import PrefixParser, clean_line
-from specscope.telemetry.records import SpecRecord
-from specscope.telemetry.scan import DEFAULT_MAX_LINE, Scanner, ScanOptions
+from specscope.telemetry.records import Malformed, SpecRecord, to_record
+from specscope.telemetry.scan import DEFAULT_MAX_LINE, LineFormat, Scanner, ScanOptions
+from specscope.telemetry.sglang import SGLANG_DECODE
 from specscope.telemetry.sources import (
     BLOCK_SIZE,
     DEFAULT_COMMAND_TIMEOUT_S,
@@ -21,6 +24,31 @@ from specscope.telemetry.sources import (
     whole_lines,
 )
 from specscope.telemetry.summary import LogSummary, merge_summaries
+from specscope.telemetry.vllm import VLLM_SPEC
+
+LINE_FORMATS: tuple[LineFormat, ...] = (
+    DDTREE,
+    SGLANG_DECODE,
+    VLLM_SPEC,
+    LLAMACPP_LOG,
+    LLAMACPP_TIMINGS,
+    AVG_COMMIT,
+)
+FORMAT_GROUPS = ("auto", "sglang", "vllm", "llamacpp", "ddtree", "custom")
+
+
+class UnknownFormatError(ValueError):
+    pass
+
+
+def formats_for(group: str) -> list[LineFormat]:
+    """The formats that `--format GROUP` reads (`auto`: all of them; `custom`: none, only
+    the user's `--pattern`)."""
+    if group not in FORMAT_GROUPS:
+        raise UnknownFormatError(f"--format must be one of {', '.join(FORMAT_GROUPS)}, not {group!r}")
+    if group == "auto":
+        return list(LINE_FORMATS)
+    return [f for f in LINE_FORMATS if f.group == group]
 
 
 @dataclass
@@ -55,8 +83,6 @@ def selected_formats(format_: str, pattern: str | None) -> list[LineFormat]:
     if pattern is not None:
         formats.insert(0, custom_format(compile_pattern(pattern)))
     elif format_ == "custom":
-        from specscope.telemetry.custom import PatternError
-
         raise PatternError("--format custom needs --pattern REGEX")
     return formats
 
@@ -74,8 +100,6 @@ def _sources(query: LogQuery, log: SourceLog) -> Iterator[tuple[str, Iterable[by
 def read_logs(query: LogQuery, prefixes: PrefixParser | None = None) -> LogResult:
     """Read every source of `query` and return its summary (and records if asked).
     Raises SourceError for unreadable input; warnings land in `summary.warnings`."""
-    from specscope.telemetry.parallel import capped_jobs, parallel_eligible, scan_file_parallel
-
     options = ScanOptions(
         formats=selected_formats(query.format, query.pattern),
         rank=query.rank,
@@ -100,6 +124,7 @@ def read_logs(query: LogQuery, prefixes: PrefixParser | None = None) -> LogResul
                 scan_file_parallel(
                     name,
                     (query.format, query.pattern),
+                    selected_formats,
                     options,
                     jobs,
                     query.block_size,

@@ -19,9 +19,10 @@ import json
 import re
 from typing import Any
 
-from specscope.telemetry.base import LineFormat, Malformed, Parsed, float_list, number
 from specscope.telemetry.commit import ALL_STEPS, DRAFTED_STEPS
 from specscope.telemetry.prefix import PrefixParser
+from specscope.telemetry.records import Malformed, Parsed, float_list, number
+from specscope.telemetry.scan import LineFormat
 
 _ACCEPTANCE = re.compile(
     r"draft acceptance(?: rate)? = (?P<rate>\S+) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\)"

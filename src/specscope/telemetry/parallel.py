@@ -10,14 +10,19 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 from specscope.telemetry.prefix import PrefixParser
-from specscope.telemetry.scan import Scanner, ScanOptions
+from specscope.telemetry.scan import LineFormat, Scanner, ScanOptions
 from specscope.telemetry.sources import SourceLog, file_range_chunks, whole_lines
 from specscope.telemetry.summary import LogSummary, merge_summaries
 
 MIN_PARALLEL_BYTES = 64 << 20
+# The formats of a (`--format`, `--pattern`) selection; a module-level function, so that it
+# travels to a worker process by name.
+FormatsOf = Callable[[str, "str | None"], list[LineFormat]]
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -71,15 +76,12 @@ def _scan_range(
     start: int,
     end: int,
     selection: tuple[str, str | None],
+    formats_of: FormatsOf,
     options: ScanOptions,
     now: float,
     block_size: int,
 ) -> LogSummary:
-    from specscope.telemetry.ingest import selected_formats
-
-    options.formats = selected_formats(
-        *selection
-    )  # rebuilt here: a --pattern's parser is a closure
+    options.formats = formats_of(*selection)  # rebuilt here: a --pattern's parser is a closure
     scanner = Scanner(options, PrefixParser(now=now))
     log = SourceLog()
 
@@ -94,6 +96,7 @@ def _scan_range(
 def scan_file_parallel(
     path: str,
     selection: tuple[str, str | None],
+    formats_of: FormatsOf,
     options: ScanOptions,
     jobs: int,
     block_size: int,
@@ -103,12 +106,12 @@ def scan_file_parallel(
     cuts = _cut_points(path, jobs, options.max_line)
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    from dataclasses import replace
-
     ranges = [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
 
     def scan_here(start: int, end: int) -> LogSummary:
-        return _scan_range(path, start, end, selection, replace(options, formats=[]), now, block_size)
+        return _scan_range(
+            path, start, end, selection, formats_of, replace(options, formats=[]), now, block_size
+        )
 
     if len(ranges) < 2:
         return merge_summaries([scan_here(a, b) for a, b in ranges], consecutive=True)
@@ -117,7 +120,7 @@ def scan_file_parallel(
     # and one result's trip back less, ~1-2% of a 200 MB scan.
     with ProcessPoolExecutor(max_workers=len(ranges) - 1, mp_context=ctx) as pool:
         futures = [
-            pool.submit(_scan_range, path, a, b, selection, portable, now, block_size)
+            pool.submit(_scan_range, path, a, b, selection, formats_of, portable, now, block_size)
             for a, b in ranges[1:]
         ]
         parts = [scan_here(*ranges[0]), *(f.result() for f in futures)]

@@ -66,7 +66,9 @@ def _minute_start(year: int, month: int, day: int, hh: int, mm: int) -> float:
     return datetime(year, month, day, hh, mm).timestamp()
 
 
-def _local_unix(year: int, month: int, day: int, hms: str) -> float | None:
+def local_unix(year: int, month: int, day: int, hms: str) -> float | None:
+    """Unix seconds of a naive local `HH:MM:SS[.frac]` on a date (None when it is invalid);
+    the fast paths call it directly on the pieces they matched."""
     try:
         frac = 0.0
         if "." in hms or "," in hms:
@@ -84,13 +86,14 @@ def _infer_year(month: int, day: int, hms: str, now: float) -> float | None:
     """Timestamps without a year get the current year, or last year if that would put them
     more than a day in the future (a December log read in January)."""
     year = time.localtime(now).tm_year
-    ts = _local_unix(year, month, day, hms)
+    ts = local_unix(year, month, day, hms)
     if ts is not None and ts > now + 86400:
-        ts = _local_unix(year - 1, month, day, hms)
+        ts = local_unix(year - 1, month, day, hms)
     return ts
 
 
-def _ranks(text: str) -> tuple[str | None, str | None]:
+def split_ranks(text: str) -> tuple[str | None, str | None]:
+    """`TP0 EP0` -> ("TP0", "TP0 EP0"): the tensor-parallel rank and every tag as written."""
     label = text.strip() or None
     if label is None:
         return None, None
@@ -105,12 +108,12 @@ def _parse_prefix(prefix: str, now: float) -> Prefix:
     m = _SGLANG.search(prefix)
     if m:
         y, mo, d = (int(x) for x in m.group("date").split("-"))
-        ts = _local_unix(y, mo, d, m.group("time"))
-        rank, label = _ranks(m.group("ranks"))
+        ts = local_unix(y, mo, d, m.group("time"))
+        rank, label = split_ranks(m.group("ranks"))
     else:
         b = _BARE_RANK.search(prefix)
         if b:
-            rank, label = _ranks(b.group("ranks"))
+            rank, label = split_ranks(b.group("ranks"))
     if ts is None:
         j = _JOURNAL.match(prefix)
         if j:
@@ -119,7 +122,7 @@ def _parse_prefix(prefix: str, now: float) -> Prefix:
             iso = _ISO_START.match(prefix)
             if iso:
                 y, mo, d = (int(x) for x in iso.group("date").split("-"))
-                ts = _local_unix(y, mo, d, iso.group("time"))
+                ts = local_unix(y, mo, d, iso.group("time"))
                 tz = iso.group("tz")
                 if ts is not None and tz:
                     with contextlib.suppress(ValueError):

@@ -5,9 +5,11 @@ Why blocks and markers: a server journal is mostly lines no format cares about. 
 1 GB file into Python lines costs more than everything else together, so the scanner instead
 finds every format's marker in one Aho-Corasick pass over a block (markers.py; C/Rust speed),
 cuts out just the line around each hit, decodes and cleans it, and hands it to the format's
-parser. The story's DDTREE lines, the bulk of a speculative server's log, are counted without
-parsing them one by one (fastpath.py). Formats without a marker (a user `--pattern`) fall back
-to a per-line loop.
+parser. The scanner names no format: a format brings its markers, its parser and, optionally,
+fast paths used when only the summary is wanted (a block fast path counts a whole block's
+canonical lines at once, as the DDTREE format does for the bulk of a speculative server's log;
+a line fast path matches one canonical line with one regex, as the SGLang and vLLM interval
+formats do). Formats without a marker (a user `--pattern`) fall back to a per-line loop.
 """
 
 from __future__ import annotations
@@ -17,21 +19,72 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from specscope.telemetry.base import LineFormat, Malformed, Parsed, to_record
-from specscope.telemetry.linefast import FastLines, parsed_of
+from specscope.telemetry.markers import MarkerFinder
 from specscope.telemetry.prefix import PrefixParser
-from specscope.telemetry.records import SpecRecord
+from specscope.telemetry.records import Malformed, Parsed, SpecRecord, to_record
 from specscope.telemetry.summary import LogSummary
 
 _CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
 _ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _NUMPY_COUNT_MIN = 1 << 16  # below this, bytes.count beats numpy's call overhead
-_TAG_BEFORE = re.compile(rb"(TP\d+)(?: [A-Z]+\d+)*\] $")
 DEFAULT_MAX_LINE = 1 << 20  # longer lines are skipped and counted (binary dumps, base64 blobs)
 MALFORMED_EXAMPLES = 5
+
+
+LineParser = Callable[[str, PrefixParser], "Parsed | Malformed | None"]
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """One log format: the substrings that must occur in a line (cheap prefilter, checked on
+    raw bytes before any regex) and the parser for a line that contains one of them."""
+
+    name: str  # SpecRecord.format
+    group: str  # the `--format` choice it belongs to
+    markers: tuple[bytes, ...]
+    parse: LineParser
+    # Optional speed-ups, used only when the summary alone is wanted. Each gives the general
+    # parser's result for the lines it takes and leaves every other line to that parser.
+    line_fast: Callable[[PrefixParser], LineFastPath] | None = None
+    block_fast: Callable[[ScanOptions, PrefixParser], BlockFastPath] | None = None
+    # When set: the rank tag this regex finds right before the marker decides the line's rank,
+    # and other ranks' lines are skipped before parsing (as the story's grep dropped them), so
+    # they never count as malformed.
+    rank_tag_before_marker: re.Pattern[bytes] | None = None
+
+
+# (timestamp, rank, key) of a line a line fast path took. The key holds every value the summary
+# uses, its first item the format's name, so that identical lines are counted and added once
+# per block (`LineFastPath.parsed` turns it back into a parse result).
+FastResult = tuple[float | None, str | None, tuple]
+
+
+class LineFastPath(Protocol):
+    """Matches one canonical line of its format; built per scanner (it may cache by minute)."""
+
+    def __call__(self, block: bytes, ls: int, le: int, at: int) -> FastResult | None:
+        """The line `block[ls:le]`, its marker at `at`; None: the general parser reads it."""
+        ...
+
+    def parsed(self, key: tuple) -> Parsed:
+        """The summary's view (the general parser's result without ts, rank and unused
+        fields) of a key this fast path returned."""
+        ...
+
+
+class BlockFastPath(Protocol):
+    """Counts a block's canonical lines of its format into a LogSummary in one pass."""
+
+    markers: frozenset[bytes]
+
+    def scan(self, block: bytes, summary: LogSummary) -> set[int] | None:
+        """None when every line holding one of `markers` was handled here; else the starts of
+        the lines handled here (the scanner parses the others generally)."""
+        ...
 
 
 @dataclass
@@ -71,17 +124,20 @@ class Scanner:
         self.records: list[SpecRecord] = []
         self.on_record: Callable[[SpecRecord], None] | None = None
         self._marked = [f for f in options.formats if f.markers]
-        self._fast = None
-        if not options.keep_records and any(f.name == "ddtree" for f in self._marked):
-            from specscope.telemetry.fastpath import FastDDTree
-
-            self._fast = FastDDTree(options, self.prefixes)
+        summary_only = not options.keep_records
+        self._block_fast: list[tuple[str, BlockFastPath]] = [
+            (f.name, f.block_fast(options, self.prefixes))
+            for f in self._marked
+            if summary_only and f.block_fast is not None
+        ]
         self._unmarked = [f for f in options.formats if not f.markers]
-        # Canonical interval lines skip the general parsers when only the summary is wanted.
-        self._line_fast = {} if options.keep_records else FastLines(self.prefixes).by_format
+        # Canonical lines skip the general parsers when only the summary is wanted.
+        self._line_fast: dict[str, LineFastPath] = {
+            f.name: f.line_fast(self.prefixes)
+            for f in self._marked
+            if summary_only and f.line_fast is not None
+        }
         self._fast_counts: Counter[tuple] = Counter()  # fast-parsed lines, added at block end
-        from specscope.telemetry.markers import MarkerFinder
-
         # Every marker is a scan key; all keys of a block are found in one pass (markers.py).
         # A line is parsed once per format even when it holds several of its markers.
         self._plan: dict[bytes, list[tuple[LineFormat, bytes]]] = {}
@@ -89,6 +145,8 @@ class Scanner:
             for marker in fmt.markers:
                 self._plan.setdefault(marker, []).append((fmt, marker))
         self._finder = MarkerFinder()
+        covered = {m for _, fast in self._block_fast for m in fast.markers}
+        self._keys_left_by_block_fast = [k for k in self._plan if k not in covered]
 
     # -- public -------------------------------------------------------------------------
     def feed(self, block: bytes, source: str = "", line_base: int = 0) -> int:
@@ -100,22 +158,22 @@ class Scanner:
         self.summary.bytes += len(block)
         first_new = len(self.records)
         seen: dict[str, set[int]] = {}
-        fast = self._fast if self.on_record is None else None
-        # One marker pass for every key the fast path does not cover.
-        rare = [k for k in self._plan if fast is None or k not in fast.markers]
+        block_fast = self._block_fast if self.on_record is None else []
+        # One marker pass for every key no block fast path covers.
+        rare = self._keys_left_by_block_fast if block_fast else list(self._plan)
         hits = self._finder.find(block, rare)
-        if fast is not None:
+        for name, fast in block_fast:
             handled = fast.scan(block, self.summary)
-            if handled is not None:  # odd DDTREE lines left: the general parser reads them
-                seen["ddtree"] = handled
-                ddtree_keys = [k for k in self._plan if k in fast.markers]
-                self._scan_keys(ddtree_keys, self._finder.find(block, ddtree_keys), block, source, line_base, seen)
+            if handled is not None:  # odd lines left: the general parser reads them
+                seen[name] = handled
+                keys = [k for k in self._plan if k in fast.markers]
+                self._scan_keys(keys, self._finder.find(block, keys), block, source, line_base, seen)
         self._scan_keys(rare, hits, block, source, line_base, seen)
         for fmt in self._unmarked:
             self._scan_all_lines(fmt, block, source, line_base)
         if self._fast_counts:
             for key, n in self._fast_counts.items():
-                self.summary.add(parsed_of(key), n)
+                self.summary.add(self._line_fast[key[0]].parsed(key), n)
             self._fast_counts.clear()
         if len(self.records) > first_new:
             # Formats are scanned one after another; restore line order within the block.
@@ -198,10 +256,11 @@ class Scanner:
                     if ls in done:
                         continue
                     done.add(ls)
+                tag = fmt.rank_tag_before_marker
                 if (
-                    fmt.name == "ddtree"
+                    tag is not None
                     and self.options.rank
-                    and self._other_rank(block, max(ls, at - 64), at)
+                    and self._other_rank(tag, block, max(ls, at - 64), at)
                 ):
                     self.summary.filtered_rank += 1
                     continue
@@ -241,10 +300,10 @@ class Scanner:
             if s.ts_max is None or ts > s.ts_max:
                 s.ts_max = ts
 
-    def _other_rank(self, block: bytes, start: int, pos: int) -> bool:
-        """A DDTREE line tagged `TPn ...] ` right before its marker, n not the wanted rank: it is
-        skipped before parsing (like the story's grep), so other ranks never count as malformed."""
-        m = _TAG_BEFORE.search(block, start, pos)
+    def _other_rank(self, tag: re.Pattern[bytes], block: bytes, start: int, pos: int) -> bool:
+        """A line tagged with another rank than the wanted one right before its marker (`tag`'s
+        first group is the rank): skipped before parsing, like the story's grep."""
+        m = tag.search(block, start, pos)
         return m is not None and m.group(1).decode() != self.options.rank
 
     def _scan_all_lines(self, fmt: LineFormat, block: bytes, source: str, line_base: int) -> None:

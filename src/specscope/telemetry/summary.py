@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscope.telemetry.base import Parsed
 from specscope.telemetry.commit import CommitTally, basis_of, is_step_record
+from specscope.telemetry.records import Parsed
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specscope.serve.backend import (
+from specscope.backend import (
     BackendError,
     BackendInfo,
     BatchStep,

@@ -3,6 +3,9 @@
 Kept small on purpose: add a request (prefill), advance every running request by one verify
 step together (continuous batching: the step's time depends on the batch), and release.
 `serve` owns HTTP, streaming, logs and metrics; a backend owns tokens and time.
+
+It lives beside the layers, not in `serve/`, so that the implementations (`twin`, `engine`)
+and the front (`serve`) depend on it and never on one another.
 """
 
 from __future__ import annotations
