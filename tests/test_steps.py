@@ -72,7 +72,8 @@ def test_long_commits_still_cluster_when_step_gaps_are_rare():
 
 def test_non_speculative_per_token_stream_is_one_token_per_step():
     r = reconstruct_steps(trace([(10.0 + 20.0 * i, 1) for i in range(30)]))
-    assert r.method == "burst" and r.reliable
+    # no server field says a step committed more than one token: each chunk is a step
+    assert r.method == "chunk" and r.reliable
     assert {s.commit_len for s in r.steps} == {1}
     assert r.mean_step_s == pytest.approx(0.020)
 
@@ -241,3 +242,13 @@ def test_one_late_read_among_many_steps_is_a_note_not_coalescing():
     for i in range(100, 3, -6):  # every sixth pair merged
         often[i - 1:i + 1] = [(often[i][0], often[i - 1][1] + often[i][1])]
     assert not reconstruct_steps(trace(often), max_commit_len=8).reliable
+
+
+def test_plain_decoding_read_late_is_not_grouped_into_bursts():
+    """One token per step (no speculation), but a loaded client read two steps in quick
+    succession: still one step per chunk, never a two-token "burst"."""
+    times = [10.0 + 70.0 * i for i in range(30)]
+    times[12] = times[11] + 0.3  # read 0.3 ms after the step before it
+    r = reconstruct_steps(trace([(t, 1) for t in times]))
+    assert r.method == "chunk" and {s.commit_len for s in r.steps} == {1}
+    assert len(r.steps) == 29

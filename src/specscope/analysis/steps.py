@@ -103,8 +103,30 @@ def _merge_same_read(events: list[tuple[int, int]]) -> tuple[list[tuple[int, int
 
 
 def _is_per_token(trace: RequestTrace, events: list[tuple[int, int]]) -> bool:
+    """Whether the stream sends one event per token (so a step's tokens must be grouped into
+    bursts) rather than one chunk per step. Every chunk carrying one token is either per-token
+    streaming of multi-token steps or plain decoding (one token per step); without a sign that
+    steps committed several tokens, each chunk is a step: grouping plain decoding's tokens by
+    gap would invent bursts wherever a loaded client read two steps at once."""
+    if trace.token_count_source == "events":
+        return True
     body = events[:-1] if len(events) > 2 else events  # a final event may carry the remainder
-    return trace.token_count_source == "events" or all(n == 1 for _, n in body)
+    return all(n == 1 for _, n in body) and _multi_token_steps(trace)
+
+
+def _multi_token_steps(trace: RequestTrace) -> bool:
+    """The server's own fields say some verify step committed more than one token."""
+    f = trace.server_spec
+    if f is None:
+        return False
+    tokens = trace.completion_tokens or 0
+    return bool(
+        (f.accepted_drafts or 0) > 0
+        or (f.accept_length or 0) > 1.0
+        or any(f.per_step_accepted or ())
+        or (f.accept_histogram and sum(f.accept_histogram[1:]) > 0)
+        or (f.verify_ct and tokens > f.verify_ct)
+    )
 
 
 def _multiple_of_base(gaps: list[float]) -> float | None:
