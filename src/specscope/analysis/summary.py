@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from specscope.analysis.steps import StepReconstruction, reconstruct_steps, server_mean_commit_len
+from specscope.analysis.workload_summary import workload_keys
 from specscope.trace.model import RequestTrace
 
 
@@ -158,4 +159,5 @@ def summarize(
         },
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,
+        **workload_keys(traces, recs),
     }

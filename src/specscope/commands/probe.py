@@ -40,13 +40,14 @@ from specscope.probe.detect import detect, max_commit_len_from
 from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import (
     PromptError,
-    build_prompts,
     delta_counter,
     load_local_tokenizer,
     local_async,
     server_counter,
 )
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.probe.workloads import PromptSource, Workload, WorkloadError, resolve_workload
+from specscope.probe.workloads.files import FilePrompt
 from specscope.trace import tags
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
 from specscope.trace.rundir import RunDirWriter
@@ -78,7 +79,7 @@ def _progress() -> Progress:
 async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                n_prompt: int, max_tokens: int, n_requests: int, concurrency: int,
                ignore_eos: bool, out: Path | None, timeouts: Timeouts, api_key: str | None,
-               local_count: Callable[..., int] | None, prompt_text: str | None, vary: bool,
+               local_count: Callable[..., int] | None, workload: Workload, vary: bool,
                max_commit_len: int | None, args: dict[str, Any]) -> _Outcome:
     async with new_session(timeouts, api_key) as session:
         det = await detect(session, url, flavor=flavor_name,
@@ -117,27 +118,24 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
             count, how = local_async(local_count), "local --tokenizer"
         else:
             count, how = None, ""
-        if prompt_text is not None:
-            n = await count(prompt_text) if count is not None else None
-            prompts = [(prompt_text, n)] * n_requests
-            notes.append(f"prompt from --prompt-file ({n if n is not None else '?'} tokens)")
-        else:
-            if count is None:
-                tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
-                raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
-                             "PATH (a local tokenizer.json of the served model) or --prompt-file")
-            built = await build_prompts(count, n_prompt, n_requests, vary=vary)
-            prompts = [(b.text, b.tokens) for b in built]
-            inexact = [b for b in built if not b.exact]
-            if inexact:
-                notes.append(f"{len(inexact)} prompts could not be made exactly {n_prompt} tokens "
-                             f"(closest {inexact[0].tokens}); their true length is recorded")
+        if count is None and not workload.file_prompts:
+            tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
+            raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
+                         "PATH (a local tokenizer.json of the served model), --prompt-file or "
+                         "a --workload FILE")
+        source = PromptSource(count, workload, unique=vary)
+        built = await source.prompts(n_prompt, n_requests)
+        prompts = [(b.messages if b.messages is not None and flavor.api == "chat" else b.text,
+                    b.tokens, b.category) for b in built]
+        notes.append(_workload_note(workload, built, n_prompt, source))
+        if count is not None:
             notes.append(f"prompt tokens counted by {how}")
         info.notes = notes
         writer = _writer(out, info)
         specs = [RequestSpec(prompt=text, prompt_tokens=n, max_tokens=max_tokens, temperature=0.0,
-                             ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE)  # type: ignore[arg-type]
-                 for text, n in prompts]
+                             ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE,  # type: ignore[arg-type]
+                             category=category)
+                 for text, n, category in prompts]
         counter = delta_counter(local_count) if local_count is not None else None
         traces: list[RequestTrace] = []
         status, reason = "partial", "interrupted"
@@ -170,6 +168,44 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
         return _Outcome(writer.path, info, traces, summary, det.evidence, notes)
 
 
+def _workload_note(workload: Workload, built: list[Any], n_prompt: int,
+                   source: PromptSource) -> str:
+    """What was sent: the workload, how the cuts fell, and how prompts were kept unique."""
+    from collections import Counter
+
+    cuts = Counter(b.boundary for b in built)
+    inexact = [b for b in built if not b.exact]
+    note = f"workload {workload.describe()}; cuts: " + ", ".join(
+        f"{k} {v}" for k, v in cuts.most_common())
+    if inexact:
+        note += (f"; {len(inexact)} prompts could not be made exactly {n_prompt} tokens "
+                 f"(closest {inexact[0].tokens}); their true length is recorded")
+    if source.unique:
+        note += f"; every prompt unique (run reference {source.nonce} first)"
+    else:
+        note += "; --same-prompt: every request sends the same prompt (a prefix cache may serve repeats)"
+    return note
+
+
+def _workload(spec: str | None, prompt_file: Path | None) -> Workload:
+    """--workload NAME|FILE, or --prompt-file as a one-prompt workload (exit 2 on bad input)."""
+    if spec is not None and prompt_file is not None:
+        fail_usage("give either --workload or --prompt-file, not both")
+    if prompt_file is None:
+        try:
+            return resolve_workload(spec)
+        except WorkloadError as e:
+            fail_usage(str(e))
+    try:
+        text = prompt_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        fail_usage(f"--prompt-file: cannot read {prompt_file}: {e}")
+    if not text.strip():
+        fail_usage(f"--prompt-file: {prompt_file} is empty")
+    return Workload("prompt-file", file_prompts=(FilePrompt(text, None, "prompt-file"),),
+                    source=str(prompt_file))
+
+
 def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
     try:
         return RunDirWriter(out, info)
@@ -196,6 +232,20 @@ def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
     return f"{v}{unit}"
 
 
+def category_rich_table(rows: list[dict[str, Any]]) -> Table:
+    """The per-category rows of a summary as a terminal table."""
+    t = Table(title="by category")
+    for col in ("category", "requests", "commit len", "without loops", "decode tok/s", "loops"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for r in rows:
+        t.add_row(r["category"], str(r["requests"]),
+                  _fmt(r["mean_commit_len"], nd=2)
+                  + (f" ({r['commit_source']})" if r["commit_source"] else ""),
+                  _fmt(r["mean_commit_len_without_loops"], nd=2), _fmt(r["decode_tps"], nd=1),
+                  str(r["looping_requests"]))
+    return t
+
+
 def _render(o: _Outcome) -> None:
     s = o.summary
     t = Table(title=f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}",
@@ -215,8 +265,17 @@ def _render(o: _Outcome) -> None:
         t.add_row("[yellow]client steps unreliable[/]", f"{r['reason']} ({r['requests']} req)")
     if s["error_kinds"]:
         t.add_row("[red]errors[/]", ", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items()))
+    pc = s.get("prefix_cache")
+    if pc:
+        t.add_row("prefix cache hits", f"{pc['hits']} of {pc['requests']}")
+    loops = s.get("repetition_loops") or []
+    if loops:
+        t.add_row("[yellow]repetition loops[/]", f"{len(loops)} request(s) end in a loop "
+                  "(acceptance inflated; see by category)")
     t.add_row("run directory", str(o.run_dir))
     out_console.print(t)
+    if s.get("by_category"):
+        out_console.print(category_rich_table(s["by_category"]))
     for tr in [x for x in o.traces if x.error is not None][:3]:
         err_console.print(f"[red]request {tr.index}:[/] {tr.error.kind}: {tr.error.message}",  # type: ignore[union-attr]
                           highlight=False, markup=True)
@@ -239,9 +298,14 @@ def probe(
         help="Local tokenizer.json: counts prompt tokens when the server has no tokenize "
              "endpoint, and streamed text when the server reports no token counts")] = None,
     prompt_file: Annotated[Path | None, typer.Option(help="Use this text as every prompt")] = None,
+    workload: Annotated[str | None, typer.Option(
+        help="Prompts: mixed (default), code-completion, code-edit, chat, summarisation, "
+             "reasoning, long-writing, multi-turn, synthetic, or a JSONL FILE of prompts, "
+             "OpenAI messages or ShareGPT conversations")] = None,
     vary_prompts: Annotated[bool, typer.Option(
         "--vary-prompts/--same-prompt",
-        help="A different filler text per request (defeats prefix caching)")] = True,
+        help="Start every prompt with a per-run reference so no two requests share a prefix "
+             "(defeats prefix caching); --same-prompt sends one prompt to every request")] = True,
     api_key: Annotated[str | None, typer.Option(
         help="Bearer token (default: $SPECSCOPE_API_KEY); never written anywhere",
         show_default=False)] = None,
@@ -278,20 +342,13 @@ def probe(
             local_count = load_local_tokenizer(tokenizer)
         except PromptError as e:
             fail_usage(str(e))
-    prompt_text = None
-    if prompt_file is not None:
-        try:
-            prompt_text = prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            fail_usage(f"--prompt-file: cannot read {prompt_file}: {e}")
-        if not prompt_text.strip():
-            fail_usage(f"--prompt-file: {prompt_file} is empty")
+    wl = _workload(workload, prompt_file)
     # Recorded arguments: everything the user chose, never the API key.
     args = {"url": url, "flavor": flavor, "api": api, "prompt_tokens": prompt_tokens,
             "max_tokens": max_tokens, "repeat": repeat, "concurrency": concurrency,
             "ignore_eos": ignore_eos, "model": model, "vary_prompts": vary_prompts,
             "tokenizer": str(tokenizer) if tokenizer else None,
-            "prompt_file": str(prompt_file) if prompt_file else None,
+            "prompt_file": str(prompt_file) if prompt_file else None, "workload": wl.name,
             "max_commit_len": max_commit_len, "timeouts": {
                 "connect": timeout_connect, "first_byte": timeout_first_byte,
                 "between_chunks": timeout_between_chunks, "total": timeout_total}}
@@ -300,7 +357,7 @@ def probe(
     try:
         outcome = asyncio.run(_run(
             url, flavor, api, model, prompt_tokens, max_tokens, repeat * concurrency, concurrency,
-            ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, prompt_text,
+            ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, wl,
             vary_prompts, max_commit_len, args))
     except (_Usage, PromptError) as e:
         fail_usage(str(e))

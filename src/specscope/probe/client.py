@@ -272,4 +272,6 @@ def _fill(trace: RequestTrace, decoder: Decoder) -> None:
     trace.request_id = decoder.request_id
     trace.server_spec = decoder.server_spec
     trace.text = "".join(decoder.text_parts)
+    trace.cached_tokens = decoder.cached_tokens
+    trace.delta_fields = dict(decoder.field_tokens) or None
 

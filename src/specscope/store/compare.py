@@ -23,6 +23,7 @@ class Comparison:
     new_findings: list[str] = field(default_factory=list)  # ids in B, not in A
     resolved_findings: list[str] = field(default_factory=list)  # ids in A, not in B
     b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
+    what_changed: dict[str, Any] | None = None  # analysis.routing.what_changed, set by the caller
 
     def slower_by(self) -> float | None:
         """Fraction by which B is slower than A (0.25 = 25% slower; negative = faster)."""
@@ -42,6 +43,7 @@ class Comparison:
             "new_findings": self.new_findings,
             "resolved_findings": self.resolved_findings,
             "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
+            "what_changed": self.what_changed,
         }
 
 
