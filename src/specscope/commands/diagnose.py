@@ -23,6 +23,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specscope.analysis.model import Analysis
+from specscope.analysis.workload_summary import diagnosis_workload_keys
 from specscope.commands import diagnose_support as support
 from specscope.commands.common import (
     EXIT_OK,
@@ -32,8 +33,10 @@ from specscope.commands.common import (
     out_console,
     print_json,
 )
+from specscope.commands.probe import category_rich_table
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
+from specscope.probe.workloads import WorkloadError, resolve_workload
 from specscope.report import (
     context_from_run,
     render_plan,
@@ -94,18 +97,27 @@ async def _measure(
 ) -> tuple[Plan, RunDirWriter]:
     """Detect the server, calibrate, print the plan, then run it. Fills `result` as it goes so
     that a Ctrl-C (task cancelled) keeps what was measured."""
+    workload = resolve_workload(args.get("workload"))
     async with support.open_target(url, flavor=args["flavor"], api=args["api"],
-                                   api_key=args.get("api_key")) as target:
+                                   api_key=args.get("api_key"), workload=workload,
+                                   unique=args.get("vary_prompts", True)) as target:
         desc = target.describe()
         max_context = desc.get("max_context")
         plan = diagnosis_plan.build(args["prompt_tokens"], args["max_tokens"], quick=args["quick"],
                                     repeat=args["repeat"], max_context=max_context,
-                                    concurrency_levels=args["concurrency_levels"])
+                                    concurrency_levels=args["concurrency_levels"],
+                                    categories=None if workload.file_prompts
+                                    else list(workload.categories))
         info = RunInfo(kind="diagnose", endpoint=url, flavor=str(desc.get("flavor") or ""),
                        api=str(desc.get("api") or ""), model=desc.get("model"),
                        server_info=desc.get("server_info") or {},
                        args={k: v for k, v in args.items() if k != "api_key"},
-                       notes=list(args.get("embedded_notes") or []))
+                       notes=[*(args.get("embedded_notes") or []),
+                              f"workload {desc.get('workload')}; " + (
+                                  f"every prompt unique (run reference {desc['prompt_reference']} "
+                                  "first)" if desc.get("prompt_reference") else
+                                  "--same-prompt: requests share prompts (a prefix cache may "
+                                  "serve repeats)")])
         writer = RunDirWriter(args["out"], info)
         writer_holder["writer"] = writer
         executor = Executor(target, writer, max_consecutive_errors=3)
@@ -191,7 +203,21 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
                    for r in run.requests if r.error is not None][:50],
         "no_finding_reason": analysis.no_finding_reason,
         "report_html": str(html_path),
+        **diagnosis_workload_keys(run.requests),
     }
+
+
+def _render_workload(keys: dict[str, Any]) -> None:
+    """Commit length per category, loops and prefix-cache evidence, after the report."""
+    if keys["by_category"]:
+        out_console.print(category_rich_table(keys["by_category"]))
+    if keys["repetition_loops"]:
+        out_console.print(f"repetition loops: {len(keys['repetition_loops'])} request(s) end in a "
+                          "loop; their acceptance is inflated", markup=False, highlight=False)
+    if keys["prefix_cache"]:
+        pc = keys["prefix_cache"]
+        out_console.print(f"prefix cache: {pc['hits']} hit(s) of {pc['requests']}: {pc['evidence']}",
+                          markup=False, highlight=False)
 
 
 def _fail_target(message: str, json_: bool) -> NoReturn:
@@ -246,6 +272,12 @@ def diagnose(
     backend: Annotated[str | None, typer.Option(help="Embedded backend: engine|twin (default: engine if it works)")] = None,
     logs_timeout: Annotated[float, typer.Option(help="Seconds --logs-cmd may run")] = 30.0,
     api_key: Annotated[str | None, typer.Option(envvar="SPECSCOPE_API_KEY", help="Bearer token (never written)")] = None,
+    workload: Annotated[str | None, typer.Option(
+        help="Prompts: mixed (default: the main experiments use its first category, then one "
+             "request per category), a category name, synthetic, or a JSONL FILE")] = None,
+    vary_prompts: Annotated[bool, typer.Option(
+        "--vary-prompts/--same-prompt",
+        help="Start every prompt with a per-run reference so no two requests share a prefix")] = True,
 ) -> None:
     if prompt_tokens < 1 or max_tokens < 2:
         fail_usage(f"--prompt-tokens must be >= 1 and --max-tokens >= 2 (got {prompt_tokens}, {max_tokens})")
@@ -265,6 +297,10 @@ def diagnose(
     logs_argv = support.split_command(logs_cmd) if logs_cmd else None
     if logs_cmd and not logs_argv:
         fail_usage(f"--logs-cmd: cannot parse {logs_cmd!r}")
+    try:
+        resolve_workload(workload)
+    except WorkloadError as e:
+        fail_usage(str(e))
     baseline_run = None
     if baseline is not None:
         try:
@@ -278,6 +314,7 @@ def diagnose(
         "baseline": str(baseline) if baseline else None, "logs": logs, "logs_cmd": logs_argv, "logs_cmd_text": logs_cmd,
         "logs_timeout": logs_timeout, "metrics_url": metrics_url, "out": str(run_dir),
         "scenario": scenario, "time_scale": time_scale, "backend": backend, "api_key": api_key,
+        "workload": workload, "vary_prompts": vary_prompts,
     }
 
     result = ExecutionResult()
@@ -320,6 +357,7 @@ def diagnose(
         print_json(contract_json(analysis, run, html_path))
     else:
         render_terminal(context_from_run(run, analysis, str(writer.path)), out_console)
+        _render_workload(diagnosis_workload_keys(run.requests))
     err_console.print(f"run dir: {writer.path}", markup=False, highlight=False)
     err_console.print(f"analysis: {writer.path / 'analysis.json'}", markup=False, highlight=False)
     err_console.print(f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from specscope.experiments.target import Target
+from specscope.experiments.target import Prompt, Target
 from specscope.telemetry.records import SpecRecord
 from specscope.trace import RequestSpec, RequestTrace, RunInfo
 
@@ -67,8 +67,8 @@ class ProbeTarget(Target):
         self.prompts = prompts
         self.description = description
 
-    async def prompt(self, n_tokens: int, seed: int = 0) -> str | list[int]:
-        return await self.prompts.prompt(n_tokens, seed=seed)
+    async def prompt(self, n_tokens: int, seed: int = 0, category: str | None = None) -> Prompt:
+        return await self.prompts.prompt(n_tokens, seed=seed, category=category)
 
     async def send(self, spec: RequestSpec) -> RequestTrace:
         return await self.client.send(spec)
@@ -97,26 +97,35 @@ def max_context_from(server_info: dict[str, Any], models: Any = None) -> int | N
 
 
 class _ExactPrompts:
-    """Prompts of exactly n tokens by the server's tokenizer; one that cannot be met exactly
-    stops the run with the reason (a sweep point at the wrong context would mislead)."""
+    """Prompts of exactly n tokens by the server's tokenizer, drawn from the workload (its
+    primary category unless a step names one) and unique per request unless `unique` is off.
+    One that cannot be met exactly stops the run with the reason (a sweep point at the wrong
+    context would mislead)."""
 
-    def __init__(self, count: Any):
-        self.count = count
+    def __init__(self, count: Any, workload: Any = None, unique: bool = True):
+        from specscope.probe.workloads import PromptSource, resolve_workload
 
-    async def prompt(self, n_tokens: int, seed: int = 0) -> str:
-        from specscope.probe.prompts import build_prompt
+        self.source = PromptSource(count, workload or resolve_workload(None), unique=unique,
+                                   fit_files=True)
 
-        built = await build_prompt(self.count, n_tokens, seed=seed)
-        if not built.exact and abs(built.tokens - n_tokens) > max(2, n_tokens // 100):
+    async def prompt(self, n_tokens: int, seed: int = 0, category: str | None = None) -> Prompt:
+        wl = self.source.workload
+        built = await self.source.prompt(
+            n_tokens, seed, category=None if wl.file_prompts else (category or wl.primary))
+        if (built.tokens is not None and not built.exact
+                and abs(built.tokens - n_tokens) > max(2, n_tokens // 100)):
             raise TargetError(f"could not build a prompt of {n_tokens} tokens "
                               f"(closest: {built.tokens})")
-        return built.text
+        return Prompt(built.text, built.category)
 
 
 @contextlib.asynccontextmanager
 async def open_target(url: str, flavor: str = "auto", api: str | None = None,
-                      api_key: str | None = None) -> AsyncIterator[Target]:
-    """Detect the server's flavor and context, and yield a Target over one HTTP session."""
+                      api_key: str | None = None, workload: Any = None,
+                      unique: bool = True) -> AsyncIterator[Target]:
+    """Detect the server's flavor and context, and yield a Target over one HTTP session.
+    `workload` (a probe Workload; default: the default workload) supplies the prompts;
+    `unique` False sends the same prompt content without a per-request reference."""
     from specscope.probe import prompts as probe_prompts
     from specscope.probe.client import ProbeClient, Timeouts, new_session
     from specscope.probe.detect import _get_json, detect
@@ -142,7 +151,10 @@ async def open_target(url: str, flavor: str = "auto", api: str | None = None,
             raise TargetError(f"{url} has no tokenize endpoint, so prompts of an exact token length "
                               "cannot be built (use `specscope probe --tokenizer` for such servers)")
         client = ProbeClient(url, fl, timeouts=timeouts, session=session)
-        yield ProbeTarget(client, _ExactPrompts(found[0]), description)
+        prompts = _ExactPrompts(found[0], workload, unique)
+        description["workload"] = prompts.source.workload.describe()
+        description["prompt_reference"] = prompts.source.nonce if unique else None
+        yield ProbeTarget(client, prompts, description)
 
 
 # -- the embedded server -------------------------------------------------------------------

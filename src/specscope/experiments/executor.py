@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specscope.experiments.plan import Plan, PlanStep
-from specscope.experiments.target import Target
+from specscope.experiments.target import Prompt, Target
 from specscope.trace import RequestSpec, RequestTrace, RunDirWriter
 
 
@@ -78,21 +78,27 @@ class Executor:
         self.ignore_eos = ignore_eos
         self.api = api
         self._next_index = first_index
-        self._prompts: dict[tuple[int, str], str | list[int]] = {}
         self._consecutive_errors = 0
 
-    async def _prompt(self, step: PlanStep) -> str | list[int]:
-        key = (step.prompt_tokens, step.group or step.tag)
-        if key not in self._prompts:
-            # A stable seed per group: two-point's two lengths share one prompt; other points
-            # get their own text so a prefix cache cannot turn a sweep into a cache benchmark.
-            seed = sum(map(ord, key[1])) % 10_007
-            self._prompts[key] = await self.target.prompt(step.prompt_tokens, seed=seed)
-        return self._prompts[key]
+    async def _prompt(self, step: PlanStep) -> str | list[int] | Prompt:
+        """One request's prompt, asked of the target per request (so a target can make each
+        one unique and a prefix cache has nothing to serve). A stable seed per group: the two
+        lengths of a two-point pair get the same content; other points get their own."""
+        seed = sum(map(ord, step.group or step.tag)) % 10_007
+        if step.category is not None:
+            return await self.target.prompt(step.prompt_tokens, seed=seed,  # type: ignore[call-arg]
+                                            category=step.category)
+        return await self.target.prompt(step.prompt_tokens, seed=seed)
 
-    def _spec(self, step: PlanStep, prompt: str | list[int]) -> RequestSpec:
+    async def _prompts(self, step: PlanStep) -> list[str | list[int] | Prompt]:
+        return [await self._prompt(step) for _ in range(step.concurrency)]
+
+    def _spec(self, step: PlanStep, prompt: str | list[int] | Prompt) -> RequestSpec:
+        category = prompt.category if isinstance(prompt, Prompt) else None
+        text = prompt.text if isinstance(prompt, Prompt) else prompt
         return RequestSpec(
-            prompt=prompt,
+            prompt=text,
+            category=category,
             prompt_tokens=step.prompt_tokens,
             max_tokens=step.max_tokens,
             temperature=self.temperature,
@@ -115,11 +121,9 @@ class Executor:
     async def run_step(self, step: PlanStep) -> list[RequestTrace]:
         """Run one step outside a plan (used by calibration); recorded like any other."""
         result = ExecutionResult()
-        prompt = await self._prompt(step)
         for _ in range(step.repeat):
-            traces = await asyncio.gather(
-                *(self.target.send(self._spec(step, prompt)) for _ in range(step.concurrency))
-            )
+            prompts = await self._prompts(step)
+            traces = await asyncio.gather(*(self.target.send(self._spec(step, p)) for p in prompts))
             for slot, t in enumerate(traces):
                 t.concurrency_slot = slot
                 self._record(t, result)
@@ -136,13 +140,14 @@ class Executor:
         for i, step in enumerate(plan.steps):
             if self.on_progress:
                 self.on_progress(Progress(i, step, done_req, total_req, done_tok, total_tok))
-            try:
-                prompt = await self._prompt(step)
-            except Exception as e:  # the prompt builder talks to the server (tokenize)
-                result.stopped_reason = f"could not build a {step.prompt_tokens}-token prompt: {e}"
-                return result
             for _ in range(step.repeat):
-                coros = [self.target.send(self._spec(step, prompt)) for _ in range(step.concurrency)]
+                try:
+                    prompts = await self._prompts(step)
+                except Exception as e:  # the prompt builder talks to the server (tokenize)
+                    result.stopped_reason = (f"could not build a {step.prompt_tokens}-token "
+                                             f"prompt: {e}")
+                    return result
+                coros = [self.target.send(self._spec(step, p)) for p in prompts]
                 traces = await asyncio.gather(*coros)
                 for slot, t in enumerate(traces):
                     t.concurrency_slot = slot

@@ -97,6 +97,16 @@ def resolve_workload(spec: str | Path | None) -> Workload:
     return Workload(path.name, file_prompts=tuple(prompts), source=str(path))
 
 
+def _file_frame(prompts: tuple[FilePrompt, ...], seed: int) -> Frame:
+    """The lines of the file's prompts from the seed-th on, as one text to cut."""
+    lines: list[str] = []
+    for k in range(len(prompts)):
+        fp = prompts[(seed + k) % len(prompts)]
+        text = fp.text if fp.text is not None else render_messages(fp.messages or ())
+        lines += [*text.rstrip().splitlines(keepends=True), "\n\n"]
+    return Frame(head="", units=lines, tail="", unit_kind="line")
+
+
 def _frame(category: str, seed: int, n_tokens: int) -> Frame:
     if category == SYNTHETIC:
         return synthetic_frame(seed, n_tokens)
@@ -122,6 +132,9 @@ class PromptSource:
     count: AsyncCounter | None
     workload: Workload
     unique: bool = True
+    #: File prompts cut to the asked length too (their lines, continuing into the next
+    #: prompts): for experiments whose point is the context length; else used as given.
+    fit_files: bool = False
     nonce: str = field(default_factory=run_nonce)
     issued: int = 0
     _cuts: dict[tuple[str, int, int], Cut] = field(default_factory=dict)
@@ -140,16 +153,21 @@ class PromptSource:
     async def prompt(self, n_tokens: int, seed: int, category: str | None = None
                      ) -> BuiltPrompt:
         """A prompt for one request. Built-in workloads: `category` (default: round-robin by
-        `seed`) at exactly `n_tokens`. File workloads: the `seed`-th prompt, as given."""
+        `seed`) at exactly `n_tokens`. File workloads: the `seed`-th prompt, as given (with
+        `fit_files`, its lines cut to exactly `n_tokens`)."""
         try:
-            if self.workload.file_prompts:
+            if self.workload.file_prompts and not self.fit_files:
                 return await self._file_prompt(seed)
-            if category is None:
+            if self.workload.file_prompts:
+                category = self.workload.file_prompts[seed % len(self.workload.file_prompts)].category
+            elif category is None:
                 category, seed = self.category_for(seed)
             if self.count is None:
                 raise PromptError("no way to count prompt tokens")
             key = (category, seed, n_tokens)
-            built, cut = await fit_units(self.count, _frame(category, seed, n_tokens), n_tokens,
+            frame = (_file_frame(self.workload.file_prompts, seed) if self.workload.file_prompts
+                     else _frame(category, seed, n_tokens))
+            built, cut = await fit_units(self.count, frame, n_tokens,
                                          prefix=self._reference(category),
                                          hint=self._cuts.get(key))
             self._cuts.setdefault(key, cut)
