@@ -109,16 +109,15 @@ def test_executor_stops_against_a_dead_server(twin_server, tmp_path):
         async with open_target(srv.url) as target:
             ex = Executor(target, None, max_consecutive_errors=3)
             first = await ex.run_step(replace(plan.steps[0], repeat=1))
-            srv.stop()  # every request (and its prompt's tokenize call) now fails
+            srv.stop()  # every request (and every tokenize call) now fails
             return first, await ex.run(plan)
 
     first, result = asyncio.run(go())
     assert first[0].error is None
-    # Each request's prompt is made unique with the server's tokenizer, so a dead server stops
-    # the run at the first prompt it cannot count, before any request is sent to it.
-    assert not result.complete and "could not build" in (result.stopped_reason or "")
-    assert "tokenize endpoint" in (result.stopped_reason or "")
-    assert result.traces == []
+    # A prompt whose content was fitted before is still sent when the tokenizer stops answering
+    # (its length unverified), so the dead server shows as failed requests.
+    assert not result.complete and "server stopped answering" in (result.stopped_reason or "")
+    assert len(result.traces) == 3 and all(t.error is not None for t in result.traces)
 
 
 def test_unreachable_target_is_a_clear_error():

@@ -137,6 +137,15 @@ class Executor:
         total_tok = plan.total_generated_tokens
         done_req = 0
         done_tok = 0
+        # Every prompt shape is fitted before anything is sent: a tokenizer problem stops the
+        # run before it costs a measurement, and later per-request prompts are cheap re-fits
+        # that still go out (and fail as requests) when the server dies mid-run.
+        try:
+            for step in plan.steps:
+                await self._prompt(step)
+        except Exception as e:  # the prompt builder talks to the server (tokenize)
+            result.stopped_reason = f"could not build the plan's prompts: {e}"
+            return result
         for i, step in enumerate(plan.steps):
             if self.on_progress:
                 self.on_progress(Progress(i, step, done_req, total_req, done_tok, total_tok))

@@ -179,15 +179,16 @@ def render(frame: Frame, cut: Cut, prefix: str = "") -> str:
     return prefix + frame.head + body + frame.tail
 
 
-def _merge_blank(units: Sequence[str]) -> list[str]:
-    """Whitespace-only units joined to the unit before them: a cut never ends on one."""
+def normalized(frame: Frame) -> Frame:
+    """The frame with whitespace-only units joined to the unit before them (a cut never ends
+    on one). `fit_units` cuts the normalized frame; render a cut it returned with this."""
     out: list[str] = []
-    for u in units:
+    for u in frame.units:
         if out and not u.strip():
             out[-1] += u
         else:
             out.append(u)
-    return out
+    return Frame(frame.head, out, frame.tail, frame.unit_kind, frame.strip)
 
 
 async def _largest_at_most(f: Callable[[int], Awaitable[int]], lo: int, hi: int, start: int,
@@ -231,7 +232,7 @@ async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: st
     frame under another prefix of the same length) makes a re-fit cost one count."""
     if n_tokens < 1:
         raise PromptError(f"--prompt-tokens must be >= 1, got {n_tokens}")
-    frame = Frame(frame.head, _merge_blank(frame.units), frame.tail, frame.unit_kind, frame.strip)
+    frame = normalized(frame)
     memo: dict[Cut, int] = {}
 
     async def measure(c: Cut) -> int:

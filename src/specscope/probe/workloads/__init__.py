@@ -26,6 +26,8 @@ from specscope.probe.prompts import (
     Frame,
     PromptError,
     fit_units,
+    normalized,
+    render,
     synthetic_frame,
 )
 from specscope.probe.workloads.categories import CATEGORIES, CODE_COMPLETION, CODE_EDIT
@@ -167,9 +169,18 @@ class PromptSource:
             key = (category, seed, n_tokens)
             frame = (_file_frame(self.workload.file_prompts, seed) if self.workload.file_prompts
                      else _frame(category, seed, n_tokens))
-            built, cut = await fit_units(self.count, frame, n_tokens,
-                                         prefix=self._reference(category),
-                                         hint=self._cuts.get(key))
+            prefix, hint = self._reference(category), self._cuts.get(key)
+            try:
+                built, cut = await fit_units(self.count, frame, n_tokens, prefix=prefix, hint=hint)
+            except PromptError:
+                if hint is None:
+                    raise
+                # The counter stopped answering (a server going down): the cut found before,
+                # under a reference of the same width, with its length marked unverified, so
+                # the request itself goes out and its failure is recorded as the server's.
+                built = BuiltPrompt(render(normalized(frame), hint, prefix), None, False,
+                                    boundary=frame.unit_kind)
+                cut = hint
             self._cuts.setdefault(key, cut)
             built.category = category
             return built
