@@ -293,6 +293,13 @@ async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: st
         c = await _largest_at_most(by_chars, 0, max(0, len(piece[0]) - 1), 1, n_tokens)
         best = Cut(k, j, c)
     got = memo[best]
+    if got != n_tokens and (frame.head or frame.tail) and n_tokens - memo[Cut(0)] < 8:
+        # The frame alone nearly fills the length and no text fits the few tokens left (a
+        # word next to the tail's newlines can cost three): the bare material instead.
+        bare = Frame("", frame.units, "", frame.unit_kind, frame.strip)
+        alt, alt_cut = await fit_units(count, bare, n_tokens, prefix)
+        if alt.exact:
+            return alt, alt_cut
     return _built(frame, best, prefix, got, exact=got == n_tokens), best
 
 

@@ -47,9 +47,11 @@ __all__ = ["BUILT_IN", "DEFAULT_WORKLOAD", "PromptSource", "Workload", "Workload
 
 
 def run_nonce() -> str:
-    """Six hex digits from the OS's randomness: never derived from a tag or a seed, so a
-    second run with the same arguments sends different prompts."""
-    return os.urandom(3).hex()
+    """Eight decimal digits from the OS's randomness: never derived from a tag or a seed, so a
+    second run with the same arguments sends different prompts. Digits, because most modern
+    tokenizers split them one by one (or in fixed groups), so every run's reference has the
+    same token count and the content cut after it is the same from run to run."""
+    return f"{int.from_bytes(os.urandom(4), 'big') % 10**8:08d}"
 
 
 @dataclass(frozen=True)
