@@ -183,6 +183,9 @@ class PromptSource:
                 built = BuiltPrompt(render(normalized(frame), hint, prefix), None, False,
                                     boundary=frame.unit_kind)
                 cut = hint
+            if not built.exact and prefix.startswith("# "):
+                # A length shorter than a code comment's reference: the bare reference.
+                built, cut = await fit_units(self.count, frame, n_tokens, prefix=prefix[2:])
             self._cuts.setdefault(key, cut)
             built.category = category
             return built
