@@ -6,6 +6,8 @@ over a mix hides that. Commit length here is tokens per verify step over all ste
 client's step reconstruction where it is reliable (`commit_source` "client"), else from the
 server's per-request figures ("server"), else None. Requests caught in a repetition loop are
 counted, and the commit length without them is shown beside it: a loop inflates acceptance.
+`copied_share` is the mean share of output copied from the prompt (expected for code edits,
+a warning sign for free-form writing).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specscope.analysis.repetition import find_loop
+from specscope.analysis.repetition import copied_share, find_loop
 from specscope.analysis.steps import StepReconstruction, reconstruct_steps, server_mean_commit_len
 from specscope.trace.model import RequestTrace
 
@@ -34,6 +36,15 @@ def _commit(pairs: list[tuple[RequestTrace, StepReconstruction]]) -> tuple[float
     return (tokens / weight, "server") if weight else (None, None)
 
 
+def _prompt_text(t: RequestTrace) -> str | None:
+    p = t.spec.prompt
+    if isinstance(p, str):
+        return p
+    if isinstance(p, list) and p and isinstance(p[0], dict):
+        return "\n".join(str(m.get("content", "")) for m in p)
+    return None
+
+
 def category_table(traces: Sequence[RequestTrace],
                    reconstructions: Sequence[StepReconstruction] | None = None,
                    max_commit_len: int | None = None) -> list[dict[str, Any]]:
@@ -52,6 +63,8 @@ def category_table(traces: Sequence[RequestTrace],
         looping = [i for i, lp in loops.items() if lp is not None]
         windows = [w for t, _ in ok if (w := t.decode_window()) is not None]
         secs = sum(w[1] for w in windows)
+        copies = [c for t, _ in ok
+                  if (c := copied_share(_prompt_text(t), t.text)) is not None]
         commit, source = _commit(ok)
         clean, _ = _commit([(t, r) for t, r in ok if loops[t.index] is None])
         rows.append({
@@ -65,6 +78,7 @@ def category_table(traces: Sequence[RequestTrace],
             "decode_tps": sum(w[0] for w in windows) / secs if secs > 0 else None,
             "looping_requests": len(looping),
             "loop_share_max": max((loops[i].share for i in looping), default=None),  # type: ignore[union-attr]
+            "copied_share": sum(copies) / len(copies) if copies else None,
         })
     return rows
 

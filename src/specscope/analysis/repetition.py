@@ -1,4 +1,5 @@
-"""Repetition loops in a generation: a stretch of output that repeats one unit over and over.
+"""Repetition in a generation: a loop that repeats one unit over and over, or text copied from
+the prompt.
 
 Why it matters: a model caught in a loop ("island island island ...") is trivially easy to
 draft for, so acceptance and commit length soar. Numbers measured over such output describe the
@@ -9,6 +10,10 @@ suffix of the word sequence in which word i equals word i - p, allowing a small 
 mismatches (a digit that counts up, a varied word). The loop is the shortest period whose
 periodic suffix is longest; it is flagged when it spans at least MIN_REPEATS periods, at
 least MIN_LOOP_WORDS words, and at least MIN_SHARE of the generation.
+
+Copying (`copied_share`): the share of the output's word COPY_NGRAM-grams that occur in the
+prompt. Prompt-lookup drafters accept copied text almost entirely; for a code edit that is the
+workload, for free-form writing it is a model regurgitating its prompt, so reports show it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 MAX_PERIOD = 200  # words
+COPY_NGRAM = 8  # words
 MIN_REPEATS = 3
 MIN_LOOP_WORDS = 24
 MIN_SHARE = 0.25
@@ -75,3 +81,17 @@ def find_loop(text: str | None) -> Loop | None:
     start = tail[len(words) - best_len].start()
     unit_end = tail[len(words) - best_len + best_p - 1].end()
     return Loop(best_p, best_len, best_len / total, start, text[start:unit_end][:120])
+
+
+def copied_share(prompt: str | None, text: str | None, n: int = COPY_NGRAM) -> float | None:
+    """Share of the output's word n-grams found in the prompt (None when the output is shorter
+    than one n-gram or there is no prompt text)."""
+    if not prompt or not text:
+        return None
+    out = _WORD.findall(text)
+    if len(out) < n:
+        return None
+    src = _WORD.findall(prompt)
+    seen = {tuple(src[i:i + n]) for i in range(len(src) - n + 1)}
+    grams = [tuple(out[i:i + n]) for i in range(len(out) - n + 1)]
+    return sum(g in seen for g in grams) / len(grams)

@@ -71,12 +71,34 @@ def reasoning(seed: int) -> Frame:
         unit_kind="line")
 
 
+# Briefs for new writing: (subject, opening words). Asking to *continue* a text makes small
+# models copy it back (prompt-lookup drafting then accepts nearly everything, a number no real
+# writing workload shows); asking for a new piece in the style of the examples does not.
+_BRIEFS = (
+    ("a baker in a mountain village who finds a letter hidden in an old oven", "The baker"),
+    ("two sisters who inherit a failing bicycle shop and must decide whether to sell it",
+     "The shop"),
+    ("a night-shift nurse who notices that one patient's visitor never signs the book",
+     "On the third night"),
+    ("a surveyor mapping a river delta the year before it is flooded for a reservoir",
+     "The river"),
+    ("a retired chess teacher who starts playing games by post with a stranger in prison",
+     "The first letter"),
+    ("a ferry captain on the last crossing before the new bridge opens", "The ferry"),
+    ("a child who runs the lost-and-found box at a busy railway station", "Every morning"),
+    ("an archivist who finds her own name in a box of letters written a century ago",
+     "The archive"),
+)
+
+
 def long_writing(seed: int) -> Frame:
+    subject, opening = _BRIEFS[seed % len(_BRIEFS)]
     return Frame(
-        head=("Continue the story below. Write several long paragraphs in the same voice, "
-              "keep the characters and the setting, and bring it to an ending.\n\n"),
+        head="Here are examples of the kind of writing wanted: careful, concrete prose.\n\n",
         units=m.sentences(m.story()) + m.article_sentences(seed) + m.prose_fallback(seed + 7),
-        tail="\n\nContinue:\n", unit_kind="sentence")
+        tail=(f"\n\nNow write a new story, different from the examples, about {subject}. Write "
+              f"several long paragraphs and bring it to an ending.\n\n{opening}"),
+        unit_kind="sentence")
 
 
 def _turn(role: str, text: str) -> str:
