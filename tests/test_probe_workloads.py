@@ -93,8 +93,8 @@ def test_refit_under_a_new_reference_costs_one_count(smollm2_count):
 def test_content_is_real_text_not_filler():
     assert len(m.stdlib_sources()) >= 20
     code = "".join(m.code_lines(0)[:40])
-    compile(code.split("\n\n\n")[0] if code.startswith(" ") is False else "", "<x>", "exec")
-    assert "def " in code or "class " in code
+    assert code in m.stdlib_sources()[0][1]  # verbatim from the installed stdlib
+    assert code.lstrip().startswith(("def ", "class ", "@", "async def "))  # at a definition
     name, lines = m.doc_lines(0)
     assert name and len(lines) > 100
     for cat, make in CATEGORIES.items():
