@@ -73,5 +73,6 @@ def prefix_cache(traces: Sequence[RequestTrace]) -> dict[str, Any] | None:
         evidence = (f"{len(repeats)} prompt(s) sent more than once (--same-prompt or a file): "
                     f"repeat TTFT median {statistics.median(laters):.3f} s vs first "
                     f"{statistics.median(firsts):.3f} s; {hits} repeat(s) below "
-                    f"{REPEAT_TTFT_RATIO:.0%} of their first (likely cache hits)")
+                    f"{REPEAT_TTFT_RATIO:.0%} of their first (likely cache hits; a cold first "
+                    "request can be slow from warm-up alone)")
     return {"hits": hits, "requests": len(ok), "cached_tokens": None, "evidence": evidence}
