@@ -47,7 +47,7 @@ def test_executor_asks_a_prompt_per_request_and_copies_the_category():
     prompts = [t.spec.prompt for t in result.traces]
     assert len(set(prompts)) == len(prompts)
     tp = [t for t in result.traces if t.spec.tag.startswith("two_point")]
-    seeds = {s for n, s, _ in target.asked[len(plan.steps):] if n == 300}
-    assert tp and len(seeds) >= 2  # the pair's seed differs from other experiments'
+    # the same content for every experiment (two-point vs full generation compares shapes)
+    assert tp and {s for _, s, _ in target.asked} == {0}
     mix = {t.spec.tag: t.spec.category for t in result.traces if t.spec.tag.startswith("workload_mix")}
     assert mix == {"workload_mix:chat": "chat", "workload_mix:reasoning": "reasoning"}

@@ -81,14 +81,15 @@ class Executor:
         self._consecutive_errors = 0
 
     async def _prompt(self, step: PlanStep) -> str | list[int] | Prompt:
-        """One request's prompt, asked of the target per request (so a target can make each
-        one unique and a prefix cache has nothing to serve). A stable seed per group: the two
-        lengths of a two-point pair get the same content; other points get their own."""
-        seed = sum(map(ord, step.group or step.tag)) % 10_007
+        """One request's prompt, asked of the target per request so that a target can make
+        each one unique (a prefix cache then has nothing to serve). Every experiment asks for
+        the same content (seed 0): two-point, full generation and sweeps then differ only in
+        shape, not in text that a drafter finds easier or harder. A workload-mix step names
+        its category."""
         if step.category is not None:
-            return await self.target.prompt(step.prompt_tokens, seed=seed,  # type: ignore[call-arg]
+            return await self.target.prompt(step.prompt_tokens, seed=0,  # type: ignore[call-arg]
                                             category=step.category)
-        return await self.target.prompt(step.prompt_tokens, seed=seed)
+        return await self.target.prompt(step.prompt_tokens, seed=0)
 
     async def _prompts(self, step: PlanStep) -> list[str | list[int] | Prompt]:
         return [await self._prompt(step) for _ in range(step.concurrency)]

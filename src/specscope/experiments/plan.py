@@ -27,8 +27,9 @@ class PlanStep:
     repeat: int = 1
     concurrency: int = 1
     purpose: str = ""
-    # Requests of the same `group` share their prompt's content (a two-point pair differs only
-    # in max_tokens); each request's prompt is still unique where the target makes it so.
+    # Steps that belong together (a two-point pair); every step draws the same prompt content
+    # (the executor asks with one seed) and each request's prompt is still unique where the
+    # target makes it so.
     group: str = ""
     # Workload category to draw the prompt from (None: the target's own choice).
     category: str | None = None
