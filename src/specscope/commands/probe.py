@@ -233,15 +233,15 @@ def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
 
 
 def category_rich_table(rows: list[dict[str, Any]]) -> Table:
-    """The per-category rows of a summary as a terminal table."""
-    t = Table(title="by category")
-    for col in ("category", "requests", "commit len", "without loops", "decode tok/s", "loops",
-                "copied"):
-        t.add_column(col, justify="left" if col == "category" else "right")
+    """The per-category rows of a summary as a terminal table (fits 80 columns)."""
+    t = Table(title="by category", caption="commit len: tokens per verify step, all steps, from "
+              "the client's steps (* from the server's figures); copied: output found in the prompt")
+    t.add_column("category", no_wrap=True)
+    for col in ("req", "commit len", "w/o loops", "tok/s", "loops", "copied"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        t.add_row(r["category"], str(r["requests"]),
-                  _fmt(r["mean_commit_len"], nd=2)
-                  + (f" ({r['commit_source']})" if r["commit_source"] else ""),
+        star = "*" if r["commit_source"] == "server" else ""
+        t.add_row(r["category"], str(r["requests"]), _fmt(r["mean_commit_len"], nd=2) + star,
                   _fmt(r["mean_commit_len_without_loops"], nd=2), _fmt(r["decode_tps"], nd=1),
                   str(r["looping_requests"]),
                   "–" if r.get("copied_share") is None else f"{r['copied_share']:.0%}")
