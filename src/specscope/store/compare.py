@@ -67,6 +67,7 @@ class Comparison:
     attribution: Attribution | None = None  # B analysed against A (factors and intervals)
     a: Analysis | None = None
     b: Analysis | None = None
+    what_changed: dict[str, Any] | None = None  # analysis.routing.what_changed, set by the caller
 
     def slower_by(self) -> float | None:
         """Fraction by which B is slower than A (0.25 = 25% slower; negative = faster)."""
@@ -87,6 +88,7 @@ class Comparison:
             "resolved_findings": self.resolved_findings,
             "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
             "attribution": attribution_json(self.attribution),
+            "what_changed": self.what_changed,
         }
 
 
