@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml Makefile
 
 # The embedded default is the engine (SmolLM2, n-gram drafter, tree verify). On a 2-core CPU the
 # user's default shape (2700-token prompt, 1500 tokens) takes minutes, so the demo asks for a
-# smaller one explicitly; `specscope diagnose` without flags keeps the story's shape.
-DEMO_ARGS ?= --quick --prompt-tokens 1024 --max-tokens 512
+# smaller one explicitly; `specscope diagnose` without flags keeps the story's shape. The prompts
+# are real content (the mixed workload: stdlib code and docstrings, texts written for the
+# project), and the report ends with commit length per category.
+DEMO_ARGS ?= --quick --prompt-tokens 1024 --max-tokens 512 --workload mixed
 demo: setup
 	$(VENV)/bin/specscope diagnose $(DEMO_ARGS)
 	@echo

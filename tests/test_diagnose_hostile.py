@@ -121,7 +121,12 @@ def test_ctrl_c_during_the_full_generation_keeps_the_request_in_flight(tmp_path)
         while not (path.is_file() and path.read_text().count("\n") >= 1):  # calibration done
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.05)
-        time.sleep(1.5)  # the full generation is streaming
+        # The full generation is streaming (its prompt, like every shape of the plan, is
+        # fitted before the plan sends anything, so wait for it to be sent).
+        while len(srv.posts("/v1/completions")) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(1.5)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = _finish(proc)
     assert proc.returncode == 130, err[-3000:]

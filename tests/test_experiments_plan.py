@@ -87,7 +87,13 @@ def test_executor_runs_the_plan_against_a_real_server(twin_server, tmp_path):
     assert [r.index for r in run.requests] == list(range(6))
     assert [r.spec.tag for r in run.requests][:4] == ["two_point:n1", "two_point:n2"] * 2
     pair = run.by_tag("two_point")
-    assert len({r.spec.prompt for r in pair}) == 1  # one prompt for the whole pair
+    # The pair shares its content, but no request shares a cacheable prefix with another:
+    # each prompt starts with its own reference line.
+    assert len({r.spec.prompt.split("\n", 1)[1] for r in pair}) == 1
+    assert len({r.spec.prompt for r in run.requests}) == 6
+    assert len({r.spec.prompt.split("\n", 1)[0] for r in run.requests}) == 6
+    assert all(r.spec.prompt_tokens == 200 for r in pair)
+    assert {r.spec.category for r in pair} == {"long-writing"}
     assert all(r.completion_tokens == r.spec.max_tokens for r in run.requests)
     assert sorted(r.concurrency_slot for r in run.by_tag("concurrency_sweep")) == [0, 1]
     done = [e for e in events if e.last is not None]
@@ -103,11 +109,13 @@ def test_executor_stops_against_a_dead_server(twin_server, tmp_path):
         async with open_target(srv.url) as target:
             ex = Executor(target, None, max_consecutive_errors=3)
             first = await ex.run_step(replace(plan.steps[0], repeat=1))
-            srv.stop()  # the prompt is built and cached; now every request fails
+            srv.stop()  # every request (and every tokenize call) now fails
             return first, await ex.run(plan)
 
     first, result = asyncio.run(go())
     assert first[0].error is None
+    # A prompt whose content was fitted before is still sent when the tokenizer stops answering
+    # (its length unverified), so the dead server shows as failed requests.
     assert not result.complete and "server stopped answering" in (result.stopped_reason or "")
     assert len(result.traces) == 3 and all(t.error is not None for t in result.traces)
 

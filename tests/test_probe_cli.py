@@ -254,5 +254,7 @@ def test_prompt_file_and_local_tokenizer(tmp_path):
                                "--prompt-file", str(tmp_path / "p.txt"))
     assert code == 0, out
     run = load_run(tmp_path / "run")
-    assert run.requests[0].spec.prompt == "the river light"
-    assert run.requests[0].spec.prompt_tokens == 3
+    spec = run.requests[0].spec
+    # The file's text after a per-run reference line (unique prompts unless --same-prompt).
+    assert spec.prompt.endswith("\nthe river light") and spec.prompt.startswith("[")
+    assert spec.prompt_tokens == len(tok.encode(spec.prompt).ids)

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from specscope.cli import app
 from specscope.probe.client import ProbeClient, Timeouts, new_session
 from specscope.probe.flavors import make_flavor
-from specscope.probe.prompts import build_prompt, server_counter
+from specscope.probe.prompts import server_counter
+from specscope.probe.workloads import PromptSource, resolve_workload
 from specscope.trace.model import RequestSpec
 from test_probe_support import OneShotConnectionServer
 
@@ -44,7 +45,7 @@ async def _tokenize_then_generate(url: str) -> tuple[int, object]:
         found = await server_counter(session, url, (("/tokenize", "content"),))
         assert found is not None
         count, _ = found
-        built = await build_prompt(count, 12)
+        built = await PromptSource(count, resolve_workload("chat")).prompt(12, 0)
         flavor = make_flavor("llamacpp", model="test-model")
         async with ProbeClient(url, flavor, timeouts=TIMEOUTS, session=session) as client:
             trace = await client.send(RequestSpec(prompt=built.text, max_tokens=4))

@@ -9,7 +9,8 @@ from aiohttp import web
 
 from specscope.probe.client import Timeouts, new_session
 from specscope.probe.detect import detect
-from specscope.probe.prompts import PromptError, build_prompt, build_prompts, server_counter
+from specscope.probe.prompts import PromptError, fit_units, server_counter, synthetic_frame
+from specscope.probe.workloads import PromptSource, resolve_workload
 from test_probe_support import (
     LoopbackServer,
     Schedule,
@@ -25,29 +26,40 @@ async def _count_words(text: str) -> int:
     return len(word_tokens(text))
 
 
+def _source(workload: str = "mixed", unique: bool = True) -> PromptSource:
+    return PromptSource(_count_words, resolve_workload(workload), unique=unique)
+
+
 @pytest.mark.parametrize("n", [1, 2, 7, 64, 333])
 def test_build_prompt_hits_exact_length(n):
-    p = asyncio.run(build_prompt(_count_words, n, seed=n))
-    assert p.exact and p.tokens == n == len(word_tokens(p.text))
+    for i in range(7):
+        p = asyncio.run(_source().prompt(n, i))
+        assert p.exact and p.tokens == n == len(word_tokens(p.text)), (p.category, p.tokens)
 
 
-def test_prompts_vary_per_index_and_are_deterministic():
-    a = asyncio.run(build_prompts(_count_words, 50, 3))
-    b = asyncio.run(build_prompts(_count_words, 50, 3))
-    assert [p.text for p in a] == [p.text for p in b]
+def test_prompts_vary_per_index_and_content_is_deterministic():
+    a = asyncio.run(_source().prompts(50, 3))
+    b = asyncio.run(_source().prompts(50, 3))
     assert len({p.text for p in a}) == 3
-    same = asyncio.run(build_prompts(_count_words, 50, 3, vary=False))
+    assert {p.text for p in a}.isdisjoint({p.text for p in b})  # a second run differs
+    assert [p.text.split("\n", 1)[1] for p in a] == [p.text.split("\n", 1)[1] for p in b]
+    same = asyncio.run(_source(unique=False).prompts(50, 3))
     assert len({p.text for p in same}) == 1
+
+
+def test_synthetic_workload_is_still_exact_and_named():
+    p = asyncio.run(_source("synthetic").prompt(40, 0))
+    assert p.exact and p.tokens == 40 and p.category == "synthetic"
 
 
 def test_unreachable_length_returns_closest_not_exact():
     async def bos_plus_two_per_word(text: str) -> int:
         return 1 + 2 * len(text.split())
 
-    p = asyncio.run(build_prompt(bos_plus_two_per_word, 10))
+    p, _ = asyncio.run(fit_units(bos_plus_two_per_word, synthetic_frame(0, 10), 10))
     assert not p.exact and abs(p.tokens - 10) == 1
     with pytest.raises(PromptError):
-        asyncio.run(build_prompt(_count_words, 0))
+        asyncio.run(fit_units(_count_words, synthetic_frame(0, 1), 0))
 
 
 @pytest.mark.parametrize("make_app, flavor", [
@@ -63,7 +75,7 @@ def test_server_tokenize_endpoints(make_app, flavor):
             found = await server_counter(s, url, make_flavor(flavor).tokenize_endpoints)
             assert found is not None
             count, how = found
-            p = await build_prompt(count, 40, seed=1)
+            p = await PromptSource(count, resolve_workload("chat")).prompt(40, 1)
             return p, how
 
     with LoopbackServer(make_app()) as srv:

@@ -16,6 +16,7 @@ import numpy as np
 
 from specscope.analysis.headline import headline
 from specscope.analysis.steps import StepReconstruction, reconstruct_steps
+from specscope.analysis.workload_summary import workload_keys
 from specscope.trace.model import RequestTrace
 
 
@@ -108,4 +109,5 @@ def summarize(
         },
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,
+        **workload_keys(traces, recs),
     }

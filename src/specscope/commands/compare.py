@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from specscope.analysis.routing import what_changed
 from specscope.commands.common import (
     EXIT_TARGET_MISBEHAVED,
     err_console,
@@ -47,6 +48,8 @@ def compare(
                           "using headline numbers", markup=False, highlight=False)
         b_vs_a = None
     cmp = compare_analyses(a, b, b_vs_a)
+    cmp.what_changed = what_changed(cmp.to_dict(), run_a_obj.requests, run_b_obj.requests,
+                                    a.ttft_s, b.ttft_s)
     slower = cmp.slower_by()
     failed = threshold is not None and slower is not None and slower > threshold
     if json_:
@@ -65,6 +68,7 @@ def compare(
             out_console.print(Text(f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, "
                                    f"acceptance{fmt_interval(at.acceptance_factor_ci)}, step time"
                                    f"{fmt_interval(at.step_time_factor_ci)}"))
+        out_console.print(Text(f"what changed: {cmp.what_changed['verdict']}"))
         if cmp.new_findings:
             out_console.print(Text(f"new in B: {', '.join(cmp.new_findings)}"))
         if cmp.resolved_findings:

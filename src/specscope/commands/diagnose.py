@@ -23,6 +23,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specscope.analysis.model import Analysis
+from specscope.analysis.workload_summary import diagnosis_workload_keys
 from specscope.commands import diagnose_support as support
 from specscope.commands.common import (
     EXIT_OK,
@@ -50,11 +51,14 @@ from specscope.commands.inputs import (
     prompt_tokens_or_fail,
     timeouts_or_fail,
     tokenizer_or_fail,
+    workload_or_fail,
 )
+from specscope.commands.probe import category_rich_table
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.endpoint import redact_url
+from specscope.probe.workloads import resolve_workload
 from specscope.report import (
     context_from_run,
     render_plan,
@@ -117,6 +121,7 @@ async def _measure(
 ) -> tuple[Plan, RunDirWriter]:
     """Detect the server, calibrate, print the plan, then run it. Fills `result` as it goes so
     that a Ctrl-C (task cancelled) keeps what was measured."""
+    workload = inputs.workload or resolve_workload(None)
     async with support.open_target(url, flavor=args["flavor"], api=args["api"],
                                    inputs=inputs) as target:
         desc = target.describe()
@@ -126,19 +131,25 @@ async def _measure(
                 await target.count_tokens(inputs.prompt_text or ""))
         plan = diagnosis_plan.build(args["prompt_tokens"], args["max_tokens"], quick=args["quick"],
                                     repeat=args["repeat"], max_context=max_context,
-                                    concurrency_levels=args["concurrency_levels"])
+                                    concurrency_levels=args["concurrency_levels"],
+                                    categories=None if workload.file_prompts
+                                    else list(workload.categories))
         info = RunInfo(kind="diagnose", endpoint=url, flavor=str(desc.get("flavor") or ""),
                        api=str(desc.get("api") or ""), model=desc.get("model"),
                        server_info=desc.get("server_info") or {},
                        args={k: v for k, v in args.items() if k != "api_key"},
-                       notes=list(args.get("embedded_notes") or []))
+                       notes=[*(args.get("embedded_notes") or []),
+                              f"workload {desc.get('workload')}; " + (
+                                  f"every prompt unique (run reference {desc['prompt_reference']} "
+                                  "first)" if desc.get("prompt_reference") else
+                                  "--same-prompt: requests share prompts (a prefix cache may "
+                                  "serve repeats)")])
         try:
             writer = RunDirWriter(args["out"], info)
         except OSError as e:
             fail_usage(f"--out: cannot write a run directory at {args['out']}: {e.strerror or e}")
         writer_holder["writer"] = writer
-        executor = Executor(target, writer, max_consecutive_errors=3,
-                            same_prompt=args["same_prompt"])
+        executor = Executor(target, writer, max_consecutive_errors=3)
         writer_holder["metrics_before"] = await support.scrape_metrics(args.get("metrics_url"))
         calib: list = []
         step = diagnosis_plan.calibration_step(args["prompt_tokens"], max_context)
@@ -229,7 +240,21 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "telemetry": run.info.telemetry or None,
         "report_html": str(html_path),
         "serving": analysis.serving,
+        **diagnosis_workload_keys(run.requests),
     }
+
+
+def _render_workload(keys: dict[str, Any]) -> None:
+    """Commit length per category, loops and prefix-cache evidence, after the report."""
+    if keys["by_category"]:
+        out_console.print(category_rich_table(keys["by_category"]))
+    if keys["repetition_loops"]:
+        out_console.print(f"repetition loops: {len(keys['repetition_loops'])} request(s) end in a "
+                          "loop; their acceptance is inflated", markup=False, highlight=False)
+    if keys["prefix_cache"]:
+        pc = keys["prefix_cache"]
+        out_console.print(f"prefix cache: {pc['hits']} hit(s) of {pc['requests']}: {pc['evidence']}",
+                          markup=False, highlight=False)
 
 
 def _fail_target(message: str, json_: bool) -> NoReturn:
@@ -291,8 +316,14 @@ def diagnose(
     model: Model = None,
     tokenizer: Tokenizer = None,
     prompt_file: PromptFile = None,
-    same_prompt: Annotated[bool, typer.Option(
-        "--same-prompt", help="One prompt text for every point (lets a prefix cache hit)")] = False,
+    workload: Annotated[str | None, typer.Option(
+        help="Prompts: mixed (default: the main experiments use its first category, then one "
+             "request per category), a category name, synthetic, or a JSONL FILE")] = None,
+    vary_prompts: Annotated[bool, typer.Option(
+        "--vary-prompts/--same-prompt",
+        help="Start every prompt with a per-run reference so no two requests share a prefix; "
+             "--same-prompt sends the same prompt text to every request (lets a prefix cache "
+             "hit)")] = True,
     timeout_connect: TimeoutConnect = Timeouts.connect,
     timeout_first_byte: TimeoutFirstByte = Timeouts.first_byte,
     timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
@@ -336,6 +367,7 @@ def diagnose(
     logs_argv = support.split_command(logs_cmd) if logs_cmd else None
     if logs_cmd and not logs_argv:
         fail_usage(f"--logs-cmd: cannot parse {logs_cmd!r}")
+    wl = workload_or_fail(workload, prompt_text, prompt_file)
     baseline_run = None
     if baseline is not None:
         try:
@@ -352,14 +384,16 @@ def diagnose(
         "logs_timeout": logs_timeout, "metrics_url": redact_url(metrics_url) if metrics_url else None,
         "out": str(run_dir), "scenario": scenario, "time_scale": time_scale, "backend": backend,
         "api_key": api_key, "model": model, "tokenizer": str(tokenizer) if tokenizer else None,
-        "prompt_file": str(prompt_file) if prompt_file else None, "same_prompt": same_prompt,
+        "prompt_file": str(prompt_file) if prompt_file else None,
+        "same_prompt": not vary_prompts, "vary_prompts": vary_prompts, "workload": workload,
         "timeouts": {"connect": timeouts.connect, "first_byte": timeouts.first_byte,
                      "between_chunks": timeouts.between_chunks, "total": timeouts.total},
         "slo": slo_s,
     }
     inputs = support.ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
                                  auth=endpoint.auth if endpoint else None, model=model,
-                                 local_count=local_count, prompt_text=prompt_text)
+                                 local_count=local_count, prompt_text=prompt_text,
+                                 workload=wl, unique=vary_prompts)
 
     result = ExecutionResult()
     holder: dict[str, Any] = {}
@@ -402,6 +436,7 @@ def diagnose(
         print_json(contract_json(analysis, run, html_path))
     else:
         render_terminal(context_from_run(run, analysis, str(writer.path)), out_console)
+        _render_workload(diagnosis_workload_keys(run.requests))
     err_console.print(f"run dir: {writer.path}", markup=False, highlight=False)
     err_console.print(f"analysis: {writer.path / 'analysis.json'}", markup=False, highlight=False)
     err_console.print(f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from specscope.experiments.target import Target
+from specscope.experiments.target import Prompt, Target
 from specscope.probe.client import Timeouts
 from specscope.telemetry.records import SpecRecord
 from specscope.trace import RequestSpec, RequestTrace, RunInfo
@@ -72,7 +72,9 @@ class ProbeInputs:
     auth: aiohttp.BasicAuth | None = field(default=None, repr=False)
     model: str | None = None
     local_count: Callable[..., int] | None = None  # --tokenizer
-    prompt_text: str | None = None  # --prompt-file
+    prompt_text: str | None = None  # --prompt-file (its length sets --prompt-tokens' default)
+    workload: Any = None  # a probe Workload (--workload, or --prompt-file's one prompt)
+    unique: bool = True  # False: --same-prompt (no per-request reference)
 
 
 class ProbeTarget(Target):
@@ -92,8 +94,8 @@ class ProbeTarget(Target):
         """The client's partial traces, so an interrupted request keeps what it received."""
         return self.client.in_flight
 
-    async def prompt(self, n_tokens: int, seed: int = 0) -> str | list[int]:
-        return await self.prompts.prompt(n_tokens, seed=seed)
+    async def prompt(self, n_tokens: int, seed: int = 0, category: str | None = None) -> Prompt:
+        return await self.prompts.prompt(n_tokens, seed=seed, category=category)
 
     async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace:
         return await self.client.send(spec, index=index, slot=slot)
@@ -108,61 +110,36 @@ def _close_enough(got: int, want: int) -> bool:
 
 
 class _ExactPrompts:
-    """Prompts of exactly n tokens by the server's tokenizer; one that cannot be met exactly
-    stops the run with the reason (a sweep point at the wrong context would mislead)."""
+    """Prompts of exactly n tokens by the server's tokenizer, drawn from the workload (its
+    primary category unless a step names one) and unique per request unless `unique` is off.
+    One that cannot be met exactly stops the run with the reason (a sweep point at the wrong
+    context would mislead)."""
 
-    def __init__(self, count: Any):
+    def __init__(self, count: Any, workload: Any = None, unique: bool = True):
+        from specscope.probe.workloads import PromptSource, resolve_workload
+
         self.count = count
+        self.source = PromptSource(count, workload or resolve_workload(None), unique=unique,
+                                   fit_files=True)
 
-    async def prompt(self, n_tokens: int, seed: int = 0) -> str:
-        from specscope.probe.prompts import build_prompt
-
-        built = await build_prompt(self.count, n_tokens, seed=seed)
-        if not built.exact and not _close_enough(built.tokens, n_tokens):
+    async def prompt(self, n_tokens: int, seed: int = 0, category: str | None = None) -> Prompt:
+        wl = self.source.workload
+        built = await self.source.prompt(
+            n_tokens, seed, category=None if wl.file_prompts else (category or wl.primary))
+        if built.tokens is not None and not built.exact and not _close_enough(built.tokens,
+                                                                              n_tokens):
             raise TargetError(f"could not build a prompt of {n_tokens} tokens "
                               f"(closest: {built.tokens})")
-        return built.text
-
-
-class _FilePrompts:
-    """Prompts cut from --prompt-file's text: its first n tokens (the text repeated when it is
-    shorter), starting at a word that depends on `seed` so that different points do not share
-    a prefix. Found by bisection on the character count with the server's (or local) count."""
-
-    def __init__(self, count: Any, text: str):
-        self.count = count
-        self.text = text
-
-    async def prompt(self, n_tokens: int, seed: int = 0) -> str:
-        words = self.text.split(" ")
-        start = (seed * 7919) % len(words) if seed else 0
-        source = " ".join(words[start:] + words[:start])
-        have = await self.count(source)
-        reps = 1 if have >= n_tokens else -(-n_tokens // max(1, have)) + 1
-        source = "\n".join([source] * reps)
-        lo, hi = 1, len(source)
-        best_got, best_len = -1, len(source)
-        while lo <= hi:  # bisection on the character count: tokens grow with characters
-            mid = (lo + hi) // 2
-            got = await self.count(source[:mid])
-            if abs(got - n_tokens) < abs(best_got - n_tokens):
-                best_got, best_len = got, mid
-            if got == n_tokens:
-                break
-            if got < n_tokens:
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        if not _close_enough(best_got, n_tokens):
-            raise TargetError(f"could not cut a prompt of {n_tokens} tokens from --prompt-file "
-                              f"(closest: {best_got})")
-        return source[:best_len]
+        return Prompt(built.text, built.category)
 
 
 @contextlib.asynccontextmanager
 async def open_target(url: str, flavor: str = "auto", api: str | None = None,
                       inputs: ProbeInputs | None = None) -> AsyncIterator[Target]:
-    """Detect the server's flavor and context, and yield a Target over one HTTP session."""
+    """Detect the server's flavor and context, and yield a Target over one HTTP session.
+    `inputs.workload` (a probe Workload; default: the default workload, --prompt-file a
+    one-prompt workload) supplies the prompts; `inputs.unique` False sends the same prompt
+    content without a per-request reference."""
     from specscope.probe import prompts as probe_prompts
     from specscope.probe.client import ProbeClient, new_session
     from specscope.probe.detect import detect
@@ -198,8 +175,9 @@ async def open_target(url: str, flavor: str = "auto", api: str | None = None,
             raise TargetError(f"{url} has no tokenize endpoint, so prompts of an exact token length "
                               "cannot be built: pass --tokenizer PATH (the served model's "
                               "tokenizer.json)")
-        prompts: Any = (_FilePrompts(count, inputs.prompt_text) if inputs.prompt_text is not None
-                        else _ExactPrompts(count))
+        prompts = _ExactPrompts(count, inputs.workload, inputs.unique)
+        description["workload"] = prompts.source.workload.describe()
+        description["prompt_reference"] = prompts.source.nonce if inputs.unique else None
         counter = (probe_prompts.delta_counter(inputs.local_count)
                    if inputs.local_count is not None else None)
         client = ProbeClient(url, fl, timeouts=timeouts, counter=counter, session=session)

@@ -17,6 +17,8 @@ from specscope.commands.common import fail_usage
 from specscope.probe.client import Timeouts
 from specscope.probe.endpoint import Endpoint, EndpointError, parse_endpoint
 from specscope.probe.prompts import PromptError, load_local_tokenizer
+from specscope.probe.workloads import Workload, WorkloadError, resolve_workload
+from specscope.probe.workloads.files import FilePrompt
 
 # Beyond any context served today; a prompt is built and held in memory before it is sent, so
 # an absurd --prompt-tokens must stop here, not after gigabytes of filler text.
@@ -77,6 +79,21 @@ def prompt_text_or_fail(path: Path | None) -> str | None:
     if not text.strip():
         fail_usage(f"--prompt-file: {path} is empty")
     return text
+
+
+def workload_or_fail(spec: str | None, prompt_text: str | None,
+                     prompt_file: Path | None = None) -> Workload:
+    """--workload NAME|FILE, or --prompt-file's text (from prompt_text_or_fail) as a one-prompt
+    workload; exit 2 on bad input or when both are given."""
+    if spec is not None and prompt_text is not None:
+        fail_usage("give either --workload or --prompt-file, not both")
+    if prompt_text is None:
+        try:
+            return resolve_workload(spec)
+        except WorkloadError as e:
+            fail_usage(str(e))
+    return Workload("prompt-file", file_prompts=(FilePrompt(prompt_text, None, "prompt-file"),),
+                    source=str(prompt_file) if prompt_file is not None else "--prompt-file")
 
 
 def context_check(prompt_tokens: int, max_tokens: int, max_context: int | None) -> str | None:

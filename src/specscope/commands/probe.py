@@ -57,6 +57,7 @@ from specscope.commands.inputs import (
     prompt_tokens_or_fail,
     timeouts_or_fail,
     tokenizer_or_fail,
+    workload_or_fail,
 )
 from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
 from specscope.probe.detect import detect
@@ -64,12 +65,12 @@ from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import (
     PromptError,
     TokenizeError,
-    build_prompts,
     delta_counter,
     local_async,
     server_counter,
 )
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.probe.workloads import PromptSource, Workload
 from specscope.report.context import fmt_ci
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
@@ -104,7 +105,7 @@ def _progress() -> Progress:
 async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                n_prompt: int, max_tokens: int, n_requests: int, concurrency: int,
                ignore_eos: bool, out: Path | None, timeouts: Timeouts, api_key: str | None,
-               local_count: Callable[..., int] | None, prompt_text: str | None, vary: bool,
+               local_count: Callable[..., int] | None, workload: Workload, vary: bool,
                max_commit_len: int | None, args: dict[str, Any],
                auth: aiohttp.BasicAuth | None = None) -> _Outcome:
     async with new_session(timeouts, api_key, auth) as session:
@@ -145,30 +146,28 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
             count, how = local_async(local_count), "local --tokenizer"
         else:
             count, how = None, ""
-        if prompt_text is not None:
-            n = await count(prompt_text) if count is not None else None
-            prompts = [(prompt_text, n)] * n_requests
-            notes.append(f"prompt from --prompt-file ({n if n is not None else '?'} tokens)")
-        else:
+        if not workload.file_prompts:
             too_long = context_check(n_prompt, max_tokens, det.max_context)
             if too_long:
                 raise _Usage(too_long)
-            if count is None:
-                tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
-                raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
-                             "PATH (a local tokenizer.json of the served model) or --prompt-file")
-            built = await build_prompts(count, n_prompt, n_requests, vary=vary)
-            prompts = [(b.text, b.tokens) for b in built]
-            inexact = [b for b in built if not b.exact]
-            if inexact:
-                notes.append(f"{len(inexact)} prompts could not be made exactly {n_prompt} tokens "
-                             f"(closest {inexact[0].tokens}); their true length is recorded")
+        if count is None and not workload.file_prompts:
+            tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
+            raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
+                         "PATH (a local tokenizer.json of the served model), --prompt-file or "
+                         "a --workload FILE")
+        source = PromptSource(count, workload, unique=vary)
+        built = await source.prompts(n_prompt, n_requests)
+        prompts = [(b.messages if b.messages is not None and flavor.api == "chat" else b.text,
+                    b.tokens, b.category) for b in built]
+        notes.append(_workload_note(workload, built, n_prompt, source))
+        if count is not None:
             notes.append(f"prompt tokens counted by {how}")
         info.notes = notes
         writer = _writer(out, info)
         specs = [RequestSpec(prompt=text, prompt_tokens=n, max_tokens=max_tokens, temperature=0.0,
-                             ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE)  # type: ignore[arg-type]
-                 for text, n in prompts]
+                             ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE,  # type: ignore[arg-type]
+                             category=category)
+                 for text, n, category in prompts]
         counter = delta_counter(local_count) if local_count is not None else None
         traces: list[RequestTrace] = []
         status, reason = "partial", "interrupted"
@@ -203,6 +202,25 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
         return _Outcome(writer.path, info, traces, summary, det.evidence, notes, serving)
 
 
+def _workload_note(workload: Workload, built: list[Any], n_prompt: int,
+                   source: PromptSource) -> str:
+    """What was sent: the workload, how the cuts fell, and how prompts were kept unique."""
+    from collections import Counter
+
+    cuts = Counter(b.boundary for b in built)
+    inexact = [b for b in built if not b.exact]
+    note = f"workload {workload.describe()}; cuts: " + ", ".join(
+        f"{k} {v}" for k, v in cuts.most_common())
+    if inexact:
+        note += (f"; {len(inexact)} prompts could not be made exactly {n_prompt} tokens "
+                 f"(closest {inexact[0].tokens}); their true length is recorded")
+    if source.unique:
+        note += f"; every prompt unique (run reference {source.nonce} first)"
+    else:
+        note += "; --same-prompt: every request sends the same prompt (a prefix cache may serve repeats)"
+    return note
+
+
 def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
     try:
         return RunDirWriter(out, info)
@@ -232,6 +250,22 @@ def chunks_vs_steps_note(s: dict[str, Any]) -> str | None:
                 f"coalescing); the commit length ({source}) counts tokens per verify step")
     return (f"chunks carry fewer tokens than a verify step commits (the server splits steps "
             f"over several events); the commit length ({source}) counts tokens per verify step")
+
+
+def category_rich_table(rows: list[dict[str, Any]]) -> Table:
+    """The per-category rows of a summary as a terminal table (fits 80 columns)."""
+    t = Table(title="by category", caption="commit len: tokens per verify step, all steps, from "
+              "the client's steps (* from the server's figures); copied: output found in the prompt")
+    t.add_column("category", no_wrap=True)
+    for col in ("req", "commit len", "w/o loops", "tok/s", "loops", "copied"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        star = "*" if r["commit_source"] == "server" else ""
+        t.add_row(untrusted(r["category"]), str(r["requests"]), _fmt(r["mean_commit_len"], nd=2) + star,
+                  _fmt(r["mean_commit_len_without_loops"], nd=2), _fmt(r["decode_tps"], nd=1),
+                  str(r["looping_requests"]),
+                  "–" if r.get("copied_share") is None else f"{r['copied_share']:.0%}")
+    return t
 
 
 def _render(o: _Outcome) -> None:
@@ -266,8 +300,17 @@ def _render(o: _Outcome) -> None:
     if s["error_kinds"]:
         t.add_row(Text("errors", style="red"),
                   untrusted(", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items())))
+    pc = s.get("prefix_cache")
+    if pc:
+        t.add_row("prefix cache hits", f"{pc['hits']} of {pc['requests']}")
+    loops = s.get("repetition_loops") or []
+    if loops:
+        t.add_row(Text("repetition loops", style="yellow"), f"{len(loops)} request(s) end in a "
+                  "loop (acceptance inflated; see by category)")
     t.add_row("run directory", untrusted(o.run_dir))
     out_console.print(t)
+    if s.get("by_category"):
+        out_console.print(category_rich_table(s["by_category"]))
     if o.serving:
         from specscope.report.terminal import render_serving  # plotly-heavy package: only here
 
@@ -294,9 +337,14 @@ def probe(
     model: Model = None,
     tokenizer: Tokenizer = None,
     prompt_file: PromptFile = None,
+    workload: Annotated[str | None, typer.Option(
+        help="Prompts: mixed (default), code-completion, code-edit, chat, summarisation, "
+             "reasoning, long-writing, multi-turn, synthetic, or a JSONL FILE of prompts, "
+             "OpenAI messages or ShareGPT conversations")] = None,
     vary_prompts: Annotated[bool, typer.Option(
         "--vary-prompts/--same-prompt",
-        help="A different filler text per request (defeats prefix caching)")] = True,
+        help="Start every prompt with a per-run reference so no two requests share a prefix "
+             "(defeats prefix caching); --same-prompt sends one prompt to every request")] = True,
     api_key: Annotated[str | None, typer.Option(
         help="Bearer token (default: $SPECSCOPE_API_KEY); never written anywhere",
         show_default=False)] = None,
@@ -335,19 +383,20 @@ def probe(
         out_dir_or_fail(out)
     else:
         out_dir_or_fail(runs_home(), "the runs home (SPECSCOPE_HOME)")
+    wl = workload_or_fail(workload, prompt_text, prompt_file)
     # Recorded arguments: everything the user chose, never the API key.
     args = {"url": url, "flavor": flavor, "api": api, "prompt_tokens": prompt_tokens,
             "max_tokens": max_tokens, "repeat": repeat, "concurrency": concurrency,
             "ignore_eos": ignore_eos, "model": model, "vary_prompts": vary_prompts,
             "tokenizer": str(tokenizer) if tokenizer else None,
-            "prompt_file": str(prompt_file) if prompt_file else None,
+            "prompt_file": str(prompt_file) if prompt_file else None, "workload": wl.name,
             "max_commit_len": max_commit_len, "slo": slo_s, "timeouts": {
                 "connect": timeout_connect, "first_byte": timeout_first_byte,
                 "between_chunks": timeout_between_chunks, "total": timeout_total}}
     try:
         outcome = asyncio.run(_run(
             url, flavor, api, model, prompt_tokens, max_tokens, repeat * concurrency, concurrency,
-            ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, prompt_text,
+            ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, wl,
             vary_prompts, max_commit_len, args, endpoint.auth))
     except TokenizeError as e:  # the server misbehaved: one line, exit 1
         err_console.print(labelled("error:", "bold red", e), highlight=False)

@@ -14,6 +14,7 @@ from specscope.experiments import (
     full_generation,
     output_sweep,
     two_point,
+    workload_mix,
 )
 from specscope.experiments.plan import Plan, PlanStep
 from specscope.trace import tags
@@ -29,7 +30,9 @@ def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
 
 
 def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False, repeat: int = 1,
-          max_context: int | None = None, concurrency_levels: list[int] | None = None) -> Plan:
+          max_context: int | None = None, concurrency_levels: list[int] | None = None,
+          categories: list[str] | None = None) -> Plan:
+    """`categories` (more than one): end with a workload mix, one request per category."""
     if prompt_tokens < 1 or max_tokens < 2:
         raise ValueError("prompt tokens must be >= 1 and max tokens >= 2")
     out = Plan()
@@ -53,6 +56,13 @@ def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False
         out.extend(output_sweep.plan([n], repeat=1, max_context=max_context))
     else:
         out.extend(output_sweep.plan(output_sweep.default_points(max_tokens), repeat=repeat,
+                                     max_context=max_context))
+
+    if categories and len(categories) > 1:
+        mix_prompt, mix_tokens = min(prompt_tokens, 512), min(max_tokens, 128 if quick else 256)
+        out.notes.append(f"workload mix: one {mix_prompt}-token prompt per category "
+                         f"({', '.join(categories)}), {mix_tokens} tokens each")
+        out.extend(workload_mix.plan(categories, mix_prompt, mix_tokens, repeat=repeat,
                                      max_context=max_context))
 
     if concurrency_levels:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specscope.experiments.plan import Plan, PlanStep
-from specscope.experiments.target import Target
+from specscope.experiments.target import Prompt, Target
 from specscope.probe.workload import run_workload
 from specscope.trace import RequestSpec, RequestTrace, RunDirWriter
 
@@ -71,7 +71,6 @@ class Executor:
         ignore_eos: bool = True,
         api: str = "completions",
         first_index: int = 0,
-        same_prompt: bool = False,
     ):
         self.target = target
         self.writer = writer
@@ -81,22 +80,29 @@ class Executor:
         self.ignore_eos = ignore_eos
         self.api = api
         self._next_index = first_index
-        self.same_prompt = same_prompt  # one prompt text for every point (--same-prompt)
-        self._prompts: dict[tuple[int, str], str | list[int]] = {}
         self._consecutive_errors = 0
 
-    async def _prompt(self, step: PlanStep) -> str | list[int]:
-        key = (step.prompt_tokens, step.group or step.tag)
-        if key not in self._prompts:
-            # A stable seed per group: two-point's two lengths share one prompt; other points
-            # get their own text so a prefix cache cannot turn a sweep into a cache benchmark.
-            seed = 0 if self.same_prompt else sum(map(ord, key[1])) % 10_007
-            self._prompts[key] = await self.target.prompt(step.prompt_tokens, seed=seed)
-        return self._prompts[key]
+    async def _prompt(self, step: PlanStep) -> str | list[int] | Prompt:
+        """One request's prompt, asked of the target per request so that a target can make
+        each one unique (a prefix cache then has nothing to serve). Every experiment asks for
+        the same content (seed 0): two-point, full generation and sweeps then differ only in
+        shape, not in text that a drafter finds easier or harder. A workload-mix step names
+        its category."""
+        if step.category is not None:
+            return await self.target.prompt(step.prompt_tokens, seed=0,  # type: ignore[call-arg]
+                                            category=step.category)
+        return await self.target.prompt(step.prompt_tokens, seed=0)
 
-    def _spec(self, step: PlanStep, prompt: str | list[int]) -> RequestSpec:
+    async def _prompts(self, step: PlanStep) -> list[str | list[int] | Prompt]:
+        """One prompt per request of the step, in request order."""
+        return [await self._prompt(step) for _ in range(step.requests)]
+
+    def _spec(self, step: PlanStep, prompt: str | list[int] | Prompt) -> RequestSpec:
+        category = prompt.category if isinstance(prompt, Prompt) else None
+        text = prompt.text if isinstance(prompt, Prompt) else prompt
         return RequestSpec(
-            prompt=prompt,
+            prompt=text,
+            category=category,
             prompt_tokens=step.prompt_tokens,
             max_tokens=step.max_tokens,
             temperature=self.temperature,
@@ -117,11 +123,12 @@ class Executor:
     def _stopped(self) -> bool:
         return self._consecutive_errors >= self.max_consecutive_errors
 
-    async def _run_specs(self, step: PlanStep, prompt: str | list[int], result: ExecutionResult,
+    async def _run_specs(self, step: PlanStep, prompts: list[str | list[int] | Prompt],
+                         result: ExecutionResult,
                          on_done: Callable[[RequestTrace], None] | None = None) -> None:
-        """The step's requests through the one runner: each is recorded as it ends, and the
-        ones in flight when the run is cancelled are recorded as `cancelled`."""
-        specs = [self._spec(step, prompt) for _ in range(step.requests)]
+        """The step's requests (one per prompt) through the one runner: each is recorded as it
+        ends, and the ones in flight when the run is cancelled are recorded as `cancelled`."""
+        specs = [self._spec(step, p) for p in prompts]
 
         def done(trace: RequestTrace) -> None:
             self._record(trace, result)
@@ -136,8 +143,8 @@ class Executor:
     async def run_step(self, step: PlanStep) -> list[RequestTrace]:
         """Run one step outside a plan (used by calibration); recorded like any other."""
         result = ExecutionResult()
-        prompt = await self._prompt(step)
-        await self._run_specs(step, prompt, result)
+        prompts = await self._prompts(step)
+        await self._run_specs(step, prompts, result)
         return result.traces
 
     async def run(self, plan: Plan, result: ExecutionResult | None = None) -> ExecutionResult:
@@ -147,12 +154,21 @@ class Executor:
         total_req = plan.total_requests
         total_tok = plan.total_generated_tokens
         done = {"requests": 0, "tokens": 0}
+        # Every prompt shape is fitted before anything is sent: a tokenizer problem stops the
+        # run before it costs a measurement, and later per-request prompts are cheap re-fits
+        # that still go out (and fail as requests) when the server dies mid-run.
+        try:
+            for step in plan.steps:
+                await self._prompt(step)
+        except Exception as e:  # the prompt builder talks to the server (tokenize)
+            result.stopped_reason = f"could not build the plan's prompts: {e}"
+            return result
         for i, step in enumerate(plan.steps):
             if self.on_progress:
                 self.on_progress(Progress(i, step, done["requests"], total_req, done["tokens"],
                                           total_tok))
             try:
-                prompt = await self._prompt(step)
+                prompts = await self._prompts(step)
             except Exception as e:  # the prompt builder talks to the server (tokenize)
                 result.stopped_reason = f"could not build a {step.prompt_tokens}-token prompt: {e}"
                 return result
@@ -164,7 +180,7 @@ class Executor:
                     self.on_progress(Progress(i, step, done["requests"], total_req,
                                               done["tokens"], total_tok, t))
 
-            await self._run_specs(step, prompt, result, progressed)
+            await self._run_specs(step, prompts, result, progressed)
             if self._stopped():
                 last = result.traces[-1].error if result.traces else None
                 msg = f"{last.kind}: {last.message}" if last else "errors"

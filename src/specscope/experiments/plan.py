@@ -27,8 +27,12 @@ class PlanStep:
     repeat: int = 1
     concurrency: int = 1
     purpose: str = ""
-    # Requests of the same `group` share one prompt (two-point pairs must be identical prompts).
+    # Steps that belong together (a two-point pair); every step draws the same prompt content
+    # (the executor asks with one seed) and each request's prompt is still unique where the
+    # target makes it so.
     group: str = ""
+    # Workload category to draw the prompt from (None: the target's own choice).
+    category: str | None = None
 
     @property
     def tag(self) -> str:

@@ -6,15 +6,26 @@ stay testable with any sender; `specscope.experiments.probe_target` adapts the r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from specscope.trace import RequestSpec, RequestTrace
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt and the workload category it was drawn from (copied to RequestSpec.category)."""
+
+    text: str | list[int] | list[dict[str, Any]]
+    category: str | None = None
+
+
 @runtime_checkable
 class Target(Protocol):
-    async def prompt(self, n_tokens: int, seed: int = 0) -> str | list[int]:
-        """A prompt of exactly `n_tokens` tokens in the server's tokenizer."""
+    async def prompt(self, n_tokens: int, seed: int = 0) -> str | list[int] | Prompt:
+        """A prompt of exactly `n_tokens` tokens in the server's tokenizer. Called once per
+        request: a target whose prompts must not share a cacheable prefix makes each call's
+        prompt unique, with the content chosen by `seed`."""
         ...
 
     async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace:

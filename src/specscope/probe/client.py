@@ -298,6 +298,8 @@ def _fill(trace: RequestTrace, decoder: Decoder) -> None:
     if trace.server_spec is not None and trace.server_spec.raw:
         trace.server_spec.raw = scrub_tree(trace.server_spec.raw)
     trace.text = scrub("".join(decoder.text_parts))
+    trace.cached_tokens = decoder.cached_tokens
+    trace.delta_fields = dict(decoder.field_tokens) or None
 
 
 def _impossible_totals(trace: RequestTrace, limit: int) -> ErrorInfo | None:

@@ -6,8 +6,12 @@ vLLM/SGLang `POST /tokenize {"prompt": s}` -> `{"tokens": [...], "count": n}`; l
 `POST /tokenize {"content": s}` -> `{"tokens": [...]}`. Without one, a local `tokenizer.json`
 (`--tokenizer`, read with the `tokenizers` library) is used, else a clear error.
 
-The text is deterministic filler words; with `vary=True` each request index gets its own word
-sequence so that a prefix cache cannot turn repeated requests into cache hits.
+Two builders share the counters. `fit_units` cuts real text (a head, a list of natural units
+such as lines or sentences, a tail) to exactly n tokens, ending at a unit boundary where it can
+and at a word (then a character) inside the next unit where it must; `specscope.probe.workloads`
+feeds it code, prose, problems and conversations. `build_synthetic_prompt` makes filler words
+of an exact length: kept only as the `synthetic` workload (numbers comparable with old runs),
+never the default, since small models answer filler with loops that inflate acceptance.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +29,8 @@ import aiohttp
 
 AsyncCounter = Callable[[str], Awaitable[int]]
 
-# Common words that are one token in most BPE vocabularies (with a leading space).
+# Common words, one token each in most BPE vocabularies (the synthetic workload only).
 _WORDS = ["the", "river", "light", "water", "stone", "green", "house", "world", "river", "people", "table", "window", "garden", "city", "music", "paper", "story", "night", "morning", "letter", "mountain", "forest", "bridge", "market", "school", "summer", "winter", "doctor", "friend", "mother", "father", "village", "station", "engine", "simple", "number", "little", "second", "village", "yellow", "silver", "corner", "garden", "season", "animal", "ocean", "island", "valley", "field", "circle", "answer", "moment", "country", "family", "history", "picture", "minute", "single", "follow", "open", "begin", "carry", "change"]
-_SHORT = ("a", "I", "the", "to", "of", "and", "in", "it", "is", "on", "at", "by")
-_MAX_CALLS = 40
 
 
 class PromptError(Exception):
@@ -56,8 +59,15 @@ def plausible_count(n: int, text: str, where: str) -> int:
 @dataclass
 class BuiltPrompt:
     text: str
-    tokens: int  # as counted; equals the target unless `exact` is False
+    tokens: int | None  # as counted; equals the target unless `exact` is False
     exact: bool
+    #: Workload category ("code-completion", "chat", ...; "synthetic"), None when unknown.
+    category: str | None = None
+    #: Where the cut fell: the unit kind ("line", "sentence", "turn", ...), "word", "char",
+    #: or "whole" for a prompt used as given.
+    boundary: str | None = None
+    #: OpenAI `messages` when the prompt is a conversation (then `text` is its plain rendering).
+    messages: list[dict[str, str]] | None = None
 
 
 def load_local_tokenizer(path: str | Path) -> Callable[[str], int]:
@@ -128,83 +138,11 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
     return None
 
 
-def _words(seed: int, n: int) -> list[str]:
+def synthetic_frame(seed: int, n_tokens: int) -> Frame:
+    """Filler words (the `synthetic` workload): one unit per word."""
     rng = random.Random(seed)
-    return [rng.choice(_WORDS) for _ in range(n)]
-
-
-async def build_prompt(count: AsyncCounter, n_tokens: int, seed: int = 0) -> BuiltPrompt:
-    """Filler text of exactly `n_tokens` tokens, or the closest reachable (exact=False).
-
-    Token count grows (almost) by one per filler word, so a secant search on the word count
-    lands in a few calls; a last word that jumps over the target is swapped for shorter ones.
-    """
-    if n_tokens < 1:
-        raise PromptError(f"--prompt-tokens must be >= 1, got {n_tokens}")
-    words = _words(seed, 2 * n_tokens + 16)
-    calls = 0
-
-    async def c(ws: list[str]) -> int:
-        nonlocal calls
-        calls += 1
-        return await count(" ".join(ws))
-
-    w = min(len(words), max(1, n_tokens))
-    got = await c(words[:w])
-    best = (abs(got - n_tokens), w, got)
-    lo: tuple[int, int] | None = None  # (words, tokens) with tokens < target
-    hi: tuple[int, int] | None = None  # (words, tokens) with tokens > target
-    while got != n_tokens and calls < _MAX_CALLS // 2:
-        if got < n_tokens:
-            lo = (w, got)
-        else:
-            hi = (w, got)
-        if lo and hi:
-            if hi[0] - lo[0] <= 1:
-                break  # one word jumps over the target: fixed below
-            guess = lo[0] + round((n_tokens - lo[1]) * (hi[0] - lo[0]) / (hi[1] - lo[1]))
-            w = min(max(guess, lo[0] + 1), hi[0] - 1)
-        elif lo:
-            if lo[0] >= len(words):
-                break
-            per_word = max(lo[1] / lo[0], 0.25)
-            w = min(len(words), lo[0] + max(1, round((n_tokens - lo[1]) / per_word)))
-        else:
-            assert hi is not None
-            if hi[0] <= 1:
-                break
-            per_word = max(hi[1] / hi[0], 0.25)
-            w = max(1, hi[0] - max(1, round((hi[1] - n_tokens) / per_word)))
-        got = await c(words[:w])
-        best = min(best, (abs(got - n_tokens), w, got))
-    _, w, got = best
-    text_words = words[:w]
-    if got != n_tokens:
-        # Jumped over the target by a multi-token word: try other last words.
-        for cand_w in (w, w - 1, w + 1):
-            if cand_w < 1 or calls >= _MAX_CALLS:
-                continue
-            for alt in _SHORT:
-                if calls >= _MAX_CALLS:
-                    break
-                trial = [*words[: cand_w - 1], alt]
-                n = await c(trial)
-                if abs(n - n_tokens) < abs(got - n_tokens):
-                    got, text_words = n, trial
-                if got == n_tokens:
-                    break
-            if got == n_tokens:
-                break
-    return BuiltPrompt(text=" ".join(text_words), tokens=got, exact=got == n_tokens)
-
-
-async def build_prompts(count: AsyncCounter, n_tokens: int, n: int, vary: bool = True
-                        ) -> list[BuiltPrompt]:
-    """`n` prompts (one per request); identical when `vary` is False (built once)."""
-    if not vary:
-        one = await build_prompt(count, n_tokens, seed=0)
-        return [one] * n
-    return [await build_prompt(count, n_tokens, seed=i) for i in range(n)]
+    return Frame(head="", units=[rng.choice(_WORDS) + " " for _ in range(2 * n_tokens + 16)],
+                 unit_kind="word")
 
 
 def local_async(counter: Callable[[str], int]) -> AsyncCounter:
@@ -212,3 +150,181 @@ def local_async(counter: Callable[[str], int]) -> AsyncCounter:
         return counter(text)
 
     return count
+
+
+# -- real text cut at natural boundaries ---------------------------------------------------
+
+_PIECES = re.compile(r"\S+\s*|\s+")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A prompt's shape: fixed `head` and `tail` around a run of `units` (each keeps its own
+    trailing whitespace, so joining them gives the original text). `unit_kind` names the
+    boundary ("line", "sentence", "turn"); `strip` trims whitespace at the end of the cut
+    units (prose before a tail), not for code that must end with its newline."""
+
+    head: str
+    units: Sequence[str]
+    tail: str = ""
+    unit_kind: str = "line"
+    strip: bool = True
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Units `start` to `units` (exclusive), then the first `words` whitespace-separated
+    pieces of the next unit, then the first `chars` characters of the piece after those."""
+
+    units: int
+    words: int = 0
+    chars: int = 0
+    start: int = 0
+
+
+#: Start offsets tried (dropping leading units) for a cut that ends exactly on a unit boundary
+#: before falling back to a word or character inside the next unit.
+MAX_STARTS = 24
+#: Of those, how many are tried with a word of the next unit before cutting a word.
+MAX_WORD_STARTS = 8
+
+
+def render(frame: Frame, cut: Cut, prefix: str = "") -> str:
+    body = "".join(frame.units[cut.start: cut.units])
+    if cut.words or cut.chars:
+        pieces = _PIECES.findall(frame.units[cut.units]) if cut.units < len(frame.units) else []
+        body += "".join(pieces[: cut.words])
+        if cut.chars and cut.words < len(pieces):
+            body += pieces[cut.words][: cut.chars]
+    if frame.strip:
+        body = body.rstrip()
+    return prefix + frame.head + body + frame.tail
+
+
+def normalized(frame: Frame) -> Frame:
+    """The frame with whitespace-only units joined to the unit before them (a cut never ends
+    on one). `fit_units` cuts the normalized frame; render a cut it returned with this."""
+    out: list[str] = []
+    for u in frame.units:
+        if out and not u.strip():
+            out[-1] += u
+        else:
+            out.append(u)
+    return Frame(frame.head, out, frame.tail, frame.unit_kind, frame.strip)
+
+
+async def _largest_at_most(f: Callable[[int], Awaitable[int]], lo: int, hi: int, start: int,
+                           n: int) -> int:
+    """Largest k in [lo, hi] with f(k) <= n, given f(lo) <= n, f nondecreasing (nearly: a
+    BPE count can dip by one where pieces merge; the caller measures the result anyway).
+    Galloping from `start` keeps it to a few calls when `start` is a good guess."""
+    k = min(max(start, lo), hi)
+    if await f(k) <= n:
+        lo, step = k, 1
+        while lo < hi:
+            nxt = min(hi, lo + step)
+            if await f(nxt) > n:
+                hi = nxt - 1
+                break
+            lo, step = nxt, step * 2
+    else:
+        hi, step = k - 1, 1
+        while hi > lo:
+            nxt = max(lo, hi - step)
+            if await f(nxt) <= n:
+                lo = nxt
+                break
+            hi, step = nxt - 1, step * 2
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if await f(mid) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: str = "",
+                    hint: Cut | None = None) -> tuple[BuiltPrompt, Cut]:
+    """`prefix + head + units + tail` cut to exactly `n_tokens` tokens, or the closest
+    reachable (exact=False). First on a unit boundary: the largest run of whole units from
+    the start, then from up to MAX_STARTS later starts (an excerpt that begins a few lines or
+    sentences in). Only when none lands exactly do the last tokens come from the next unit's
+    words, and, when a word overshoots, from its characters. `hint` (a cut found for the same
+    frame under another prefix of the same length) makes a re-fit cost one count."""
+    if n_tokens < 1:
+        raise PromptError(f"--prompt-tokens must be >= 1, got {n_tokens}")
+    frame = normalized(frame)
+    memo: dict[Cut, int] = {}
+
+    async def measure(c: Cut) -> int:
+        if c not in memo:
+            memo[c] = await count(render(frame, c, prefix))
+        return memo[c]
+
+    if hint is not None and await measure(hint) == n_tokens:
+        return _built(frame, hint, prefix, n_tokens), hint
+    if await measure(Cut(0)) > n_tokens:
+        if frame.head or frame.tail:  # too short for the frame: the bare material instead
+            bare = Frame("", frame.units, "", frame.unit_kind, frame.strip)
+            return await fit_units(count, bare, n_tokens, prefix)
+        return BuiltPrompt(render(frame, Cut(0), prefix), memo[Cut(0)], False,
+                           boundary=frame.unit_kind), Cut(0)
+    n_units = len(frame.units)
+    # About four characters a token; galloping corrects a poor guess in a few calls.
+    budget, guess = 4 * (n_tokens - memo[Cut(0)]), 0
+    while guess < n_units and budget > len(frame.units[guess]):
+        budget -= len(frame.units[guess])
+        guess += 1
+
+    firsts: list[Cut] = []  # per start, the longest run of whole units that fits
+    for s in range(min(MAX_STARTS, n_units)):
+        async def by_units(k: int, s: int = s) -> int:
+            return await measure(Cut(k, start=s))
+
+        if await by_units(s) > n_tokens:
+            break
+        k = await _largest_at_most(by_units, s, n_units, max(guess, s), n_tokens)
+        firsts.append(Cut(k, start=s))
+        if memo[firsts[-1]] == n_tokens:
+            return _built(frame, firsts[-1], prefix, n_tokens), firsts[-1]
+        guess = k + 1
+    best = firsts[0]  # Cut(0) fits, so start 0 was tried
+    for first in firsts[:MAX_WORD_STARTS]:
+        k, s = first.units, first.start
+        if k >= n_units:
+            continue
+        pieces = _PIECES.findall(frame.units[k])
+
+        async def by_words(j: int, k: int = k, s: int = s) -> int:
+            return await measure(Cut(k, j, start=s))
+
+        j = await _largest_at_most(by_words, 0, max(0, len(pieces) - 1), 0, n_tokens)
+        if memo[Cut(k, j, start=s)] == n_tokens:
+            best = Cut(k, j, start=s)
+            break
+        if s == 0:
+            best = Cut(k, j)
+    if memo[best] != n_tokens and best.units < n_units:
+        k, j = best.units, best.words
+        piece = _PIECES.findall(frame.units[k])[j:j + 1] or [""]
+
+        async def by_chars(c: int) -> int:
+            return await measure(Cut(k, j, c))
+
+        c = await _largest_at_most(by_chars, 0, max(0, len(piece[0]) - 1), 1, n_tokens)
+        best = Cut(k, j, c)
+    got = memo[best]
+    if got != n_tokens and (frame.head or frame.tail) and n_tokens - memo[Cut(0)] < 8:
+        # The frame alone nearly fills the length and no text fits the few tokens left (a
+        # word next to the tail's newlines can cost three): the bare material instead.
+        bare = Frame("", frame.units, "", frame.unit_kind, frame.strip)
+        alt, alt_cut = await fit_units(count, bare, n_tokens, prefix)
+        if alt.exact:
+            return alt, alt_cut
+    return _built(frame, best, prefix, got, exact=got == n_tokens), best
+
+
+def _built(frame: Frame, cut: Cut, prefix: str, tokens: int, exact: bool = True) -> BuiltPrompt:
+    boundary = "char" if cut.chars else "word" if cut.words else frame.unit_kind
+    return BuiltPrompt(render(frame, cut, prefix), tokens, exact, boundary=boundary)

@@ -171,3 +171,19 @@ def from_llamacpp_timings(timings: Any) -> ServerSpecFields | None:
         raw={k: timings[k] for k in ("draft_n", "draft_n_accepted", "predicted_n", "predicted_ms")
              if k in timings},
     )
+
+
+def cached_tokens_from(obj: Any) -> int | None:
+    """Prompt tokens served from the server's prefix cache, under any name a server uses:
+    OpenAI/vLLM `usage.prompt_tokens_details.cached_tokens`, `usage.cached_tokens`, SGLang
+    `meta_info.cached_tokens`, llama.cpp `timings.cache_n`. None when the object says nothing
+    (absent is not zero: most servers report nothing unless asked)."""
+    if not isinstance(obj, dict):
+        return None
+    details = obj.get("prompt_tokens_details")
+    if isinstance(details, dict) and _int(details.get("cached_tokens")) is not None:
+        return _int(details["cached_tokens"])
+    for key in ("cached_tokens", "cache_n"):
+        if _int(obj.get(key)) is not None:
+            return _int(obj[key])
+    return None

@@ -68,6 +68,7 @@ class Comparison:
     breakeven: dict[str, Any] | None = None  # where B's per-request rate meets A's (analysis.breakeven)
     a: Analysis | None = None
     b: Analysis | None = None
+    what_changed: dict[str, Any] | None = None  # analysis.routing.what_changed, set by the caller
 
     def slower_by(self) -> float | None:
         """Fraction by which B is slower than A (0.25 = 25% slower; negative = faster)."""
@@ -89,6 +90,7 @@ class Comparison:
             "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
             "attribution": attribution_json(self.attribution),
             "breakeven": self.breakeven,
+            "what_changed": self.what_changed,
         }
 
 

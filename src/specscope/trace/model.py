@@ -37,6 +37,8 @@ class RequestSpec(_Model):
     extra: dict[str, Any] = Field(default_factory=dict)
     # Free-form label set by an experiment (e.g. "two_point:n1", "context_sweep:2048").
     tag: str = ""
+    # Workload category of the prompt ("code-completion", "reasoning", ...; None: unknown).
+    category: str | None = None
 
 
 class Chunk(_Model):
@@ -96,6 +98,13 @@ class RequestTrace(_Model):
     error: ErrorInfo | None = None
     t_end_ns: int | None = None
     concurrency_slot: int = 0
+    #: Prompt tokens the server served from its prefix cache, where it says so
+    #: (`usage.prompt_tokens_details.cached_tokens`, `usage.cached_tokens`, SGLang
+    #: `meta_info.cached_tokens`, llama.cpp `tokens_cached`); None when it did not.
+    cached_tokens: int | None = None
+    #: Generated tokens by the delta field that carried them (`content`, `reasoning_content`,
+    #: `reasoning`, `tool_calls`; `text` for completions): where the server routed the text.
+    delta_fields: dict[str, int] | None = None
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 

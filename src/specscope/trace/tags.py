@@ -12,6 +12,7 @@ CONTEXT_SWEEP = "context_sweep"  # point: the prompt length, e.g. "context_sweep
 OUTPUT_SWEEP = "output_sweep"  # point: max_tokens, e.g. "output_sweep:1024"
 CONCURRENCY_SWEEP = "concurrency_sweep"  # point: concurrency, e.g. "concurrency_sweep:4"
 CALIBRATION = "calibration"  # diagnose's short sizing request before the plan
+WORKLOAD_MIX = "workload_mix"  # point: the workload category, e.g. "workload_mix:reasoning"
 
 
 def make(experiment: str, point: str | int | None = None) -> str:

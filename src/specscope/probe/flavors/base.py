@@ -82,6 +82,9 @@ class Decoder(ABC):
         self.request_id: str | None = None
         self.server_spec: ServerSpecFields | None = None
         self.text_parts: list[str] = []
+        self.cached_tokens: int | None = None
+        #: Tokens by the delta field that carried them (see `route`).
+        self.field_tokens: Counter[str] = Counter()
         self._sources: Counter[str] = Counter()
 
     @abstractmethod
@@ -107,6 +110,19 @@ class Decoder(ABC):
             raise StreamError("impossible_count",
                               f"server's {field} went backwards: {previous} then {value}")
         return value - previous
+    def route(self, fields: dict[str, str], n: int) -> None:
+        """Attribute an event's `n` tokens to the delta fields that carried its text, split by
+        characters where several did (a parsers-on server moves text from `content` to
+        `reasoning_content` or `tool_calls`; this records where it went)."""
+        carried = {k: len(v) for k, v in fields.items() if v}
+        total = sum(carried.values())
+        if n <= 0 or total == 0:
+            return
+        given = 0
+        for i, (k, chars) in enumerate(sorted(carried.items(), key=lambda kv: -kv[1])):
+            share = n - given if i == len(carried) - 1 else round(n * chars / total)
+            self.field_tokens[k] += share
+            given += share
 
     def counted(self, source: TokenCountSource, n: int) -> int:
         if n > 0:

@@ -20,7 +20,7 @@ from specscope.probe.flavors.base import (
     parse_json_object,
 )
 from specscope.probe.flavors.openai import OpenAIFlavor
-from specscope.probe.specfields import from_llamacpp_timings
+from specscope.probe.specfields import cached_tokens_from, from_llamacpp_timings
 from specscope.trace.model import RequestSpec
 
 _STOP_TYPES = {"limit": "length", "eos": "stop", "word": "stop"}
@@ -40,6 +40,9 @@ class LlamaCppDecoder(Decoder):
         timings = obj.get("timings")
         if isinstance(timings, dict):
             self.merge_spec(from_llamacpp_timings(timings))
+            cached = cached_tokens_from(timings)
+            if cached is not None:
+                self.cached_tokens = cached
         finish = None
         if obj.get("stop") is True:
             self.done = True
@@ -63,6 +66,7 @@ class LlamaCppDecoder(Decoder):
             n = len(tokens) if isinstance(tokens, list) and tokens else 1
         n = self.counted("events", n)
         self._received += n
+        self.route({"content": text}, n)
         if text:
             self.text_parts.append(text)
         return Delta(n_tokens=n, text=text, finish_reason=finish)

@@ -6,6 +6,12 @@ chunk, a tokenizer count of the delta text (`--tokenizer`), else one token per c
 Servers that reject the richer request (HTTP 400) are retried one rung lower on the ladder.
 Speculation fields ride along where a server adds them: vLLM's `metrics.speculative_decoding`
 on the final usage chunk, SGLang's `sglext.spec_tokens_details` chunk (`choices: []`).
+
+Chat deltas carry generated text in several fields once a server runs reasoning or tool-call
+parsers: `content`, `reasoning_content` (SGLang, older vLLM), `reasoning` (newer vLLM) and
+`tool_calls[].function` (`name`, `arguments`). All of them are generated tokens: every one is
+counted (when the server sends no per-chunk usage) and its share is recorded per field, so
+turning parsers on moves tokens between fields instead of losing them.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from specscope.probe.flavors.base import (
     error_message,
     parse_json_object,
 )
-from specscope.probe.specfields import from_sglext, from_vllm_metrics
+from specscope.probe.specfields import cached_tokens_from, from_sglext, from_vllm_metrics
 from specscope.trace.model import RequestSpec
 
 # The fallback ladder, richest first. Each rung: (stream_options, ask for logprobs, send extras).
@@ -58,16 +64,19 @@ class OpenAIDecoder(Decoder):
             self.merge_spec(from_vllm_metrics(obj["metrics"]))
 
         text, finish, lp_count = "", None, None
+        fields: dict[str, str] = {}
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             c = choices[0]
             if self.chat:
                 delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
-                text = _str(delta.get("content")) + _str(delta.get("reasoning_content"))
+                fields = chat_delta_fields(delta)
+                text = "".join(fields.values())
                 lp = c.get("logprobs")
                 if isinstance(lp, dict) and isinstance(lp.get("content"), list):
                     lp_count = len(lp["content"])
             else:
                 text = _str(c.get("text"))
+                fields = {"text": text}
                 lp = c.get("logprobs")
                 if isinstance(lp, dict) and isinstance(lp.get("tokens"), list):
                     lp_count = len(lp["tokens"])
@@ -91,11 +100,15 @@ class OpenAIDecoder(Decoder):
             pt = usage.get("prompt_tokens")
             if isinstance(pt, int) and not isinstance(pt, bool):
                 self.prompt_tokens = pt
+            cached = cached_tokens_from(usage)
+            if cached is not None:
+                self.cached_tokens = cached
         if n is None:
             if lp_count is not None:
                 n = self.counted("logprobs", lp_count)
             else:
                 n = self.count_text(text)
+        self.route(fields, n)
         if text:
             self.text_parts.append(text)
         return Delta(n_tokens=n, text=text, finish_reason=finish)
@@ -103,6 +116,26 @@ class OpenAIDecoder(Decoder):
 
 def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
+
+
+#: Chat delta fields that carry generated text, in the order their text is joined.
+CHAT_TEXT_FIELDS = ("reasoning_content", "reasoning", "content")
+
+
+def chat_delta_fields(delta: dict[str, Any]) -> dict[str, str]:
+    """The generated text of one chat delta by field: `reasoning_content`, `reasoning`,
+    `content`, and `tool_calls` (every call's function name and argument text)."""
+    out = {k: v for k in CHAT_TEXT_FIELDS if (v := _str(delta.get(k)))}
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list):
+        parts = []
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                parts.append(_str(fn.get("name")) + _str(fn.get("arguments")))
+        if "".join(parts):
+            out["tool_calls"] = "".join(parts)
+    return out
 
 
 class OpenAIFlavor(Flavor):

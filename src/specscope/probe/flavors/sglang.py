@@ -20,7 +20,7 @@ from specscope.probe.flavors.base import (
     parse_json_object,
 )
 from specscope.probe.flavors.openai import OpenAIFlavor
-from specscope.probe.specfields import from_sglang_meta
+from specscope.probe.specfields import cached_tokens_from, from_sglang_meta
 from specscope.trace.model import RequestSpec
 
 
@@ -63,6 +63,9 @@ class SGLangNativeDecoder(Decoder):
         pt = meta.get("prompt_tokens")
         if isinstance(pt, int) and not isinstance(pt, bool):
             self.prompt_tokens = pt
+        cached = cached_tokens_from(meta)
+        if cached is not None:
+            self.cached_tokens = cached
         ct = meta.get("completion_tokens")
         if isinstance(ct, int) and not isinstance(ct, bool):
             self.completion_tokens = ct  # the raw value, kept even when it is impossible
@@ -72,6 +75,7 @@ class SGLangNativeDecoder(Decoder):
         else:
             n = self.count_text(delta_text)
         self.merge_spec(from_sglang_meta(meta))
+        self.route({"text": delta_text}, n)
         if delta_text:
             self.text_parts.append(delta_text)
         return Delta(n_tokens=n, text=delta_text, finish_reason=finish)
