@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis.measure import CALIBRATION_TAG, Measured, concurrency_of
+from specscope.analysis.measure import Measured, concurrency_of
 from specscope.analysis.uncertainty import CI_LEVEL, percentile_interval
 from specscope.trace import tags
 
@@ -131,7 +131,7 @@ def run_steps(m: Measured) -> RunSteps | None:
     levels: set[int] = set()
     for r in m.ok:
         rec = m.recs[r.index]
-        if r.spec.tag == CALIBRATION_TAG or not (rec.reliable and rec.timed_by_client):
+        if r.spec.tag == tags.CALIBRATION or not (rec.reliable and rec.timed_by_client):
             continue
         window = r.decode_window()
         if window is None or sum(st.commit_len for st in rec.steps) < STEP_COVERAGE * window[0]:

@@ -1047,10 +1047,6 @@ def decide(f: Facts) -> Decisions:
     return Decisions(rank(found, f), rejected, records)
 
 
-def build_findings(f: Facts) -> list[Finding]:
-    """The reported findings, ranked (see `decide`)."""
-    return decide(f).findings
-
 
 def _importance(fd: Finding, f: Facts) -> float:
     cost = fd.factor

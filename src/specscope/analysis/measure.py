@@ -20,8 +20,6 @@ from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
-CALIBRATION_TAG = tags.CALIBRATION
-
 
 def prompt_len(tr: RequestTrace) -> int:
     return int(tr.spec.prompt_tokens or tr.prompt_tokens_reported or 0)
@@ -136,7 +134,7 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
     recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
     full = tuple(r for r in ok if tags.split(r.spec.tag)[0] == tags.FULL_GENERATION)
     # without a full generation, every request but the diagnose command's calibration request
-    rest = tuple(r for r in ok if r.spec.tag != CALIBRATION_TAG) or ok
+    rest = tuple(r for r in ok if r.spec.tag != tags.CALIBRATION) or ok
     main, label = (full, "full_generation") if full else (rest, "all requests")
     if not main:
         return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label)

@@ -53,7 +53,6 @@ PERCENTILES: tuple[int, ...] = (1, 5, 25, 50, 75, 90, 95, 99)
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-CALIBRATION_TAG = tags.CALIBRATION
 
 #: SLO names accepted by `--slo`, and the per-request value each one bounds.
 SLO_METRICS: dict[str, str] = {
@@ -363,7 +362,7 @@ def main_requests(traces: Sequence[RequestTrace]) -> tuple[list[RequestTrace], s
     full = [t for t in traces if tags.split(t.spec.tag)[0] == tags.FULL_GENERATION]
     if full:
         return full, tags.FULL_GENERATION
-    rest = [t for t in traces if t.spec.tag != CALIBRATION_TAG]
+    rest = [t for t in traces if t.spec.tag != tags.CALIBRATION]
     return (rest or list(traces)), "all requests"
 
 

@@ -19,14 +19,12 @@ from specscope.experiments import (
 from specscope.experiments.plan import Plan, PlanStep
 from specscope.trace import tags
 
-CALIBRATION_TAG = tags.CALIBRATION
-
 
 def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
     """One short request at the user's prompt length: checks the server answers and measures
     rough prefill and decode rates for the plan's time estimate (recorded, tagged apart)."""
     p = prompt_tokens if max_context is None or prompt_tokens + 32 <= max_context else 128
-    return PlanStep(CALIBRATION_TAG, None, p, 32, purpose="check the server, estimate rates")
+    return PlanStep(tags.CALIBRATION, None, p, 32, purpose="check the server, estimate rates")
 
 
 def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False, repeat: int = 1,
