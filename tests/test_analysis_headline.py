@@ -90,6 +90,25 @@ def test_drafted_steps_list_is_recognised_and_the_last_step_capped():
     assert bad.covers == INCONSISTENT and "server's per-step list is wrong" in bad.verdict
 
 
+def test_a_final_one_token_step_leaves_the_listed_last_step_uncut():
+    """The request ends on an undrafted one-token step: vLLM's last listed step came earlier
+    and was committed whole, so nothing is cut (cutting it to the stream's last step, 1 token,
+    would invent one-token steps and lower the drafted-steps figure)."""
+    client = [1, 3, 1, 4, 2, 1, 1]  # steps after the prefill token; the last two undrafted
+    accepted = [2, 3, 1]  # drafted steps 3, 4, 2 committed whole
+    check = check_server_steps(accepted, sum(client), client, cut_by_max_tokens=True)
+    assert check.capped_last is None
+    assert check.missing_steps == 4 and check.all_steps == len(client)
+    assert check.client_agrees
+    assert check.mean_commit_len_per_drafted_step == pytest.approx(3.0)
+    # the same stream ending on a drafted step cut by max_tokens: its over-count is removed
+    cut = check_server_steps([2, 3, 4], 11, [1, 3, 1, 4, 1, 1], cut_by_max_tokens=True)
+    assert cut.capped_last == (5, 1) and cut.all_steps == 6
+    # a read merged steps (no alignment): a last step of several tokens drafted, so it is cut
+    merged = check_server_steps([2, 3, 4], 12, [4, 4, 2, 2], cut_by_max_tokens=True)
+    assert merged.capped_last == (5, 2)
+
+
 def test_probe_prints_the_all_steps_truth_beside_the_labelled_drafted_figure():
     traces = [vllm_trace(i) for i in range(3)]
     s = summarize(traces)

@@ -46,6 +46,8 @@ PROBE_ARGS = [
 ]
 DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64"]
 COMMIT_LEN_TOLERANCE = 0.10
+# Outcomes of a finding test that leave the finding out because the data do not show it.
+NOT_SHOWN_OUTCOMES = {"interval includes zero effect", "not significant", "below minimum"}
 
 
 @dataclass
@@ -240,5 +242,13 @@ def test_compare_says_whether_the_draft_model_helps(runs: dict[str, ModeRun]) ->
         f"tps_ratio {tps_ratio:.3f} = acceptance {acceptance:.3f} x step time {step_time:.3f}; "
         f"findings {sorted(ids)}"
     )
-    if draft_tps < 0.9 * plain_tps:  # clearly slower: the diagnosis must say so
-        assert "speculation_overhead" in ids
+    if draft_tps < 0.9 * plain_tps:
+        # Clearly slower: the comparison tested speculation_overhead. It is a finding exactly when
+        # its test found the slowdown significant and material; when not, the test says why
+        # (two --quick runs of a few requests each can leave the interval wide).
+        tests = {t["id"]: t for t in result["finding_tests"]}
+        test = tests["speculation_overhead"]
+        print(f"speculation_overhead test: {test}")
+        assert test["reported"] == ("speculation_overhead" in ids), test
+        if not test["reported"]:
+            assert test["outcome"] in NOT_SHOWN_OUTCOMES, test

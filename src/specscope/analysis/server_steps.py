@@ -94,17 +94,54 @@ def _is_subsequence_with_ones(server: list[int], client: list[int]) -> bool:
     return j == len(server)
 
 
-def _agreement(server: list[int], client: list[int], covers: str, hidden: int, all_steps: int
-               ) -> tuple[bool, str]:
-    """Whether the client's steps are the server's (after the leading steps of `hidden` tokens
-    the client could not see), and a tally for the verdict."""
+def _heads(server: list[int], hidden: int) -> list[int]:
+    """Where the client's steps may start in the server's list: after any leading server steps
+    whose tokens fit in the `hidden` ones (events in the prefill chunk's read, not timed)."""
     heads = [0]
     total = 0
-    for c in server:  # leading server steps whose tokens fit in the hidden ones
+    for c in server:
         total += c
         if total > hidden:
             break
         heads.append(heads[-1] + 1)
+    return heads
+
+
+def _aligns(server: list[int], client: list[int], hidden: int) -> bool:
+    """The server's drafted steps are the client's steps with one-token steps left out."""
+    return any(_is_subsequence_with_ones(server[j:], client) for j in _heads(server, hidden))
+
+
+def _kept_last_commit(commits: list[int], client: list[int] | None, excess: int, hidden: int,
+                      cut_by_max_tokens: bool) -> int:
+    """What the last listed step committed, given that vLLM counts drafts accepted past
+    max_tokens on a request's last step.
+
+    The list's last step is the request's last step only when that step drafted something; a
+    final one-token step is not listed, and then nothing is to be cut. Token sums alone cannot
+    tell the two apart (steps left out and tokens over-counted cancel), so the client's steps
+    decide where they line up with the list: uncut, the listed steps are the client's with
+    one-token steps left out; cut, the last listed step is the client's last. Where neither
+    lines up (a read merged steps), a last client step of several tokens must have drafted (an
+    undrafted step commits one), so the list's last step is it; one token says nothing, and the
+    list stays as reported beyond what the sums force."""
+    last = commits[-1]
+    floor = last - excess if excess > 0 else last  # the sums force at least this much off
+    cut = client[-1] if client and cut_by_max_tokens and client[-1] < last else None
+    if cut is None or cut > floor:
+        return floor
+    if excess <= 0 and _aligns(commits, client, hidden):
+        return last
+    if _aligns([*commits[:-1], cut], client, hidden):
+        return cut
+    return cut if cut > 1 else floor
+
+
+def _agreement(server: list[int], client: list[int], covers: str, hidden: int, all_steps: int
+               ) -> tuple[bool, str]:
+    """Whether the client's steps are the server's (after the leading steps of `hidden` tokens
+    the client could not see), and a tally for the verdict."""
+    heads = _heads(server, hidden)
     if covers == EVERY_STEP:
         best = max(
             sum(a == b for a, b in zip(client, server[j:], strict=False)) for j in heads
@@ -129,12 +166,9 @@ def check_server_steps(
     capped: tuple[int, int] | None = None
     client = list(client_commits) if client_commits else None
     if commits:
-        excess = listed - stream_tokens
-        keep = commits[-1]
-        if excess > 0:
-            keep = commits[-1] - excess
-        elif cut_by_max_tokens and client and client[-1] < commits[-1]:
-            keep = client[-1]  # the stream's last step, where the list over-counts it
+        hidden_tokens = max(stream_tokens - sum(client), 0) if client else 0
+        keep = _kept_last_commit(commits, client, listed - stream_tokens, hidden_tokens,
+                                 cut_by_max_tokens)
         if 1 <= keep < commits[-1]:
             capped = (commits[-1], keep)
             commits[-1] = keep

@@ -87,19 +87,15 @@ def _token_events(trace: RequestTrace) -> list[tuple[int, int]]:
     return [(c.t_ns, c.n_tokens) for c in trace.chunks if c.n_tokens > 0]
 
 
-def _merge_same_read(events: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
-    """Events stamped by the same read arrived together: one group. Returns (groups, merges),
-    not counting merges into the first group (the prefill chunk is no step, so a step merged
-    into it is lost but no reported step is wrong)."""
-    groups: list[tuple[int, int]] = []
-    merges = 0
-    for t, n in events:
-        if groups and groups[-1][0] == t:
-            groups[-1] = (t, groups[-1][1] + n)
-            merges += len(groups) > 1
+def _reads(events: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Events grouped by the read that delivered them (same stamp = same read)."""
+    reads: list[list[tuple[int, int]]] = []
+    for ev in events:
+        if reads and reads[-1][0][0] == ev[0]:
+            reads[-1].append(ev)
         else:
-            groups.append((t, n))
-    return groups, merges
+            reads.append([ev])
+    return reads
 
 
 def _is_per_token(trace: RequestTrace, events: list[tuple[int, int]]) -> bool:
@@ -150,23 +146,33 @@ def _multiple_of_base(gaps: list[float]) -> float | None:
 
 
 def _chunk_steps(
-    groups: list[tuple[int, int]], prompt: int | None, request_index: int
+    reads: list[list[tuple[int, int]]], prompt: int | None, request_index: int
 ) -> list[Step]:
+    """One step per event after the first read (that read carries the token sampled from
+    prefill; steps that arrived with it are not timed, so they count as its tokens).
+
+    Events that arrived in one read are still one step each: a server that streams a chunk per
+    step writes one event per step, and a late read only delivers them together. The read's gap
+    is split evenly over its events, so per-request sums and means stay exact while those
+    steps' individual times are an even split (noted by the caller)."""
     steps: list[Step] = []
-    pos = groups[0][1]
-    for (t_prev, _), (t, n) in itertools.pairwise(groups):
-        steps.append(
-            Step(
-                t_end_ns=t,
-                commit_len=n,
-                step_s=(t - t_prev) / 1e9,
-                context_len=_context(prompt, pos),
-                output_pos=pos,
-                source="chunk",
-                request_index=request_index,
+    pos = sum(n for _, n in reads[0])
+    for prev, cur in itertools.pairwise(reads):
+        t = cur[0][0]
+        share = (t - prev[0][0]) / 1e9 / len(cur)
+        for _, n in cur:
+            steps.append(
+                Step(
+                    t_end_ns=t,
+                    commit_len=n,
+                    step_s=share,
+                    context_len=_context(prompt, pos),
+                    output_pos=pos,
+                    source="chunk",
+                    request_index=request_index,
+                )
             )
-        )
-        pos += n
+            pos += n
     return steps
 
 
@@ -265,24 +271,30 @@ def _client(
         )
         return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold)
 
-    groups, merges = _merge_same_read(events)
-    if len(groups) < 2:
+    reads = _reads(events)
+    if len(reads) < 2:
         return StepReconstruction([], False, "none", "all tokens arrived in one read")
-    steps = _chunk_steps(groups, prompt, idx)
+    steps = _chunk_steps(reads, prompt, idx)
     problems: list[str] = []
     notes: list[str] = []
     if max_commit_len is not None:
-        big = [n for _, n in groups[1:] if n > max_commit_len]
+        big = [s.commit_len for s in steps if s.commit_len > max_commit_len]
         if big:
             # a stream that merges steps does so all the time; an odd late read (a loaded client,
             # TCP coalescing) merges a step or two and leaves the other steps as they were
             msg = (f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
                    f"commit length {max_commit_len}: chunks merge steps")
-            (problems if len(big) > max(1.0, 0.05 * len(groups)) else notes).append(msg)
-    if merges:
-        msg = f"{merges} events arrived in the same read as another (merged)"
-        (problems if merges > max(1.0, 0.05 * len(events)) else notes).append(msg)
-    middle = [n for _, n in groups[1:-1]]
+            (problems if len(big) > max(1.0, 0.05 * len(steps)) else notes).append(msg)
+    shared = sum(len(r) for r in reads[1:] if len(r) > 1)
+    if shared:
+        msg = (f"{shared} step events arrived in the same read as another: each is a step, "
+               "timed by an even split of the read's gap")
+        # Where some event carries several tokens the server writes one event per step, so only
+        # the split timing is uncertain. Where every event is one token, a read holding several
+        # may be one step's tokens streamed one by one: the step count itself is in doubt.
+        packed = any(s.commit_len > 1 for s in steps)
+        (problems if not packed and shared > max(1.0, 0.05 * len(events)) else notes).append(msg)
+    middle = [s.commit_len for s in steps[:-1]]
     if (
         len(middle) >= 5
         and len(set(middle)) == 1
@@ -294,14 +306,14 @@ def _client(
             f"{middle[0]} tokens (stream interval > 1) or accepts every draft; "
             "give the max commit length to tell"
         )
-    base = _multiple_of_base([s.step_s for s in steps])
+    base = _multiple_of_base([(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)])
     if base is not None:
         problems.append(
             f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps"
         )
     if problems:
         return StepReconstruction(steps, False, "chunk", "; ".join(problems), notes=notes)
-    first_read = sum(1 for t, _ in events if t == groups[0][0])
+    first_read = len(reads[0])
     base_reason = "one chunk per verify step"
     if first_read > 1:
         base_reason += (f" (the first read held {first_read} events: the steps in it are not "
@@ -384,7 +396,9 @@ def reconstruct_steps(
         # stay, the server's list is evidence beside them
         client.server_check = check
         client.cross_check = check.verdict
-        if client.reliable and check.client_steps is not None and (
+        # fewer client steps than the list implies is merging, unless the check lined them up
+        # (the shortfall is then steps that arrived in the prefill chunk's read, not timed)
+        if client.reliable and check.client_steps is not None and not check.client_agrees and (
             check.covers == DRAFTED_STEPS and check.client_steps < check.all_steps
         ):
             client.reliable = False

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscope.analysis.model import Analysis, Attribution, Finding, Interval
-from specscope.store.analyses import analyze_run
+from specscope.analysis.model import Analysis, Attribution, Finding, FindingTest, Interval
+from specscope.store.analyses import analyze_run, plain_values
 from specscope.trace import Run
 
 # Findings whose baseline-relative form (factor set: B measured against A) makes a claim about
@@ -66,6 +66,8 @@ class Comparison:
     b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
     attribution: Attribution | None = None  # B analysed against A (factors and intervals)
     breakeven: dict[str, Any] | None = None  # where B's per-request rate meets A's (analysis.breakeven)
+    # every claim tested for B against A, reported or not (why a finding is absent)
+    finding_tests: list[FindingTest] = field(default_factory=list)
     a: Analysis | None = None
     b: Analysis | None = None
     what_changed: dict[str, Any] | None = None  # analysis.routing.what_changed, set by the caller
@@ -90,6 +92,7 @@ class Comparison:
             "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
             "attribution": attribution_json(self.attribution),
             "breakeven": self.breakeven,
+            "finding_tests": [plain_values(t.model_dump(mode="json")) for t in self.finding_tests],
             "what_changed": self.what_changed,
         }
 
@@ -120,6 +123,7 @@ def compare_analyses(a: Analysis, b: Analysis, b_with_baseline: Analysis | None 
         new_findings=sorted(ids_b - ids_a), resolved_findings=sorted(ids_a - ids_b),
         b_findings=b_findings, attribution=at, a=a, b=b,
         breakeven=b_with_baseline.breakeven if b_with_baseline is not None else None,
+        finding_tests=list(b_with_baseline.finding_tests) if b_with_baseline is not None else [],
     )
 
 
