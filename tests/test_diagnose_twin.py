@@ -243,14 +243,15 @@ def test_embedded_default_is_the_speculating_engine(tmp_path):
     loopback, which stops with its context."""
     import urllib.request
 
-    from specscope.commands.diagnose_support import embedded_server
+    from specscope.embedded import embedded_server
 
-    with embedded_server(log_file=tmp_path / "server.log") as (url, description, notes):
+    with embedded_server(log_file=tmp_path / "server.log") as server:
+        url = server.url
         assert url.startswith("http://127.0.0.1:")
         info = json.loads(urllib.request.urlopen(url + "/get_server_info", timeout=10).read())
-        assert description.startswith("engine ")
-        assert "draft tokens" in description
-        assert not notes, notes
+        assert server.description.startswith("engine ")
+        assert "draft tokens" in server.description
+        assert not server.notes, server.notes
         assert info is not None
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/v1/models", timeout=2)
@@ -260,12 +261,13 @@ def test_embedded_twin_on_request_is_seed_regression(tmp_path):
     """`--backend twin` without a scenario gives the story's regression, on loopback."""
     import urllib.request
 
-    from specscope.commands.diagnose_support import embedded_server
+    from specscope.embedded import embedded_server
 
-    with embedded_server(backend="twin", log_file=tmp_path / "server.log") as (url, description, _):
+    with embedded_server(backend="twin", log_file=tmp_path / "server.log") as server:
+        url = server.url
         assert url.startswith("http://127.0.0.1:")
         models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=10).read())
         assert models["data"][0]["id"] == "twin-k2.6-ddtree"
-        assert description == "twin scenario seed-regression"
+        assert server.description == "twin scenario seed-regression"
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/v1/models", timeout=2)

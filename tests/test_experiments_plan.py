@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from specscope.commands.diagnose_support import TargetError, open_target
+from specscope.experiments.probe_target import TargetError, open_target
 from specscope.experiments import (
     Executor,
     concurrency_sweep,

@@ -42,7 +42,6 @@ from specscope.commands.common import (
     untrusted,
 )
 from specscope.commands.inputs import (
-    MAX_PROMPT_TOKENS,
     Model,
     PromptFile,
     TimeoutBetweenChunks,
@@ -59,16 +58,10 @@ from specscope.commands.inputs import (
     tokenizer_or_fail,
     workload_or_fail,
 )
-from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
-from specscope.probe.detect import detect
-from specscope.probe.flavors import FLAVORS, make_flavor
-from specscope.probe.prompts import (
-    PromptError,
-    TokenizeError,
-    delta_counter,
-    local_async,
-    server_counter,
-)
+from specscope.probe.client import Timeouts, new_session, resolve_api_key
+from specscope.probe.connect import FlavorError, connect, detect_server
+from specscope.probe.flavors import FLAVORS
+from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
 from specscope.probe.workloads import PromptSource, Workload
 from specscope.report.context import fmt_ci
@@ -109,8 +102,7 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                max_commit_len: int | None, args: dict[str, Any],
                auth: aiohttp.BasicAuth | None = None) -> _Outcome:
     async with new_session(timeouts, api_key, auth) as session:
-        det = await detect(session, url, flavor=flavor_name,
-                           timeout_s=min(timeouts.first_byte, timeouts.connect + 10.0))
+        det = await detect_server(session, url, flavor_name, timeouts)
         info = RunInfo(kind="probe", endpoint=url, flavor=det.flavor, model=model or det.model,
                        server_info=det.server_info, args=args)
         if not det.reachable:
@@ -126,26 +118,19 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
             writer.close("failed", f"server not reachable: {det.error}")
             return _Outcome(writer.path, info, [trace], summarize([trace]), det.evidence,
                             serving=serving_metrics([trace], slo=args.get("slo")))
+        # Prompts: the server's tokenizer when it has one, else the local one, else an error.
         try:
-            flavor = make_flavor(det.flavor, api=api, model=model or det.model)
-        except ValueError as e:
+            conn = await connect(session, url, det, api=api, model=model, timeouts=timeouts,
+                                 local_count=local_count)
+        except FlavorError as e:
             raise _Usage(str(e)) from None
+        flavor, count, how = conn.flavor, conn.count, conn.count_source
         info.api = flavor.api
         notes: list[str] = [f"flavor {flavor.name}: {det.evidence}"]
         if max_commit_len is None:
             max_commit_len = max_commit_len_from(det.server_info)
             if max_commit_len is not None:
                 notes.append(f"max commit length {max_commit_len} (from the server's info)")
-
-        # Prompts: the server's tokenizer when it has one, else the local one, else an error.
-        found = await server_counter(session, url, flavor.tokenize_endpoints,
-                                     timeout_s=min(timeouts.first_byte, 30.0))
-        if found is not None:
-            count, how = found
-        elif local_count is not None:
-            count, how = local_async(local_count), "local --tokenizer"
-        else:
-            count, how = None, ""
         if not workload.file_prompts:
             too_long = context_check(n_prompt, max_tokens, det.max_context)
             if too_long:
@@ -168,7 +153,6 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                              ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE,  # type: ignore[arg-type]
                              category=category)
                  for text, n, category in prompts]
-        counter = delta_counter(local_count) if local_count is not None else None
         traces: list[RequestTrace] = []
         status, reason = "partial", "interrupted"
         try:
@@ -183,8 +167,7 @@ async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
                     progress.update(task, advance=1,
                                     status=f"[red]{failures} failed[/]" if failures else "")
 
-                async with ProbeClient(url, flavor, timeouts=timeouts, counter=counter,
-                                       session=session) as client:
+                async with conn.client(session, timeouts) as client:
                     traces = await run_workload(client, specs, concurrency, on_done)
             failed = sum(1 for t in traces if t.error is not None)
             status = "complete"
