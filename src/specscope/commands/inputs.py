@@ -97,14 +97,6 @@ def workload_or_fail(spec: str | None, prompt_text: str | None,
                     source=str(prompt_file) if prompt_file is not None else "--prompt-file")
 
 
-def context_check(prompt_tokens: int, max_tokens: int, max_context: int | None) -> str | None:
-    """Why this request shape cannot run on a server of `max_context` tokens (None: it can)."""
-    if max_context is not None and prompt_tokens + max_tokens > max_context:
-        return (f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
-                f"server's context of {max_context} tokens")
-    return None
-
-
 def out_dir_or_fail(path: Path, what: str = "--out") -> Path:
     """`path` when a run directory can be written there (checked, not created: a command that
     then finds the server down leaves no empty directory behind), or exit 2 naming why."""

@@ -80,6 +80,12 @@ class PeerServer:
         self.startup_s: float | None = None
         self._proc: subprocess.Popen[str] | None = None
 
+    @property
+    def process(self) -> subprocess.Popen[str] | None:
+        """The server's process (its group leader) while it runs; None before start and once
+        stopped and reaped."""
+        return self._proc
+
     def __enter__(self) -> Self:
         try:
             self.start()

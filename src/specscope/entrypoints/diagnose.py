@@ -1,4 +1,4 @@
-"""Library entry points: what a command does, callable without the CLI.
+"""`diagnose_run(options)`: the whole diagnose story as a library call.
 
 `diagnose_run(options)` is `specscope diagnose` without flag parsing or rendering: start the
 embedded server when no URL is given, detect the target, calibrate, run the plan into one run
