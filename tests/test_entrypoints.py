@@ -13,6 +13,7 @@ import pytest
 from specscope.entrypoints import (
     DiagnoseHooks,
     DiagnoseOptions,
+    EmbeddedChoice,
     ProbeInputError,
     ProbeOptions,
     diagnose_run,
@@ -21,27 +22,25 @@ from specscope.entrypoints import (
 from specscope.experiments.probe_target import ProbeInputs, TargetError
 from specscope.probe.client import Timeouts
 from specscope.probe.workloads import resolve_workload
-from specscope.telemetry.evidence import EvidenceSources
 from support.loopback import free_port
 
 SECRET = "sk-entrypoint-secret-1234"
 
 
-def test_diagnose_run_measures_explains_and_reports_through_its_hooks(twin_server, tmp_path):
-    log = tmp_path / "server.log"
-    srv = twin_server("healthy", time_scale=0.2, log_file=log, decode_log_interval=5)
-    seen: dict[str, list] = {"plan": [], "progress": []}
+def test_diagnose_run_measures_explains_and_reports_through_its_hooks(tmp_path):
+    """No URL: the embedded twin is started for the run; its log and /metrics are the evidence."""
+    seen: dict[str, list] = {"server": [], "plan": [], "progress": []}
 
     @contextlib.contextmanager
     def progress():
         yield seen["progress"].append
 
-    hooks = DiagnoseHooks(on_plan=lambda plan, url: seen["plan"].append((plan, url)),
+    hooks = DiagnoseHooks(on_server=seen["server"].append,
+                          on_plan=lambda plan, url: seen["plan"].append((plan, url)),
                           progress=progress)
-    options = DiagnoseOptions(out=tmp_path / "run", url=srv.url, prompt_tokens=256,
-                              max_tokens=200, quick=True,
-                              probe=ProbeInputs(api_key=SECRET),
-                              evidence=EvidenceSources(logs=(str(log),)))
+    options = DiagnoseOptions(out=tmp_path / "run", prompt_tokens=256, max_tokens=200,
+                              quick=True, probe=ProbeInputs(api_key=SECRET),
+                              embedded=EmbeddedChoice(scenario="healthy", time_scale=0.2))
     done = diagnose_run(options, hooks)
 
     assert done.run_dir == tmp_path / "run" and not done.interrupted
@@ -49,12 +48,19 @@ def test_diagnose_run_measures_explains_and_reports_through_its_hooks(twin_serve
     assert done.analysis.decode_tps and done.analysis.decode_tps > 0
     assert done.analysis.run_dir == str(done.run_dir)
     assert done.report_html.is_file() and (done.run_dir / "analysis.json").is_file()
+    [server] = seen["server"]
+    assert server.description == "twin scenario healthy, time scale 0.2"
     [(plan, url)] = seen["plan"]
-    assert url == srv.url and plan.steps
+    assert url == server.url and plan.steps
     assert seen["progress"] and seen["progress"][-1].requests_done >= 1
     args = done.run.info.args
-    assert args["url"] == srv.url and args["plan"]["steps"] and args["prompt_tokens"] == 256
-    assert done.run.info.telemetry["log_records"] > 0  # the server log was read as evidence
+    assert args["url"] == server.url and args["plan"]["steps"] and args["prompt_tokens"] == 256
+    assert args["embedded"] == server.description
+    assert args["logs"] == [str(tmp_path / "run" / "server.log")]
+    assert args["metrics_url"] == server.url + "/metrics"
+    # the embedded server's log and /metrics (scraped before and after) are read as evidence
+    assert done.run.info.telemetry["log_records"] > 0
+    assert any("run-scoped delta" in n for n in done.run.info.notes), done.run.info.notes
     for path in done.run_dir.iterdir():
         if path.is_file():
             assert SECRET not in path.read_text(errors="replace"), path.name

@@ -188,9 +188,11 @@ def _run_info(options: DiagnoseOptions, url: str, desc: dict[str, Any], args: di
                               "serve repeats)")])
 
 
-async def _measure(url: str, options: DiagnoseOptions, args: dict[str, Any],
-                   embedded_notes: list[str], state: _Measured, hooks: DiagnoseHooks) -> None:
-    """Detect the server, calibrate, announce the plan, then run it."""
+async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources,
+                   args: dict[str, Any], embedded_notes: list[str], state: _Measured,
+                   hooks: DiagnoseHooks) -> None:
+    """Detect the server, calibrate, announce the plan, then run it (`evidence`: where the
+    server's account is read, the embedded server's log and /metrics included)."""
     inputs = options.probe
     workload = inputs.workload or resolve_workload(None)
     async with open_target(url, flavor=options.flavor, api=options.api,
@@ -218,7 +220,7 @@ async def _measure(url: str, options: DiagnoseOptions, args: dict[str, Any],
                                      f"{e.strerror or e}") from None
         state.writer = writer
         executor = Executor(target, writer, max_consecutive_errors=3)
-        state.metrics_before = await scrape_before(options.evidence.metrics_url)
+        state.metrics_before = await scrape_before(evidence.metrics_url)
         calib: list[RequestTrace] = []
         step = diagnosis_plan.calibration_step(prompt_tokens, max_context)
         for _ in range(CALIBRATION_ATTEMPTS):
@@ -311,7 +313,7 @@ def diagnose_run(options: DiagnoseOptions, hooks: DiagnoseHooks | None = None) -
         with _server(options, args, hooks) as (url, evidence, embedded_notes):
             args["url"] = url
             try:
-                asyncio.run(_measure(url, options, args, embedded_notes, state, hooks))
+                asyncio.run(_measure(url, options, evidence, args, embedded_notes, state, hooks))
             except KeyboardInterrupt:
                 interrupted = True
                 hooks.on_interrupt()
