@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from specscope.trace import load_run
-from test_probe_support import LoopbackServer, _models, _tokenize_prompt, sse
+from support.loopback import LoopbackServer, models_handler, sse, tokenize_handler
 
 WAIT_S = 90
 QUICK = ["--quick", "--prompt-tokens", "16", "--max-tokens", "40"]
@@ -42,10 +42,10 @@ def _finish(proc: subprocess.Popen) -> tuple[str, str]:
 
 def _server(completions: Any, *, tokenize: bool = True) -> web.Application:
     a = web.Application()
-    a.router.add_get("/v1/models", _models("vllm"))
+    a.router.add_get("/v1/models", models_handler("vllm"))
     a.router.add_get("/version", lambda _: web.json_response({"version": "0.28.0"}))
     if tokenize:
-        a.router.add_post("/tokenize", _tokenize_prompt)
+        a.router.add_post("/tokenize", tokenize_handler)
     a.router.add_post("/v1/completions", completions)
     return a
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from specscope.twin.model import load_scenario
-from test_diagnose_twin import specscope
+from test_diagnose_twin import cli, specscope
 
 WAIT_S = 90
 
@@ -85,8 +85,8 @@ def test_server_dying_mid_run_reports_what_was_measured_plus_errors(twin_server,
     # `specscope report` re-renders the partial run, re-analysing without analysis.json
     (run_dir / "analysis.json").unlink()
     md, page = tmp_path / "r.md", tmp_path / "r.html"
-    rep = specscope("report", str(run_dir), "--html", str(page), "--markdown", str(md), home=tmp_path)
-    assert rep.returncode == 0, rep.stderr
+    rep = cli("report", str(run_dir), "--html", str(page), "--markdown", str(md), home=tmp_path)
+    assert rep.exit_code == 0, rep.stderr
     assert "Partial run" in md.read_text() and "Partial run." in page.read_text()
 
 

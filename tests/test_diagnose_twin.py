@@ -12,6 +12,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from specscope.cli import app
 
 CONTRACT_KEYS = ("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s", "findings",
                  "attribution", "run_dir")
@@ -24,6 +28,15 @@ def specscope(*args: str, home: Path, timeout: float = TIMEOUT_S) -> subprocess.
     env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
     return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, check=False)
+
+
+def cli(*args: str, home: Path) -> Result:
+    """The CLI in this process: for checks of exit codes and messages, which a subprocess
+    proves no better and pays an interpreter start-up (~4 s of imports) for. An exception
+    other than the exit itself is a traceback a user would see."""
+    res = CliRunner().invoke(app, list(args), env={"SPECSCOPE_HOME": str(home), "COLUMNS": "120"})
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res
 
 
 def diagnose_json(url: str | None, out: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -113,7 +126,7 @@ def test_seed_regression_embedded_default_finds_the_story(tmp_path):
     assert "embedded server: twin scenario seed-regression" in proc.stderr
     assert "HTML report:" in proc.stderr
     # the run is in the history
-    runs = json.loads(specscope("runs", "--json", home=tmp_path).stdout)
+    runs = json.loads(cli("runs", "--json", home=tmp_path).stdout)
     assert any(r["path"] == str(run_dir.resolve()) for r in runs["runs"])
 
 
@@ -188,19 +201,19 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
     assert at["acceptance_factor"] < 1.0 < at["step_time_factor"]
     assert "plot-baseline_vs_observed" in parse_page(Path(obj["run_dir"]) / "report.html").ids
 
-    cmp = specscope("compare", base["run_dir"], obj["run_dir"], "--json", home=tmp_path)
-    assert cmp.returncode == 0, cmp.stderr
+    cmp = cli("compare", base["run_dir"], obj["run_dir"], "--json", home=tmp_path)
+    assert cmp.exit_code == 0, cmp.stderr
     c = json.loads(cmp.stdout)
     for key in ("tps_ratio", "acceptance_factor", "step_time_factor", "findings"):
         assert key in c
     assert c["tps_ratio"] > 1.0  # the speculative run is slower
     assert "speculation_overhead" in {f["id"] for f in c["findings"]}, c["findings"]
     assert c["acceptance_factor"] * c["step_time_factor"] == pytest.approx(c["tps_ratio"], rel=1e-6)
-    gate = specscope("compare", base["run_dir"], obj["run_dir"], "--fail-if-slower", "10%", home=tmp_path)
-    assert gate.returncode == 1, gate.stdout + gate.stderr
-    assert specscope("compare", obj["run_dir"], base["run_dir"], "--fail-if-slower", "10%",
-                     home=tmp_path).returncode == 0
-    assert specscope("compare", base["run_dir"], str(tmp_path / "nope"), home=tmp_path).returncode == 2
+    gate = cli("compare", base["run_dir"], obj["run_dir"], "--fail-if-slower", "10%", home=tmp_path)
+    assert gate.exit_code == 1, gate.stdout + gate.stderr
+    assert cli("compare", obj["run_dir"], base["run_dir"], "--fail-if-slower", "10%",
+               home=tmp_path).exit_code == 0
+    assert cli("compare", base["run_dir"], str(tmp_path / "nope"), home=tmp_path).exit_code == 2
 
 
 def test_server_strings_are_escaped_in_the_written_report(twin_server, tmp_path):
@@ -213,28 +226,29 @@ def test_server_strings_are_escaped_in_the_written_report(twin_server, tmp_path)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert HOSTILE in "".join(parse_page(Path(obj["run_dir"]) / "report.html").text)
     md = tmp_path / "r.md"
-    rep = specscope("report", obj["run_dir"], "--markdown", str(md), "--html", str(tmp_path / "r.html"),
-                    home=tmp_path)
-    assert rep.returncode == 0, rep.stderr
+    rep = cli("report", obj["run_dir"], "--markdown", str(md), "--html", str(tmp_path / "r.html"),
+              home=tmp_path)
+    assert rep.exit_code == 0, rep.stderr
     assert HOSTILE not in md.read_text() and (tmp_path / "r.html").is_file()
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     for args in (["--baseline", str(tmp_path / "missing")], ["--logs", str(tmp_path / "no.log")],
                  ["--prompt-tokens", "0"], ["--repeat", "0"], ["--concurrency", "1,x"]):
-        proc = specscope("diagnose", "http://127.0.0.1:9", *args, home=tmp_path)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+        res = cli("diagnose", "http://127.0.0.1:9", *args, home=tmp_path)
+        assert res.exit_code == 2, (args, res.stderr)
+        assert "Traceback" not in res.stderr and "error:" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr  # one line
 
 
 def test_unreachable_server_exits_1_without_traceback(tmp_path):
-    proc = specscope("diagnose", "http://127.0.0.1:9", "--quick", "--out", str(tmp_path / "x"),
-                     home=tmp_path, timeout=60)
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and "not reachable" in proc.stderr
-    proc = specscope("diagnose", "http://127.0.0.1:9", "--json", home=tmp_path, timeout=60)
-    obj = json.loads(proc.stdout)
-    assert proc.returncode == 1 and "not reachable" in obj["error"] and obj["decode_tps"] is None
+    res = cli("diagnose", "http://127.0.0.1:9", "--quick", "--out", str(tmp_path / "x"),
+              home=tmp_path)
+    assert res.exit_code == 1, res.stderr
+    assert "Traceback" not in res.stderr and "not reachable" in res.stderr
+    res = cli("diagnose", "http://127.0.0.1:9", "--json", home=tmp_path)
+    obj = json.loads(res.stdout)
+    assert res.exit_code == 1 and "not reachable" in obj["error"] and obj["decode_tps"] is None
 
 
 @pytest.mark.engine
@@ -243,14 +257,15 @@ def test_embedded_default_is_the_speculating_engine(tmp_path):
     loopback, which stops with its context."""
     import urllib.request
 
-    from specscope.commands.diagnose_support import embedded_server
+    from specscope.embedded import embedded_server
 
-    with embedded_server(log_file=tmp_path / "server.log") as (url, description, notes):
+    with embedded_server(log_file=tmp_path / "server.log") as server:
+        url = server.url
         assert url.startswith("http://127.0.0.1:")
         info = json.loads(urllib.request.urlopen(url + "/get_server_info", timeout=10).read())
-        assert description.startswith("engine ")
-        assert "draft tokens" in description
-        assert not notes, notes
+        assert server.description.startswith("engine ")
+        assert "draft tokens" in server.description
+        assert not server.notes, server.notes
         assert info is not None
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/v1/models", timeout=2)
@@ -260,12 +275,13 @@ def test_embedded_twin_on_request_is_seed_regression(tmp_path):
     """`--backend twin` without a scenario gives the story's regression, on loopback."""
     import urllib.request
 
-    from specscope.commands.diagnose_support import embedded_server
+    from specscope.embedded import embedded_server
 
-    with embedded_server(backend="twin", log_file=tmp_path / "server.log") as (url, description, _):
+    with embedded_server(backend="twin", log_file=tmp_path / "server.log") as server:
+        url = server.url
         assert url.startswith("http://127.0.0.1:")
         models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=10).read())
         assert models["data"][0]["id"] == "twin-k2.6-ddtree"
-        assert description == "twin scenario seed-regression"
+        assert server.description == "twin scenario seed-regression"
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/v1/models", timeout=2)

@@ -3,11 +3,10 @@ SERVE layer's real HTTP server on 127.0.0.1, answering the `openai` client."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from typer.testing import CliRunner
 
+from specscope.cli import app
 from specscope.engine.factory import build_backend
 from specscope.serve.options import ServeOptions
 from specscope.serve.runner import run_server
@@ -61,22 +60,9 @@ def test_openai_chat_and_streamed_completion(engine_url):
 
 
 def test_cli_refuses_a_missing_model_in_one_line(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specscope.cli",
-            "serve",
-            "--backend",
-            "engine",
-            "--model",
-            str(tmp_path / "missing.gguf"),
-            "--port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "missing.gguf" in proc.stderr and "Traceback" not in proc.stderr
+    # In this process: an exit code and a message need no interpreter start-up of their own.
+    res = CliRunner().invoke(app, ["serve", "--backend", "engine", "--model",
+                                   str(tmp_path / "missing.gguf"), "--port", "0"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == 2
+    assert "missing.gguf" in res.stderr and "Traceback" not in res.stderr

@@ -10,6 +10,8 @@ what the tokens mean); the real-weights smoke test is test_engine_model.py's.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -153,14 +155,14 @@ def test_release_mid_step_frees_target_and_draft_caches(tiny):
     draft_kv = backend.stepper.drafter.lm.kv
     for rid in ("keep", "gone"):
         backend.prefill_sync(rid, PROMPTS[0], GREEDY)
-    backend._locked(backend.step_sync, ["keep", "gone"])
+    asyncio.run(backend.step(["keep", "gone"]))
     assert "gone" in backend.kv.seqs and "gone" in draft_kv.seqs
     # A client disconnects while a step holds the engine lock: the release is deferred to the
     # end of that step (this is the real code path serve takes), then frees both caches.
     with backend._lock:
         backend.release("gone")
         assert "gone" in backend.kv.seqs
-    backend._locked(backend.step_sync, ["keep"])
+    asyncio.run(backend.step(["keep"]))
     assert "gone" not in backend.kv.seqs and "gone" not in draft_kv.seqs
     assert "keep" in draft_kv.seqs
     backend.release("keep")

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from specscope.commands.diagnose_support import TargetError, open_target
 from specscope.experiments import (
     Executor,
     concurrency_sweep,
@@ -19,6 +18,7 @@ from specscope.experiments import (
     output_sweep,
     two_point,
 )
+from specscope.experiments.probe_target import TargetError, open_target
 from specscope.trace import RunDirWriter, RunInfo, load_run
 
 

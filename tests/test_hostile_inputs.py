@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
 from specscope.cli import app
@@ -30,6 +31,14 @@ def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
     return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})},
                           check=False)
+
+
+def _in_process(*args: str, home: Path) -> Result:
+    """The CLI in this process, for exit codes and messages (no interpreter start-up per call);
+    any exception but the exit itself would be a traceback a user sees."""
+    res = runner.invoke(app, list(args), env={"SPECSCOPE_HOME": str(home)})
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res
 
 
 def _clean(res: subprocess.CompletedProcess | object) -> None:
@@ -141,21 +150,21 @@ def test_a_corrupt_index_is_rebuilt_with_a_warning(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "index.sqlite").write_bytes(b"this is not a database" * 100)
-    res = _cli("runs", "--json", env={"SPECSCOPE_HOME": str(home)})
+    res = _in_process("runs", "--json", home=home)
     _clean(res)
-    assert res.returncode == 0, res.stderr
+    assert res.exit_code == 0, res.stderr
     assert "rebuilt" in res.stderr
-    again = _cli("runs", "--json", env={"SPECSCOPE_HOME": str(home)})
-    assert again.returncode == 0 and "rebuilt" not in again.stderr
+    again = _in_process("runs", "--json", home=home)
+    assert again.exit_code == 0 and "rebuilt" not in again.stderr
 
 
 def test_a_runs_home_that_is_a_file_is_exit_2(tmp_path):
     home = tmp_path / "file"
     home.write_text("x")
     for args in (["runs"], ["diagnose", "http://127.0.0.1:9"], ["probe", "http://127.0.0.1:9"]):
-        res = _cli(*args, env={"SPECSCOPE_HOME": str(home)})
+        res = _in_process(*args, home=home)
         _clean(res)
-        assert res.returncode == 2, (args, res.stderr)
+        assert res.exit_code == 2, (args, res.stderr)
         assert str(home) in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 

@@ -21,7 +21,7 @@ from specscope.probe.flavors import make_flavor
 from specscope.probe.sse import MAX_LINE_BYTES
 from specscope.trace import load_run
 from specscope.trace.model import RequestSpec
-from test_probe_support import LoopbackServer, _models, _tokenize_prompt, sse
+from support.loopback import LoopbackServer, models_handler, sse, tokenize_handler
 
 runner = CliRunner()
 FAST = Timeouts(connect=2.0, first_byte=5.0, between_chunks=5.0, total=20.0)
@@ -31,9 +31,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def _app(completions: Handler, *, models: Handler | None = None,
          tokenize: Handler | None = None) -> web.Application:
     a = web.Application()
-    a.router.add_get("/v1/models", models or _models("vllm"))
+    a.router.add_get("/v1/models", models or models_handler("vllm"))
     a.router.add_get("/version", lambda _: web.json_response({"version": "0.28.0"}))
-    a.router.add_post("/tokenize", tokenize or _tokenize_prompt)
+    a.router.add_post("/tokenize", tokenize or tokenize_handler)
     a.router.add_post("/v1/completions", completions)
     return a
 

@@ -60,7 +60,7 @@ def test_ready_on_entry_and_the_whole_process_group_gone_on_exit(tmp_path: Path)
         with urllib.request.urlopen(f"{srv.url}/", timeout=5) as response:
             assert response.status == 200
         assert srv.startup_s is not None and srv.startup_s > 0
-        leader = srv._proc
+        leader = srv.process
         assert leader is not None
         worker, log = _worker_pid(srv.log_path), srv.log_path
         os.kill(worker, 0)  # alive while serving
@@ -81,14 +81,14 @@ def test_a_server_that_dies_is_reported_with_its_exit_status_and_log_tail(tmp_pa
     assert "exited with 3" in message and str(log) in message
     assert "fatal: cannot load the model" in message  # the reason, from the log's tail
     assert "\n" not in message
-    assert srv._proc is None and log.is_file()  # reaped; a given log is kept
+    assert srv.process is None and log.is_file()  # reaped; a given log is kept
 
 
 def test_readiness_is_bounded_and_a_hung_server_is_stopped(tmp_path: Path) -> None:
     srv = StandIn("hang", tmp_path, start_timeout_s=2)
     with pytest.raises(PeerServerError, match=r"did not become ready \(within 2 s\)"):
         srv.__enter__()
-    assert srv._proc is None
+    assert srv.process is None
 
 
 def test_run_command_fills_url_and_log_and_returns_its_status(tmp_path: Path) -> None:

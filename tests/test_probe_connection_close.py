@@ -16,7 +16,7 @@ from specscope.probe.flavors import make_flavor
 from specscope.probe.prompts import server_counter
 from specscope.probe.workloads import PromptSource, resolve_workload
 from specscope.trace.model import RequestSpec
-from test_probe_support import OneShotConnectionServer
+from support.loopback import OneShotConnectionServer
 
 runner = CliRunner()
 TIMEOUTS = Timeouts(connect=5.0, first_byte=10.0, between_chunks=10.0, total=30.0)

@@ -14,7 +14,7 @@ from specscope.probe.client import ProbeClient, Timeouts
 from specscope.probe.flavors import make_flavor
 from specscope.trace import load_run
 from specscope.trace.model import RequestSpec
-from test_probe_support import FAULTS, LoopbackServer, fault_app, free_port
+from support.loopback import FAULTS, LoopbackServer, fault_app, free_port
 
 runner = CliRunner()
 

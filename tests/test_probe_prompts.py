@@ -11,7 +11,7 @@ from specscope.probe.client import Timeouts, new_session
 from specscope.probe.detect import detect
 from specscope.probe.prompts import PromptError, fit_units, server_counter, synthetic_frame
 from specscope.probe.workloads import PromptSource, resolve_workload
-from test_probe_support import (
+from support.loopback import (
     LoopbackServer,
     Schedule,
     free_port,

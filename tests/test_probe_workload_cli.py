@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from specscope.cli import app
 from specscope.trace import load_run
-from test_probe_support import LoopbackServer, Schedule, openai_app, word_tokens
+from support.loopback import LoopbackServer, Schedule, openai_app, word_tokens
 
 runner = CliRunner()
 

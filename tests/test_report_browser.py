@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from report_fixtures import PLOT_KEYS, full_analysis, hostile_info
 from specscope.report import ReportContext, write_html
+from support.reports import PLOT_KEYS, full_analysis, hostile_info
 
 CHROMIUM = Path("/usr/bin/chromium")
 

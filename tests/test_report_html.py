@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from report_fixtures import HOSTILE, HOSTILE_ERROR, PLOT_KEYS, full_analysis, hostile_info
 from specscope.analysis.model import Analysis
 from specscope.report import ReportContext, render_html, render_markdown
 from specscope.report.context import RequestError
+from support.reports import HOSTILE, HOSTILE_ERROR, PLOT_KEYS, full_analysis, hostile_info
 
 
 class _Collector(HTMLParser):

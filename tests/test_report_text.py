@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from report_fixtures import full_analysis, hostile_info
 from specscope.experiments.plan import Plan, PlanStep, SkippedPoint
 from specscope.report import ReportContext, render_plan, render_terminal
 from specscope.report.markdown import md_escape
 from specscope.store.compare import parse_threshold
+from support.reports import full_analysis, hostile_info
 
 
 @given(st.text(max_size=200))

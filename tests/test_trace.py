@@ -15,7 +15,7 @@ from specscope.trace import (
     RunInfo,
     load_run,
 )
-from specscope.trace.rundir import RunDirError, RunDirReader
+from specscope.trace.rundir import REQUESTS_JSONL, RunDirError, RunDirReader
 
 
 def _trace(i: int, chunks: list[tuple[int, int]], error: ErrorInfo | None = None) -> RequestTrace:
@@ -54,8 +54,8 @@ def test_decode_window_excludes_first_chunk():
 def test_partial_run_with_cut_last_line(tmp_path):
     w = RunDirWriter(tmp_path / "r", RunInfo(kind="probe"))
     w.append_request(_trace(0, [(1, 1), (2, 1)]))
-    w._requests.write('{"index": 1, "spec": {"prom')  # the process died mid-line
-    w._requests.flush()
+    with (w.path / REQUESTS_JSONL).open("a", encoding="utf-8") as f:
+        f.write('{"index": 1, "spec": {"prom')  # the process died mid-line
     run = load_run(tmp_path / "r")
     assert run.info.status == "partial"
     assert len(run.requests) == 1

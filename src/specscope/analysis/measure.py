@@ -7,6 +7,7 @@ step tables built here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,14 +129,22 @@ class Measured:
         return [s for r in reqs if self.recs[r.index].reliable for s in self.recs[r.index].steps]
 
 
+def main_requests(traces: Sequence[RequestTrace]) -> tuple[tuple[RequestTrace, ...], str]:
+    """The run's main measurement and its label: the full generation when there is one, else
+    every request but the diagnose command's calibration request (all of them when that is
+    all there is). The headline and the serving object's `run` both measure these."""
+    full = tuple(t for t in traces if tags.split(t.spec.tag)[0] == tags.FULL_GENERATION)
+    if full:
+        return full, tags.FULL_GENERATION
+    rest = tuple(t for t in traces if t.spec.tag != tags.CALIBRATION)
+    return (rest or tuple(traces)), "all requests"
+
+
 def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Measured:
     ok = tuple(r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks))
     mcl = max_commit_len_from(run.info.server_info)
     recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
-    full = tuple(r for r in ok if tags.split(r.spec.tag)[0] == tags.FULL_GENERATION)
-    # without a full generation, every request but the diagnose command's calibration request
-    rest = tuple(r for r in ok if r.spec.tag != tags.CALIBRATION) or ok
-    main, label = (full, "full_generation") if full else (rest, "all requests")
+    main, label = main_requests(ok)
     if not main:
         return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label)
     main_recs = [recs[r.index] for r in main]

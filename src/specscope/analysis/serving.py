@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specscope.analysis.measure import concurrency_of
+from specscope.analysis.measure import concurrency_of, main_requests
 from specscope.analysis.server_steps import server_commit
 from specscope.analysis.steps import reconstruct_steps
 from specscope.trace import tags
@@ -354,16 +354,6 @@ def group_metrics(reqs: Sequence[RequestMetrics], slo: Mapping[str, float] | Non
         "requests_with_timed_steps": len(with_steps),
         "goodput": _goodput(reqs, slo, span) if slo else None,
     }
-
-
-def main_requests(traces: Sequence[RequestTrace]) -> tuple[list[RequestTrace], str]:
-    """The run's main measurement: the full generation when there is one, else every request
-    but the diagnose command's calibration request (the headline's choice)."""
-    full = [t for t in traces if tags.split(t.spec.tag)[0] == tags.FULL_GENERATION]
-    if full:
-        return full, tags.FULL_GENERATION
-    rest = [t for t in traces if t.spec.tag != tags.CALIBRATION]
-    return (rest or list(traces)), "all requests"
 
 
 def serving_metrics(

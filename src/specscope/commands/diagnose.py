@@ -11,11 +11,9 @@ still reported); 2 bad usage/input. Ctrl-C stops cleanly and reports a partial r
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
+import shlex
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -24,7 +22,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from specscope.analysis.model import Analysis
 from specscope.analysis.workload_summary import diagnosis_workload_keys
-from specscope.commands import diagnose_support as support
 from specscope.commands.common import (
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
@@ -54,27 +51,30 @@ from specscope.commands.inputs import (
     workload_or_fail,
 )
 from specscope.commands.probe import category_rich_table
-from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
+from specscope.embedded import EmbeddedServer, ServerStartError
+from specscope.entrypoints import (
+    DEFAULT_PROMPT_TOKENS,
+    DiagnoseHooks,
+    DiagnoseInputError,
+    DiagnoseInterrupted,
+    DiagnoseOptions,
+    EmbeddedChoice,
+    NothingMeasured,
+    diagnose_run,
+)
 from specscope.experiments import Progress as StepProgress
+from specscope.experiments.probe_target import ProbeInputs, TargetError
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.endpoint import redact_url
-from specscope.probe.workloads import resolve_workload
-from specscope.report import (
-    context_from_run,
-    render_plan,
-    render_terminal,
-    write_html,
-    write_markdown,
-)
+from specscope.report import context_from_run, render_plan, render_terminal
 from specscope.store import RunIndex
-from specscope.store.analyses import analysis_json, analyze_run, plain_values
+from specscope.store.analyses import plain_values
 from specscope.store.compare import attribution_json
-from specscope.trace import Run, RunDirWriter, RunInfo, load_run
-from specscope.trace.rundir import REPORT_HTML, RunDirError, new_run_id
+from specscope.telemetry.evidence import EvidenceSources
+from specscope.trace import Run, load_run
+from specscope.trace.rundir import RunDirError, new_run_id
 
 EXIT_INTERRUPTED = 130
-CALIBRATION_ATTEMPTS = 3
-DEFAULT_PROMPT_TOKENS = 2700
 
 
 def _parse_levels(text: str | None) -> list[int] | None:
@@ -113,98 +113,6 @@ class _ProgressBar:
         errors = "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
         self.progress.update(self.task, description=ev.step.tag, completed=ev.tokens_done,
                              reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}")
-
-
-async def _measure(
-    url: str, args: dict[str, Any], writer_holder: dict[str, Any], result: ExecutionResult,
-    show_progress: bool, inputs: support.ProbeInputs,
-) -> tuple[Plan, RunDirWriter]:
-    """Detect the server, calibrate, print the plan, then run it. Fills `result` as it goes so
-    that a Ctrl-C (task cancelled) keeps what was measured."""
-    workload = inputs.workload or resolve_workload(None)
-    async with support.open_target(url, flavor=args["flavor"], api=args["api"],
-                                   inputs=inputs) as target:
-        desc = target.describe()
-        max_context = desc.get("max_context")
-        if args["prompt_tokens"] is None:
-            args["prompt_tokens"] = prompt_tokens_or_fail(
-                await target.count_tokens(inputs.prompt_text or ""))
-        plan = diagnosis_plan.build(args["prompt_tokens"], args["max_tokens"], quick=args["quick"],
-                                    repeat=args["repeat"], max_context=max_context,
-                                    concurrency_levels=args["concurrency_levels"],
-                                    categories=None if workload.file_prompts
-                                    else list(workload.categories))
-        info = RunInfo(kind="diagnose", endpoint=url, flavor=str(desc.get("flavor") or ""),
-                       api=str(desc.get("api") or ""), model=desc.get("model"),
-                       server_info=desc.get("server_info") or {},
-                       args={k: v for k, v in args.items() if k != "api_key"},
-                       notes=[*(args.get("embedded_notes") or []),
-                              f"workload {desc.get('workload')}; " + (
-                                  f"every prompt unique (run reference {desc['prompt_reference']} "
-                                  "first)" if desc.get("prompt_reference") else
-                                  "--same-prompt: requests share prompts (a prefix cache may "
-                                  "serve repeats)")])
-        try:
-            writer = RunDirWriter(args["out"], info)
-        except OSError as e:
-            fail_usage(f"--out: cannot write a run directory at {args['out']}: {e.strerror or e}")
-        writer_holder["writer"] = writer
-        executor = Executor(target, writer, max_consecutive_errors=3)
-        writer_holder["metrics_before"] = await support.scrape_metrics(args.get("metrics_url"))
-        calib: list = []
-        step = diagnosis_plan.calibration_step(args["prompt_tokens"], max_context)
-        for _ in range(CALIBRATION_ATTEMPTS):  # a flaky server gets a few tries, a dead one not
-            calib += await executor.run_step(step)
-            last = calib[-1].error
-            if last is None or last.kind.startswith("timeout"):
-                break  # a request that ran out of time would only run out of time again
-        result.traces.extend(calib)
-        plan.calibrate(*support.rates_from(calib))
-        info.args["plan"] = plan.to_dict()
-        writer.write_info()
-        render_plan(plan, err_console, url)
-        if calib and all(t.error is not None for t in calib):
-            e = calib[0].error
-            result.stopped_reason = f"the server did not answer a first request ({e.kind}: {e.message})"
-            return plan, writer
-        executor.on_progress = None
-        with _ProgressBar(show_progress) as bar:
-            executor.on_progress = bar
-            await executor.run(plan, result)
-        return plan, writer
-
-
-def _finish(
-    writer: RunDirWriter, result: ExecutionResult, interrupted: bool, args: dict[str, Any],
-    baseline: Run | None, metrics_before: Any,
-) -> tuple[Run, Analysis, Path]:
-    """Close the run, attach server evidence, analyse, write analysis.json and report.html."""
-    records, notes = support.collect_telemetry(args, writer.info, metrics_before)
-    if records:
-        writer.append_telemetry(r.model_dump(mode="json") for r in records)
-    writer.info.notes.extend(notes)
-    if interrupted:
-        writer.close("partial", "interrupted (Ctrl-C)")
-    elif result.stopped_reason:
-        writer.close("partial", result.stopped_reason)
-    else:
-        writer.close("complete")
-    run = load_run(writer.path)
-    try:
-        analysis = analyze_run(run, baseline=baseline, telemetry=records or None)
-    except Exception as e:  # analysis is pure code over our own data: a bug, but keep the run
-        analysis = Analysis(requests=len(run.requests), errors=len(run.errors),
-                            notes=[f"analysis failed: {e.__class__.__name__}: {e}"])
-    analysis.run_dir = str(writer.path)
-    analysis.partial = run.info.status != "complete"
-    writer.write_analysis(analysis_json(analysis))
-    html_path = writer.path / REPORT_HTML
-    ctx = context_from_run(run, analysis, str(writer.path))
-    write_html(ctx, html_path)
-    write_markdown(ctx, writer.path / "report.md")
-    with contextlib.suppress(Exception):  # the index is a cache; never fail a run over it
-        RunIndex().add(writer.path)
-    return run, analysis, html_path
 
 
 # analysis.headline's labels and intervals, beside the ARCHITECTURE §8 headline keys
@@ -257,6 +165,34 @@ def _render_workload(keys: dict[str, Any]) -> None:
                           markup=False, highlight=False)
 
 
+def _split_command(cmd: str) -> list[str] | None:
+    """argv for --logs-cmd (run without a shell); None when it does not parse."""
+    try:
+        argv = shlex.split(cmd)
+    except ValueError:
+        return None
+    return argv or None
+
+
+def _hooks(show_progress: bool) -> DiagnoseHooks:
+    """What the terminal shows while the run goes: the embedded server, the plan, a progress
+    bar on stderr, and a line on Ctrl-C."""
+
+    def on_server(server: EmbeddedServer) -> None:
+        err_console.print(untrusted(f"embedded server: {server.description} at {server.url}"),
+                          highlight=False)
+        for n in server.notes:
+            err_console.print(untrusted(f"note: {n}"), highlight=False)
+
+    def on_interrupt() -> None:
+        err_console.print("interrupted: keeping what was measured", markup=False)
+
+    return DiagnoseHooks(on_server=on_server,
+                         on_plan=lambda plan, url: render_plan(plan, err_console, url),
+                         on_interrupt=on_interrupt,
+                         progress=lambda: _ProgressBar(show_progress))
+
+
 def _fail_target(message: str, json_: bool) -> NoReturn:
     """Nothing could be measured: one line on stderr (and, with --json, the contract's object
     with null numbers and the error), exit 1."""
@@ -266,28 +202,6 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
                                      "attribution", "breakeven", "run_dir", "serving")), "findings": [],
                     "error": message})
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
-
-
-@contextlib.contextmanager
-def _server(url: str | None, args: dict[str, Any]) -> Iterator[str]:
-    """The URL to diagnose: the given one, or the embedded default started for this run (its
-    log file and /metrics become server evidence automatically)."""
-    if url:
-        yield url
-        return
-    run_dir = Path(args["out"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_file = run_dir / "server.log"
-    with support.embedded_server(scenario=args.get("scenario"), time_scale=args.get("time_scale"),
-                                 backend=args.get("backend"), log_file=log_file) as (base, desc, notes):
-        err_console.print(untrusted(f"embedded server: {desc} at {base}"), highlight=False)
-        for n in notes:
-            err_console.print(untrusted(f"note: {n}"), highlight=False)
-        args["embedded"] = desc
-        args["embedded_notes"] = notes
-        args["logs"] = [*(args.get("logs") or []), str(log_file)]
-        args["metrics_url"] = args.get("metrics_url") or base + "/metrics"
-        yield base
 
 
 def diagnose(
@@ -364,8 +278,7 @@ def diagnose(
             load_scenario(scenario)
         except ScenarioError as e:
             fail_usage(f"--scenario: {e}")
-    logs_argv = support.split_command(logs_cmd) if logs_cmd else None
-    if logs_cmd and not logs_argv:
+    if logs_cmd and not _split_command(logs_cmd):
         fail_usage(f"--logs-cmd: cannot parse {logs_cmd!r}")
     wl = workload_or_fail(workload, prompt_text, prompt_file)
     baseline_run = None
@@ -377,71 +290,51 @@ def diagnose(
     run_dir = (out_dir_or_fail(out) if out is not None else
                out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
                / new_run_id("diagnose"))
-    args: dict[str, Any] = {
-        "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "quick": quick, "repeat": repeat,
-        "flavor": flavor, "api": api, "concurrency_levels": _parse_levels(concurrency),
-        "baseline": str(baseline) if baseline else None, "logs": logs, "logs_cmd": logs_argv, "logs_cmd_text": logs_cmd,
-        "logs_timeout": logs_timeout, "metrics_url": redact_url(metrics_url) if metrics_url else None,
-        "out": str(run_dir), "scenario": scenario, "time_scale": time_scale, "backend": backend,
-        "api_key": api_key, "model": model, "tokenizer": str(tokenizer) if tokenizer else None,
-        "prompt_file": str(prompt_file) if prompt_file else None,
-        "same_prompt": not vary_prompts, "vary_prompts": vary_prompts, "workload": workload,
-        "timeouts": {"connect": timeouts.connect, "first_byte": timeouts.first_byte,
-                     "between_chunks": timeouts.between_chunks, "total": timeouts.total},
-        "slo": slo_s,
-    }
-    inputs = support.ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
-                                 auth=endpoint.auth if endpoint else None, model=model,
-                                 local_count=local_count, prompt_text=prompt_text,
-                                 workload=wl, unique=vary_prompts)
-
-    result = ExecutionResult()
-    holder: dict[str, Any] = {}
-    interrupted = False
+    levels = _parse_levels(concurrency)
+    options = DiagnoseOptions(
+        out=run_dir, url=url, prompt_tokens=prompt_tokens, max_tokens=max_tokens, quick=quick,
+        repeat=repeat, flavor=flavor, api=api,
+        concurrency_levels=tuple(levels) if levels else None, slo=slo_s, baseline=baseline_run,
+        baseline_path=str(baseline) if baseline else None,
+        probe=ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
+                          auth=endpoint.auth if endpoint else None, model=model,
+                          local_count=local_count, prompt_text=prompt_text, workload=wl,
+                          unique=vary_prompts),
+        evidence=EvidenceSources(logs=tuple(logs or ()), logs_cmd=logs_cmd,
+                                 logs_timeout_s=logs_timeout,
+                                 metrics_url=redact_url(metrics_url) if metrics_url else None),
+        embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
+        recorded={"tokenizer": str(tokenizer) if tokenizer else None,
+                  "prompt_file": str(prompt_file) if prompt_file else None,
+                  "workload": workload})
     started = time.monotonic()
     try:
-        with _server(url, args) as base_url:
-            args["url"] = base_url
-            try:
-                asyncio.run(_measure(base_url, args, holder, result, show_progress=True,
-                                     inputs=inputs))
-            except KeyboardInterrupt:
-                interrupted = True
-                err_console.print("interrupted: keeping what was measured", markup=False)
-            except support.TargetError as e:
-                if "writer" not in holder:
-                    _fail_target(str(e), json_)
-                result.stopped_reason = str(e)
-            writer: RunDirWriter | None = holder.get("writer")
-            if writer is None:
-                err_console.print("error: stopped before anything was measured", markup=False)
-                raise typer.Exit(EXIT_INTERRUPTED if interrupted else EXIT_TARGET_MISBEHAVED)
-            # Evidence is gathered while the (embedded) server still runs: its /metrics and logs.
-            try:
-                run, analysis, html_path = _finish(writer, result, interrupted, args, baseline_run,
-                                                   holder.get("metrics_before"))
-            except KeyboardInterrupt:
-                writer.close("partial", "interrupted (Ctrl-C) while analysing")
-                raise typer.Exit(EXIT_INTERRUPTED) from None
-    except support.ServerStartError as e:
+        done = diagnose_run(options, _hooks(show_progress=True))
+    except TargetError as e:
+        _fail_target(str(e), json_)
+    except ServerStartError as e:
         _fail_target(f"could not start the embedded server: {e}", json_)
-    except KeyboardInterrupt:  # while starting or stopping the embedded server
-        w = holder.get("writer")
-        if w is not None and w.info.ended_unix is None:
-            w.close("partial", "interrupted (Ctrl-C)")
-        err_console.print("interrupted", markup=False)
+    except DiagnoseInputError as e:
+        fail_usage(str(e))
+    except NothingMeasured as e:
+        err_console.print(f"error: {e}", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED if e.interrupted else EXIT_TARGET_MISBEHAVED) from None
+    except DiagnoseInterrupted as e:
+        if e.announce:
+            err_console.print("interrupted", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    run, analysis, html_path, run_path = done.run, done.analysis, done.report_html, done.run_dir
 
     if json_:
         print_json(contract_json(analysis, run, html_path))
     else:
-        render_terminal(context_from_run(run, analysis, str(writer.path)), out_console)
+        render_terminal(context_from_run(run, analysis, str(run_path)), out_console)
         _render_workload(diagnosis_workload_keys(run.requests))
-    err_console.print(f"run dir: {writer.path}", markup=False, highlight=False)
-    err_console.print(f"analysis: {writer.path / 'analysis.json'}", markup=False, highlight=False)
+    err_console.print(f"run dir: {run_path}", markup=False, highlight=False)
+    err_console.print(f"analysis: {run_path / 'analysis.json'}", markup=False, highlight=False)
     err_console.print(f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",
                       markup=False, highlight=False)
-    if interrupted:
+    if done.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
     if run.errors or run.info.status != "complete":
         raise typer.Exit(EXIT_TARGET_MISBEHAVED)

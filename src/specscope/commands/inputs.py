@@ -16,13 +16,13 @@ import typer
 from specscope.commands.common import fail_usage
 from specscope.probe.client import Timeouts
 from specscope.probe.endpoint import Endpoint, EndpointError, parse_endpoint
-from specscope.probe.prompts import PromptError, load_local_tokenizer
+from specscope.probe.prompts import (
+    PromptError,
+    load_local_tokenizer,
+    prompt_length_problem,
+)
 from specscope.probe.workloads import Workload, WorkloadError, resolve_workload
 from specscope.probe.workloads.files import FilePrompt
-
-# Beyond any context served today; a prompt is built and held in memory before it is sent, so
-# an absurd --prompt-tokens must stop here, not after gigabytes of filler text.
-MAX_PROMPT_TOKENS = 1 << 20
 
 Model = Annotated[str | None, typer.Option(
     help="Model name for OpenAI bodies (default: the first of /v1/models)")]
@@ -55,8 +55,9 @@ def timeouts_or_fail(connect: float, first_byte: float, between_chunks: float,
 
 
 def prompt_tokens_or_fail(n: int) -> int:
-    if not 1 <= n <= MAX_PROMPT_TOKENS:
-        fail_usage(f"--prompt-tokens must be within 1..{MAX_PROMPT_TOKENS}, got {n}")
+    problem = prompt_length_problem(n)
+    if problem:
+        fail_usage(problem)
     return n
 
 
@@ -94,14 +95,6 @@ def workload_or_fail(spec: str | None, prompt_text: str | None,
             fail_usage(str(e))
     return Workload("prompt-file", file_prompts=(FilePrompt(prompt_text, None, "prompt-file"),),
                     source=str(prompt_file) if prompt_file is not None else "--prompt-file")
-
-
-def context_check(prompt_tokens: int, max_tokens: int, max_context: int | None) -> str | None:
-    """Why this request shape cannot run on a server of `max_context` tokens (None: it can)."""
-    if max_context is not None and prompt_tokens + max_tokens > max_context:
-        return (f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
-                f"server's context of {max_context} tokens")
-    return None
 
 
 def out_dir_or_fail(path: Path, what: str = "--out") -> Path:

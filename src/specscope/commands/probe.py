@@ -14,21 +14,16 @@ unreadable --prompt-file / --tokenizer, unwritable --out).
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import aiohttp
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from specscope.analysis.serving import serving_metrics
-from specscope.analysis.summary import summarize
 from specscope.commands.common import (
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
@@ -42,7 +37,6 @@ from specscope.commands.common import (
     untrusted,
 )
 from specscope.commands.inputs import (
-    MAX_PROMPT_TOKENS,
     Model,
     PromptFile,
     TimeoutBetweenChunks,
@@ -50,7 +44,6 @@ from specscope.commands.inputs import (
     TimeoutFirstByte,
     TimeoutTotal,
     Tokenizer,
-    context_check,
     endpoint_or_fail,
     out_dir_or_fail,
     prompt_text_or_fail,
@@ -59,173 +52,34 @@ from specscope.commands.inputs import (
     tokenizer_or_fail,
     workload_or_fail,
 )
-from specscope.probe.client import ProbeClient, Timeouts, new_session, resolve_api_key
-from specscope.probe.detect import detect
-from specscope.probe.flavors import FLAVORS, make_flavor
-from specscope.probe.prompts import (
-    PromptError,
-    TokenizeError,
-    delta_counter,
-    local_async,
-    server_counter,
-)
-from specscope.probe.workload import MAX_CONCURRENCY, run_workload
-from specscope.probe.workloads import PromptSource, Workload
+from specscope.entrypoints.probe import ProbeInputError, ProbeOptions, ProbeOutcome, probe_run
+from specscope.probe.client import Timeouts, resolve_api_key
+from specscope.probe.flavors import FLAVORS
+from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
+from specscope.probe.workload import MAX_CONCURRENCY
 from specscope.report.context import fmt_ci
-from specscope.telemetry.server_info import max_commit_len_from
-from specscope.trace import tags
-from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
-from specscope.trace.rundir import RunDirWriter, runs_home
+from specscope.trace.model import RequestTrace
+from specscope.trace.rundir import runs_home
 
 MAX_REQUESTS = 100_000
-SUMMARY_JSON = "summary.json"
 
 
-class _Usage(Exception):
-    """Bad input discovered while running (e.g. no tokenizer): exit 2 with this message."""
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[RequestTrace], None]]:
+    """A transient bar on stderr: requests done, and how many failed."""
+    with Progress(TextColumn("[bold]probe[/]"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = progress.add_task("probe", total=total, status="")
+        failures = 0
 
+        def on_done(trace: RequestTrace) -> None:
+            nonlocal failures
+            failures += trace.error is not None
+            progress.update(task, advance=1,
+                            status=f"[red]{failures} failed[/]" if failures else "")
 
-@dataclass
-class _Outcome:
-    run_dir: Path
-    info: RunInfo
-    traces: list[RequestTrace]
-    summary: dict[str, Any]
-    detection: str
-    notes: list[str] = field(default_factory=list)
-    serving: dict[str, Any] | None = None
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("[bold]probe[/]"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                    console=err_console, transient=True)
-
-
-async def _run(url: str, flavor_name: str, api: str | None, model: str | None,
-               n_prompt: int, max_tokens: int, n_requests: int, concurrency: int,
-               ignore_eos: bool, out: Path | None, timeouts: Timeouts, api_key: str | None,
-               local_count: Callable[..., int] | None, workload: Workload, vary: bool,
-               max_commit_len: int | None, args: dict[str, Any],
-               auth: aiohttp.BasicAuth | None = None) -> _Outcome:
-    async with new_session(timeouts, api_key, auth) as session:
-        det = await detect(session, url, flavor=flavor_name,
-                           timeout_s=min(timeouts.first_byte, timeouts.connect + 10.0))
-        info = RunInfo(kind="probe", endpoint=url, flavor=det.flavor, model=model or det.model,
-                       server_info=det.server_info, args=args)
-        if not det.reachable:
-            info.api = api or ""
-            writer = _writer(out, info)
-            spec = RequestSpec(prompt="", max_tokens=max_tokens, ignore_eos=ignore_eos,
-                               tag=tags.make(tags.PROBE, "detect"))
-            now = time.perf_counter_ns()
-            trace = RequestTrace(index=0, spec=spec, t_send_ns=now, t_end_ns=now,
-                                 error=ErrorInfo(kind="connection",
-                                                 message=f"server not reachable: {det.error}"))
-            writer.append_request(trace)
-            writer.close("failed", f"server not reachable: {det.error}")
-            return _Outcome(writer.path, info, [trace], summarize([trace]), det.evidence,
-                            serving=serving_metrics([trace], slo=args.get("slo")))
-        try:
-            flavor = make_flavor(det.flavor, api=api, model=model or det.model)
-        except ValueError as e:
-            raise _Usage(str(e)) from None
-        info.api = flavor.api
-        notes: list[str] = [f"flavor {flavor.name}: {det.evidence}"]
-        if max_commit_len is None:
-            max_commit_len = max_commit_len_from(det.server_info)
-            if max_commit_len is not None:
-                notes.append(f"max commit length {max_commit_len} (from the server's info)")
-
-        # Prompts: the server's tokenizer when it has one, else the local one, else an error.
-        found = await server_counter(session, url, flavor.tokenize_endpoints,
-                                     timeout_s=min(timeouts.first_byte, 30.0))
-        if found is not None:
-            count, how = found
-        elif local_count is not None:
-            count, how = local_async(local_count), "local --tokenizer"
-        else:
-            count, how = None, ""
-        if not workload.file_prompts:
-            too_long = context_check(n_prompt, max_tokens, det.max_context)
-            if too_long:
-                raise _Usage(too_long)
-        if count is None and not workload.file_prompts:
-            tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
-            raise _Usage(f"{url} has no tokenize endpoint (tried {tried}); pass --tokenizer "
-                         "PATH (a local tokenizer.json of the served model), --prompt-file or "
-                         "a --workload FILE")
-        source = PromptSource(count, workload, unique=vary)
-        built = await source.prompts(n_prompt, n_requests)
-        prompts = [(b.messages if b.messages is not None and flavor.api == "chat" else b.text,
-                    b.tokens, b.category) for b in built]
-        notes.append(_workload_note(workload, built, n_prompt, source))
-        if count is not None:
-            notes.append(f"prompt tokens counted by {how}")
-        info.notes = notes
-        writer = _writer(out, info)
-        specs = [RequestSpec(prompt=text, prompt_tokens=n, max_tokens=max_tokens, temperature=0.0,
-                             ignore_eos=ignore_eos, api=flavor.api, tag=tags.PROBE,  # type: ignore[arg-type]
-                             category=category)
-                 for text, n, category in prompts]
-        counter = delta_counter(local_count) if local_count is not None else None
-        traces: list[RequestTrace] = []
-        status, reason = "partial", "interrupted"
-        try:
-            with _progress() as progress:
-                task = progress.add_task("probe", total=len(specs), status="")
-                failures = 0
-
-                def on_done(trace: RequestTrace) -> None:
-                    nonlocal failures
-                    writer.append_request(trace)
-                    failures += trace.error is not None
-                    progress.update(task, advance=1,
-                                    status=f"[red]{failures} failed[/]" if failures else "")
-
-                async with ProbeClient(url, flavor, timeouts=timeouts, counter=counter,
-                                       session=session) as client:
-                    traces = await run_workload(client, specs, concurrency, on_done)
-            failed = sum(1 for t in traces if t.error is not None)
-            status = "complete"
-            reason = f"{failed} of {len(traces)} requests failed" if failed else ""
-        finally:
-            writer.close(status, reason)  # type: ignore[arg-type]
-        summary = summarize(traces, max_commit_len=max_commit_len)
-        serving = serving_metrics(traces, run_concurrency=concurrency, slo=args.get("slo"),
-                                  max_commit_len=max_commit_len)
-        try:
-            (writer.path / SUMMARY_JSON).write_text(
-                json.dumps({"schema": 1, "summary": summary, "serving": serving}, indent=2) + "\n")
-        except OSError as e:
-            notes.append(f"could not write {SUMMARY_JSON}: {e}")
-        return _Outcome(writer.path, info, traces, summary, det.evidence, notes, serving)
-
-
-def _workload_note(workload: Workload, built: list[Any], n_prompt: int,
-                   source: PromptSource) -> str:
-    """What was sent: the workload, how the cuts fell, and how prompts were kept unique."""
-    from collections import Counter
-
-    cuts = Counter(b.boundary for b in built)
-    inexact = [b for b in built if not b.exact]
-    note = f"workload {workload.describe()}; cuts: " + ", ".join(
-        f"{k} {v}" for k, v in cuts.most_common())
-    if inexact:
-        note += (f"; {len(inexact)} prompts could not be made exactly {n_prompt} tokens "
-                 f"(closest {inexact[0].tokens}); their true length is recorded")
-    if source.unique:
-        note += f"; every prompt unique (run reference {source.nonce} first)"
-    else:
-        note += "; --same-prompt: every request sends the same prompt (a prefix cache may serve repeats)"
-    return note
-
-
-def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
-    try:
-        return RunDirWriter(out, info)
-    except OSError as e:
-        raise _Usage(f"--out: cannot write a run directory at {out}: {e.strerror or e}") from None
+        yield on_done
 
 
 def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
@@ -268,7 +122,7 @@ def category_rich_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def _render(o: _Outcome) -> None:
+def _render(o: ProbeOutcome) -> None:
     s = o.summary
     t = Table(title=untrusted(f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}"),
               show_header=False)
@@ -393,15 +247,18 @@ def probe(
             "max_commit_len": max_commit_len, "slo": slo_s, "timeouts": {
                 "connect": timeout_connect, "first_byte": timeout_first_byte,
                 "between_chunks": timeout_between_chunks, "total": timeout_total}}
+    options = ProbeOptions(
+        url=url, flavor=flavor, api=api, model=model, prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens, n_requests=repeat * concurrency, concurrency=concurrency,
+        ignore_eos=ignore_eos, out=out, timeouts=timeouts, api_key=resolve_api_key(api_key),
+        auth=endpoint.auth, local_count=local_count, workload=wl, unique=vary_prompts,
+        max_commit_len=max_commit_len, slo=slo_s, recorded=args)
     try:
-        outcome = asyncio.run(_run(
-            url, flavor, api, model, prompt_tokens, max_tokens, repeat * concurrency, concurrency,
-            ignore_eos, out, timeouts, resolve_api_key(api_key), local_count, wl,
-            vary_prompts, max_commit_len, args, endpoint.auth))
+        outcome = asyncio.run(probe_run(options, _progress))
     except TokenizeError as e:  # the server misbehaved: one line, exit 1
         err_console.print(labelled("error:", "bold red", e), highlight=False)
         raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
-    except (_Usage, PromptError) as e:
+    except (ProbeInputError, PromptError) as e:
         fail_usage(str(e))
     failed = outcome.summary["errors"]
     if json_:

@@ -8,6 +8,7 @@ it learns its URL (`_discover_url`: read from the child, or known up front from 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -79,6 +80,12 @@ class PeerServer:
         self.url = ""
         self.startup_s: float | None = None
         self._proc: subprocess.Popen[str] | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[str] | None:
+        """The server's process (its group leader) while it runs; None before start and once
+        stopped and reaped."""
+        return self._proc
 
     def __enter__(self) -> Self:
         try:
@@ -209,6 +216,27 @@ def run_command(server: PeerServer, command: Sequence[str], *, timeout_s: float)
     except subprocess.TimeoutExpired:
         print(f"error: {argv[0]} did not finish within {timeout_s:.0f} s", file=sys.stderr)
         return 1
+
+
+def peer_parser(prog: str, serves: str) -> argparse.ArgumentParser:
+    """The argument parser a peer's `python -m` main starts from: `serves` says what it serves
+    (e.g. "SmolLM2 with vLLM (CPU build)"); the peer adds its own flags, then
+    `add_command_arguments`."""
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=f"Serve {serves} for specscope to measure. With a command after `--`, serve "
+        "only while it runs ({url} and {log} are filled in), e.g. "
+        "`-- specscope diagnose {url} --quick --logs {log}`.",
+    )
+
+
+def add_command_arguments(parser: argparse.ArgumentParser, log_help: str) -> None:
+    """--log, --timeout and the command after `--` (read back with `split_command`)."""
+    parser.add_argument("--log", type=Path, default=None, help=log_help)
+    parser.add_argument(
+        "--timeout", type=float, default=3600.0, help="with a command: its limit, s"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run")
 
 
 def split_command(remainder: list[str]) -> list[str]:

@@ -19,7 +19,6 @@ crash in native code cannot take the caller down.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import selectors
@@ -34,7 +33,9 @@ from typing import IO, Literal
 from specscope.peers.launcher import (
     PeerServer,
     PeerServerError,
+    add_command_arguments,
     get_status,
+    peer_parser,
     run_command,
     split_command,
 )
@@ -208,22 +209,14 @@ def run_with_server(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specscope.peers.llamacpp",
-        description="Serve SmolLM2 with llama.cpp's server (xllamacpp) for specscope to measure. "
-        "With a command after `--`, serve only while it runs ({url} and {log} are filled in), "
-        "e.g. `-- specscope diagnose {url} --quick --logs {log}`.",
-    )
+    parser = peer_parser("python -m specscope.peers.llamacpp",
+                         "SmolLM2 with llama.cpp's server (xllamacpp)")
     parser.add_argument("--mode", choices=MODES, default="draft", help="speculation mode")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     parser.add_argument("--port", type=int, default=8080, help="0 = any free port")
     parser.add_argument("--models", type=Path, default=DEFAULT_OUT, help="peer-models folder")
     parser.add_argument("--threads", type=int, default=THREADS, help="decode threads (-t)")
-    parser.add_argument("--log", type=Path, default=None, help="with a command: keep the log here")
-    parser.add_argument(
-        "--timeout", type=float, default=3600.0, help="with a command: its limit, s"
-    )
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run")
+    add_command_arguments(parser, "with a command: keep the log here")
     args = parser.parse_args(argv)
     command = split_command(args.command)
     if args.threads < 1:

@@ -17,7 +17,6 @@ signals as a whole.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -30,7 +29,9 @@ from typing import IO, Literal
 from specscope.peers.launcher import (
     PeerServer,
     PeerServerError,
+    add_command_arguments,
     free_port,
+    peer_parser,
     run_command,
     split_command,
 )
@@ -173,7 +174,7 @@ def _serve_until_signal(server: VllmServer) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    proc = server._proc
+    proc = server.process
     while not stop.wait(0.5):
         if proc is not None and proc.poll() is not None:
             print(f"error: vLLM exited with {proc.returncode}; log {server.log_path}",
@@ -182,12 +183,7 @@ def _serve_until_signal(server: VllmServer) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specscope.peers.vllm",
-        description="Serve SmolLM2 with vLLM (CPU build) for specscope to measure. With a command "
-        "after `--`, serve only while it runs ({url} and {log} are filled in), e.g. "
-        "`-- specscope diagnose {url} --quick --logs {log}`.",
-    )
+    parser = peer_parser("python -m specscope.peers.vllm", "SmolLM2 with vLLM (CPU build)")
     parser.add_argument("--spec", choices=SPECS, default="ngram", help="speculation method")
     parser.add_argument(
         "--prefix-caching", choices=("on", "off"), default="on", help="vLLM's prefix cache"
@@ -204,14 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--root", type=Path, default=DEFAULT_OUT, help="make peer-vllm's folder")
     parser.add_argument("--port", type=int, default=0, help="0 = a free port")
-    parser.add_argument("--log", type=Path, default=None, help="keep the server log here")
     parser.add_argument(
         "--start-timeout", type=float, default=START_TIMEOUT_S, help="readiness limit, s"
     )
-    parser.add_argument(
-        "--timeout", type=float, default=3600.0, help="with a command: its limit, s"
-    )
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run")
+    add_command_arguments(parser, "keep the server log here")
     args = parser.parse_args(argv)
     command = split_command(args.command)
     server = VllmServer(
@@ -221,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     try:
         with server:
-            pid = server._proc.pid if server._proc is not None else None
+            pid = server.process.pid if server.process is not None else None
             print(f"vLLM ready at {server.url} (process group {pid}) after "
                   f"{server.startup_s:.1f} s; log {server.log_path}", file=sys.stderr,
                   flush=True)  # fmt: skip

@@ -72,7 +72,7 @@ class VllmPeer:
         return self.root / "cache"
 
 
-def _pins() -> dict[str, str]:
+def pins() -> dict[str, str]:
     return {"vllm": VLLM_PIN, "torch": TORCH_PIN, "smollm2": SMOLLM2_PIN,
             "tools": ",".join(MODEL_TOOLS), "excluded": ",".join(sorted(EXCLUDED))}  # fmt: skip
 
@@ -97,7 +97,7 @@ def is_installed(root: Path) -> bool:
     stamp = _read_json(root / STAMP_NAME)
     return (
         stamp is not None
-        and stamp.get("pins") == _pins()
+        and stamp.get("pins") == pins()
         and peer.python.is_file()
         and (peer.model_dir / MODEL_STAMP_NAME).is_file()
     )
@@ -206,10 +206,10 @@ def ensure_vllm_peer(
         return VllmPeer(root)
     stamp = _read_json(root / STAMP_NAME)
     peer = VllmPeer(root)
-    if stamp is None or stamp.get("pins") != _pins() or not peer.python.is_file():
+    if stamp is None or stamp.get("pins") != pins() or not peer.python.is_file():
         (root / STAMP_NAME).unlink(missing_ok=True)
         install_venv(root, python=python, log=log)
-        _write_json(root / STAMP_NAME, {"pins": _pins()})
+        _write_json(root / STAMP_NAME, {"pins": pins()})
     make_model(peer, log=log)
     return peer
 

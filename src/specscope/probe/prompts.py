@@ -29,6 +29,17 @@ import aiohttp
 
 AsyncCounter = Callable[[str], Awaitable[int]]
 
+# Beyond any context served today; a prompt is built and held in memory before it is sent, so
+# an absurd --prompt-tokens must stop here, not after gigabytes of filler text.
+MAX_PROMPT_TOKENS = 1 << 20
+
+
+def prompt_length_problem(n: int) -> str | None:
+    """Why `n` is not a prompt length we build (None: it is)."""
+    if not 1 <= n <= MAX_PROMPT_TOKENS:
+        return f"--prompt-tokens must be within 1..{MAX_PROMPT_TOKENS}, got {n}"
+    return None
+
 # Common words, one token each in most BPE vocabularies (the synthetic workload only).
 _WORDS = ["the", "river", "light", "water", "stone", "green", "house", "world", "river", "people", "table", "window", "garden", "city", "music", "paper", "story", "night", "morning", "letter", "mountain", "forest", "bridge", "market", "school", "summer", "winter", "doctor", "friend", "mother", "father", "village", "station", "engine", "simple", "number", "little", "second", "village", "yellow", "silver", "corner", "garden", "season", "animal", "ocean", "island", "valley", "field", "circle", "answer", "moment", "country", "family", "history", "picture", "minute", "single", "follow", "open", "begin", "carry", "change"]
 

@@ -9,12 +9,11 @@ Public API (other layers call these; everything returns `SpecRecord`s or summari
 - Prometheus: `scrape_metrics(url)`, `parse_metrics_text(text)`, `metrics_delta(before, after)`.
 - SGLang server info: `fetch_server_info(base_url)`, `parse_server_info(obj)` (scope lifetime).
 - Per-request server fields: `parse_llamacpp_timings(obj)` (dict of SpecRecord fields).
-- Alignment: `align(records, run_info, requests)`, `request_windows`, `records_in_window`.
+- Evidence for a run window: `evidence.collect_evidence(sources, started_unix, before)`.
 """
 
 from __future__ import annotations
 
-from specscope.telemetry.align import Alignment, align, records_in_window, request_windows
 from specscope.telemetry.ingest import LogQuery, LogResult, parse_line, parse_text, read_logs
 from specscope.telemetry.llamacpp import parse_llamacpp_timings
 from specscope.telemetry.prometheus import (
@@ -29,7 +28,6 @@ from specscope.telemetry.server_info import ServerInfoError, fetch_server_info, 
 from specscope.telemetry.sources import SourceError
 
 __all__ = [
-    "Alignment",
     "LogQuery",
     "LogResult",
     "Malformed",
@@ -38,7 +36,6 @@ __all__ = [
     "ServerInfoError",
     "SourceError",
     "SpecRecord",
-    "align",
     "fetch_server_info",
     "metrics_delta",
     "parse_line",
@@ -47,8 +44,6 @@ __all__ = [
     "parse_server_info",
     "parse_text",
     "read_logs",
-    "records_in_window",
-    "request_windows",
     "scrape_metrics",
     "to_record",
 ]

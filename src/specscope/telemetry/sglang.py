@@ -6,15 +6,8 @@ because the field set drifts between versions: `.` vs `,` after `Decode batch`, 
 `mamba` fields, `accept rate` missing before Oct 2025, the graph label (`cuda`/`cpu`/`npu`/
 `musa graph`), optional PD and MFU fields, and a trailing `, ` in older builds.
 
-The `Decode batch` line also has a fast path, used when only the summary is wanted. The general
-parser splits every line into `key: value` pairs and builds a full field dict: ~20 us a line, the biggest cost of
-`--format auto` after the DDTREE pass. `SglangFastLine` matches the whole raw line in the shape real
-servers print with ONE compiled bytes regex and converts only the values the summary uses. A
-line in any other shape (other field order, unknown fields, ANSI codes, control or non-ASCII
-bytes, another timestamp or marker before the one found, `nan`/`…` values) is left to the
-general parser, so the summary equals the general path's (up to the order of float additions:
-identical lines are added once with their count); tests/test_telemetry_engines.py checks that
-on real and fuzzed lines.
+`SglangFastLine` is its line fast path (scan.LineFastPath: one bytes regex for the canonical
+shape, used when only the summary is wanted; any other line goes to the general parser).
 """
 
 from __future__ import annotations

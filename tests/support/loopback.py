@@ -142,7 +142,7 @@ async def _stream_start(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-async def _tokenize_prompt(request: web.Request) -> web.Response:
+async def tokenize_handler(request: web.Request) -> web.Response:
     body = await request.json()
     if "prompt" not in body:
         return web.json_response({"error": "missing prompt"}, status=400)
@@ -150,7 +150,7 @@ async def _tokenize_prompt(request: web.Request) -> web.Response:
     return web.json_response({"tokens": toks, "count": len(toks), "max_model_len": 4096})
 
 
-def _models(owner: str) -> Callable:
+def models_handler(owner: str) -> Callable:
     async def handler(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": "test-model", "object": "model", "owned_by": owner}]})
@@ -215,8 +215,8 @@ def sglang_app(sched: Schedule, *, old_names: bool = False) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/get_server_info", server_info)
-    app.router.add_get("/v1/models", _models("sglang"))
-    app.router.add_post("/tokenize", _tokenize_prompt)
+    app.router.add_get("/v1/models", models_handler("sglang"))
+    app.router.add_post("/tokenize", tokenize_handler)
     app.router.add_post("/generate", generate)
     return app
 
@@ -299,11 +299,11 @@ def openai_app(sched: Schedule, *, owner: str = "vllm", spec_metrics: str | None
         return web.json_response({"version": "0.28.0"})
 
     app = web.Application()
-    app.router.add_get("/v1/models", _models(owner))
+    app.router.add_get("/v1/models", models_handler(owner))
     if version:
         app.router.add_get("/version", version_h)
     if tokenize:
-        app.router.add_post("/tokenize", _tokenize_prompt)
+        app.router.add_post("/tokenize", tokenize_handler)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", completions)
     return app
@@ -352,7 +352,7 @@ def llamacpp_app(sched: Schedule, *, intra_burst_s: float = 0.001) -> web.Applic
 
     app = web.Application()
     app.router.add_get("/props", props)
-    app.router.add_get("/v1/models", _models("llamacpp"))
+    app.router.add_get("/v1/models", models_handler("llamacpp"))
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/completion", completion)
     return app
@@ -417,9 +417,9 @@ def fault_app(mode: str, *, fail_every: int = 1, hang_s: float = 5.0) -> web.App
         raise AssertionError(mode)
 
     app = web.Application()
-    app.router.add_get("/v1/models", _models("vllm"))
+    app.router.add_get("/v1/models", models_handler("vllm"))
     app.router.add_get("/version", lambda _: web.json_response({"version": "0.28.0"}))
-    app.router.add_post("/tokenize", _tokenize_prompt)
+    app.router.add_post("/tokenize", tokenize_handler)
     app.router.add_post("/v1/completions", completions)
     return app
 
@@ -437,15 +437,6 @@ async def _good(request: web.Request, body: dict[str, Any], s: Schedule) -> web.
                                         "total_tokens": 3 + ct}}))
     await resp.write(sse(b"[DONE]"))
     return resp
-
-
-def test_schedule_truncation_keeps_max_tokens():
-    s = Schedule(commits=[3, 3, 3]).for_max_tokens(6)
-    assert s.commits == [3, 2] and s.completion_tokens == 6
-
-
-def test_word_tokenizer_counts_village_twice():
-    assert len(word_tokens("the village river")) == 4
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,208 @@
+"""`probe_run(options)`: `specscope probe` without flag parsing or rendering.
+
+Detects the flavor, builds prompts of an exact token length from the workload, streams
+`n_requests` requests (at most `concurrency` in flight), appends each finished request to the
+run directory, and writes summary.json. A server that does not answer at all is recorded as a
+failed request 0 (kind `connection`), so every probe leaves a run directory behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from specscope.analysis.serving import serving_metrics
+from specscope.analysis.summary import summarize
+from specscope.probe.client import Timeouts, new_session
+from specscope.probe.connect import FlavorError, connect, detect_server
+from specscope.probe.prompts import BuiltPrompt
+from specscope.probe.workload import run_workload
+from specscope.probe.workloads import PromptSource, Workload, resolve_workload
+from specscope.telemetry.server_info import max_commit_len_from
+from specscope.trace import tags
+from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
+from specscope.trace.rundir import RunDirWriter
+
+SUMMARY_JSON = "summary.json"
+DEFAULT_PROBE_TOKENS = 256
+
+
+class ProbeInputError(ValueError):
+    """Input found bad only once the server answered (no way to count prompt tokens, a shape
+    beyond its context, an api its flavor does not serve, an unwritable --out): exit 2."""
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What `probe_run` sends and where it writes; checked by the caller. `recorded` is written
+    to run.json as the run's arguments (never the API key)."""
+
+    url: str
+    flavor: str = "auto"
+    api: str | None = None
+    model: str | None = None
+    prompt_tokens: int = DEFAULT_PROBE_TOKENS
+    max_tokens: int = DEFAULT_PROBE_TOKENS
+    n_requests: int = 1
+    concurrency: int = 1
+    ignore_eos: bool = True
+    out: Path | None = None  # None: a new run dir under the runs home
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    api_key: str | None = field(default=None, repr=False)
+    auth: aiohttp.BasicAuth | None = field(default=None, repr=False)
+    local_count: Callable[..., int] | None = None  # --tokenizer
+    workload: Workload = field(default_factory=lambda: resolve_workload(None))
+    unique: bool = True  # False: --same-prompt
+    max_commit_len: int | None = None
+    slo: dict[str, float] | None = None
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeOutcome:
+    """The saved run: where, what was detected, every trace, the summary and serving figures."""
+
+    run_dir: Path
+    info: RunInfo
+    traces: list[RequestTrace]
+    summary: dict[str, Any]
+    detection: str
+    notes: list[str] = field(default_factory=list)
+    serving: dict[str, Any] | None = None
+
+
+def _no_progress(_total: int) -> contextlib.AbstractContextManager[Callable[[RequestTrace], None]]:
+    return contextlib.nullcontext(lambda _trace: None)
+
+
+# Given the number of requests, a context manager yielding a callback per finished request.
+ProgressHook = Callable[[int], contextlib.AbstractContextManager[Callable[[RequestTrace], None]]]
+
+
+def context_problem(prompt_tokens: int, max_tokens: int, max_context: int | None) -> str | None:
+    """Why this request shape cannot run on a server of `max_context` tokens (None: it can)."""
+    if max_context is not None and prompt_tokens + max_tokens > max_context:
+        return (f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
+                f"server's context of {max_context} tokens")
+    return None
+
+
+def workload_note(workload: Workload, built: list[BuiltPrompt], n_prompt: int,
+                  source: PromptSource) -> str:
+    """What was sent: the workload, how the cuts fell, and how prompts were kept unique."""
+    cuts = Counter(b.boundary for b in built)
+    inexact = [b for b in built if not b.exact]
+    note = f"workload {workload.describe()}; cuts: " + ", ".join(
+        f"{k} {v}" for k, v in cuts.most_common())
+    if inexact:
+        note += (f"; {len(inexact)} prompts could not be made exactly {n_prompt} tokens "
+                 f"(closest {inexact[0].tokens}); their true length is recorded")
+    if source.unique:
+        note += f"; every prompt unique (run reference {source.nonce} first)"
+    else:
+        note += "; --same-prompt: every request sends the same prompt (a prefix cache may serve repeats)"
+    return note
+
+
+def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
+    try:
+        return RunDirWriter(out, info)
+    except OSError as e:
+        raise ProbeInputError(f"--out: cannot write a run directory at {out}: "
+                              f"{e.strerror or e}") from None
+
+
+def _unreachable(o: ProbeOptions, info: RunInfo, error: str | None, evidence: str) -> ProbeOutcome:
+    """The failed detection as request 0, so the run says what happened."""
+    info.api = o.api or ""
+    writer = _writer(o.out, info)
+    spec = RequestSpec(prompt="", max_tokens=o.max_tokens, ignore_eos=o.ignore_eos,
+                       tag=tags.make(tags.PROBE, "detect"))
+    now = time.perf_counter_ns()
+    trace = RequestTrace(index=0, spec=spec, t_send_ns=now, t_end_ns=now,
+                         error=ErrorInfo(kind="connection", message=f"server not reachable: {error}"))
+    writer.append_request(trace)
+    writer.close("failed", f"server not reachable: {error}")
+    return ProbeOutcome(writer.path, info, [trace], summarize([trace]), evidence,
+                        serving=serving_metrics([trace], slo=o.slo))
+
+
+async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> ProbeOutcome:
+    """Probe the server at `o.url`. Raises ProbeInputError (exit 2), TokenizeError (the
+    server's tokenizer misbehaved) and PromptError (a prompt could not be built)."""
+    async with new_session(o.timeouts, o.api_key, o.auth) as session:
+        det = await detect_server(session, o.url, o.flavor, o.timeouts)
+        info = RunInfo(kind="probe", endpoint=o.url, flavor=det.flavor, model=o.model or det.model,
+                       server_info=det.server_info, args=o.recorded)
+        if not det.reachable:
+            return _unreachable(o, info, det.error, det.evidence)
+        # Prompts: the server's tokenizer when it has one, else the local one, else an error.
+        try:
+            conn = await connect(session, o.url, det, api=o.api, model=o.model,
+                                 timeouts=o.timeouts, local_count=o.local_count)
+        except FlavorError as e:
+            raise ProbeInputError(str(e)) from None
+        flavor = conn.flavor
+        info.api = flavor.api
+        notes: list[str] = [f"flavor {flavor.name}: {det.evidence}"]
+        max_commit_len = o.max_commit_len
+        if max_commit_len is None:
+            max_commit_len = max_commit_len_from(det.server_info)
+            if max_commit_len is not None:
+                notes.append(f"max commit length {max_commit_len} (from the server's info)")
+        workload = o.workload
+        if not workload.file_prompts:
+            too_long = context_problem(o.prompt_tokens, o.max_tokens, det.max_context)
+            if too_long:
+                raise ProbeInputError(too_long)
+        if conn.count is None and not workload.file_prompts:
+            tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
+            raise ProbeInputError(f"{o.url} has no tokenize endpoint (tried {tried}); pass "
+                                  "--tokenizer PATH (a local tokenizer.json of the served "
+                                  "model), --prompt-file or a --workload FILE")
+        source = PromptSource(conn.count, workload, unique=o.unique)
+        built = await source.prompts(o.prompt_tokens, o.n_requests)
+        notes.append(workload_note(workload, built, o.prompt_tokens, source))
+        if conn.count is not None:
+            notes.append(f"prompt tokens counted by {conn.count_source}")
+        info.notes = notes
+        writer = _writer(o.out, info)
+        specs = [RequestSpec(prompt=(b.messages if b.messages is not None and flavor.api == "chat"
+                                     else b.text),
+                             prompt_tokens=b.tokens, max_tokens=o.max_tokens, temperature=0.0,
+                             ignore_eos=o.ignore_eos, api=flavor.api,  # type: ignore[arg-type]
+                             tag=tags.PROBE, category=b.category)
+                 for b in built]
+        traces: list[RequestTrace] = []
+        status, reason = "partial", "interrupted"
+        try:
+            with progress(len(specs)) as on_progress:
+
+                def on_done(trace: RequestTrace) -> None:
+                    writer.append_request(trace)
+                    on_progress(trace)
+
+                async with conn.client(session, o.timeouts) as client:
+                    traces = await run_workload(client, specs, o.concurrency, on_done)
+            failed = sum(1 for t in traces if t.error is not None)
+            status = "complete"
+            reason = f"{failed} of {len(traces)} requests failed" if failed else ""
+        finally:
+            writer.close(status, reason)  # type: ignore[arg-type]
+        summary = summarize(traces, max_commit_len=max_commit_len)
+        serving = serving_metrics(traces, run_concurrency=o.concurrency, slo=o.slo,
+                                  max_commit_len=max_commit_len)
+        try:
+            (writer.path / SUMMARY_JSON).write_text(
+                json.dumps({"schema": 1, "summary": summary, "serving": serving}, indent=2) + "\n")
+        except OSError as e:
+            notes.append(f"could not write {SUMMARY_JSON}: {e}")
+        return ProbeOutcome(writer.path, info, traces, summary, det.evidence, notes, serving)
