@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -51,11 +52,13 @@ def serve_and_diagnose(spec: str, out: Path, args: argparse.Namespace,
            "--workload", args.workload, "--logs", "{log}", "--out", str(run_dir), "--json"]
     if baseline is not None:
         cmd += ["--baseline", str(baseline)]
-    t0 = time.perf_counter()
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
     with open(out / f"{spec}.json", "w") as stdout, open(out / f"{spec}.err", "w") as stderr:
         rc = subprocess.run(cmd, stdout=stdout, stderr=stderr, check=False).returncode
-    print(f"# vllm --spec {spec}: diagnose exit {rc} after {time.perf_counter() - t0:.0f} s "
-          f"(stderr: {out / f'{spec}.err'})", flush=True)
+    # the machine's load beside the figures: on a shared box both runs should see the same
+    print(f"# vllm --spec {spec}: diagnose exit {rc} after {time.perf_counter() - t0:.0f} s, "
+          f"1-min load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end on "
+          f"{os.cpu_count()} cores (stderr: {out / f'{spec}.err'})", flush=True)
     if rc not in (0, 1) or not (run_dir / "requests.jsonl").exists():
         raise SystemExit(f"error: the {spec} run failed (exit {rc}); see {out / f'{spec}.err'}")
     return run_dir
@@ -135,10 +138,10 @@ def report(base: Path, obs: Path) -> None:
 
     def ci(v: list[float | None] | None) -> str:
         if not v:
-            return "no interval"
-        return "[" + ", ".join("open" if x is None else f"{x:.1f}" for x in v) + "]"
+            return "[no interval]"
+        return "[" + ", ".join("open" if x is None else f"{x:.2f}" for x in v) + "]"
 
-    adv = be.get("advantage") or {}
+    adv, adv_ci = be.get("advantage") or {}, be.get("advantage_ci") or {}
     for axis, unit in (("concurrency", ""), ("context", " tokens")):
         lo, hi = be.get(f"{axis}_range") or [None, None]
         a_lo, a_hi = adv.get(f"at_{axis}_low"), adv.get(f"at_{axis}_high")
@@ -148,9 +151,17 @@ def report(base: Path, obs: Path) -> None:
         else:
             print(f"{head} none: {be.get(f'{axis}_reason')}")
         if a_lo is not None and a_hi is not None:
-            print(f"  fitted ngram/plain per-request rate: {a_lo:.2f}x at {lo}, {a_hi:.2f}x at {hi}")
+            print(f"  fitted ngram/plain per-request rate: {a_lo:.2f}x "
+                  f"{ci(adv_ci.get(f'at_{axis}_low'))} at {lo}, {a_hi:.2f}x "
+                  f"{ci(adv_ci.get(f'at_{axis}_high'))} at {hi}")
     for f in be.get("factors") or []:
         print(f"  factor {f['name']}: x{f['factor']:.2f} ({f['description']})")
+    fd = be.get("fewer_drafts")
+    if fd:
+        g = fd.get("predicted_gain_ci")
+        print(f"fewer drafts at batch {fd['batch']:.0f}: best {fd['best_drafts']} of "
+              f"{fd['drafts']}, predicted {fd['predicted_gain']:+.0%}"
+              + (f" [{g[0]:+.0%}, {g[1]:+.0%}]" if g else "") + " per request")
     print(f"recommendation: {be.get('recommendation')}")
     if be.get("predicted_gain") is not None:
         print(f"predicted gain: {be['predicted_gain']:+.0%}")

@@ -28,7 +28,7 @@ have given the best of both is stated with the engines' flags and its predicted 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -255,6 +255,22 @@ class Axis:
     reason: str | None = None
     advantage_low: float | None = None  # this run's rate / the baseline's at the range's start
     advantage_high: float | None = None  # ... and at its end
+    advantage_low_ci: tuple[float, float] | None = None  # over the bootstrap refits
+    advantage_high_ci: tuple[float, float] | None = None
+
+    def side(self, end: str) -> str:
+        """'ahead', 'behind' or 'level': this run against the baseline at the range's `end`
+        ('low' or 'high'), ahead or behind only by a material margin whose interval excludes
+        level."""
+        v = self.advantage_low if end == "low" else self.advantage_high
+        ci = self.advantage_low_ci if end == "low" else self.advantage_high_ci
+        if v is None:
+            return "level"
+        if v >= 1 + MATERIAL_GAIN and (ci is None or ci[0] > 1):
+            return "ahead"
+        if v <= 1 / (1 + MATERIAL_GAIN) and (ci is None or ci[1] < 1):
+            return "behind"
+        return "level"
     factors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -290,6 +306,12 @@ class Breakeven:
                 "at_context_low": self.context.advantage_low,
                 "at_context_high": self.context.advantage_high,
             },
+            "advantage_ci": {
+                "at_concurrency_low": _pair(self.concurrency.advantage_low_ci),
+                "at_concurrency_high": _pair(self.concurrency.advantage_high_ci),
+                "at_context_low": _pair(self.context.advantage_low_ci),
+                "at_context_high": _pair(self.context.advantage_high_ci),
+            },
             "recommendation": self.recommendation,
             "predicted_gain": self.predicted_gain,
             "fewer_drafts": None if self.fewer_drafts is None else self.fewer_drafts.to_json(),
@@ -298,6 +320,10 @@ class Breakeven:
                                "batch steps (within each sweep point of both runs), refitting "
                                "both models",
         }
+
+
+def _pair(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else [ci[0], ci[1]]
 
 
 def unavailable(reason: str = "too few reliable client-timed steps in this run or the "
@@ -376,22 +402,35 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     point_x = crosses[0]
     mo, mb = fits[0]
 
-    def adv(v: float) -> float:
-        r = (mo.rate(v, at) / mb.rate(v, at)) if name == "concurrency" else (
-            mo.rate(1.0, v) / mb.rate(1.0, v))
+    def adv(v: float, pair: tuple[RateModel, RateModel]) -> float:
+        o, b = pair
+        r = (o.rate(v, at) / b.rate(v, at)) if name == "concurrency" else (
+            o.rate(1.0, v) / b.rate(1.0, v))
         return float(r)
 
-    a_lo, a_hi = adv(low), adv(high)
+    def adv_ci(v: float) -> tuple[float, float] | None:
+        if len(fits) <= 20:
+            return None
+        lo, hi = percentile_interval(np.asarray([adv(v, pair) for pair in fits[1:]]))
+        return float(lo), float(hi)
+
+    a_lo, a_hi = adv(low, fits[0]), adv(high, fits[0])
+    cis = {"advantage_low_ci": adv_ci(low), "advantage_high_ci": adv_ci(high)}
     lo_pt = (low, at) if name == "concurrency" else (1.0, low)
     hi_pt = (high, at) if name == "concurrency" else (1.0, high)
     # what the loss is made of, where there is a material one (a tenth of the advantage)
     factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < MATERIAL_LOSS * a_lo else []
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
-        tail = f", faster at the end ({a_hi:.2f}x at {high:.0f})" if a_hi > 1 else ""
-        return Axis(name, low, high, reason=f"no {name} crossover in {rng_txt}: slower than the "
-                    f"baseline from the start ({a_lo:.2f}x at {low:.0f}){tail}",
-                    advantage_low=a_lo, advantage_high=a_hi, factors=factors)
+        ax = Axis(name, low, high, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
+                  **cis)
+        words = {"behind": "slower than", "level": "not distinguishable from",
+                 "ahead": "faster than"}
+        at_lo = f"{a_lo:.2f}x{_ci_text(ax.advantage_low_ci)} at {low:.0f}"
+        at_hi = f"{a_hi:.2f}x{_ci_text(ax.advantage_high_ci)} at {high:.0f}"
+        return replace(ax, reason=f"no {name} crossover in {rng_txt}: not faster than the "
+                       f"baseline at the start, {words[ax.side('low')]} it ({at_lo}); "
+                       f"{words[ax.side('high')]} it at the end ({at_hi})")
     # a resample without a crossing in the searched range sits beyond it (or, slower from the
     # start, below it): an open end of the interval, printed as null
     top = high * EXTRAPOLATE
@@ -404,13 +443,13 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
             ci = None  # open at both ends: no interval to give
     if point_x is not None and point_x <= high:
         return Axis(name, low, high, point=point_x, ci=ci, advantage_low=a_lo,
-                    advantage_high=a_hi, factors=factors)
+                    advantage_high=a_hi, factors=factors, **cis)
     extra = point_x
     reason = f"no {name} crossover in {rng_txt}: this run stays faster ({a_hi:.2f}x at {high:.0f})"
     if extra is not None:
         reason += f"; the fitted model extrapolates one near {extra:.0f}{unit} (unmeasured)"
     return Axis(name, low, high, ci=ci if extra is not None else None, extrapolated=extra,
-                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors)
+                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors, **cis)
 
 
 @dataclass(frozen=True)
@@ -473,6 +512,10 @@ def fewer_drafts(rs: RunSteps, mo: RateModel, mb: RateModel, batch: float, at: f
     return FewerDrafts(batch, k, best, tuple(rates), rates[best] / rates[k] - 1.0)
 
 
+def _ci_text(ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def _pays(fewer: FewerDrafts | None) -> bool:
     """Fewer drafts are worth saying: a K' between off and all, with a material predicted gain
     whose interval excludes none."""
@@ -517,16 +560,28 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
             parts.append("Most of the loss is acceptance falling with batch (shared drafter "
                          "capacity): fewer draft tokens will not recover it; switching off will.")
     elif conc.reason and conc.point is None and conc.advantage_low is not None:
-        if conc.advantage_low < 1 and (conc.advantage_high or 0) > 1:
+        lo_side, hi_side = conc.side("low"), conc.side("high")
+        at_lo = f"{conc.advantage_low:.2f}x{_ci_text(conc.advantage_low_ci)} at {conc.low:.0f}"
+        at_hi = (f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at "
+                 f"{conc.high:.0f}")
+        if lo_side == "behind":
             gain = float(1 / conc.advantage_low - 1)
-            parts.append(f"Speculation is slower than the baseline at concurrency {conc.low:.0f} "
-                         f"({conc.advantage_low:.2f}x) and faster at {conc.high:.0f} "
-                         f"({conc.advantage_high:.2f}x): off at low load (+{gain:.0%} per "
-                         f"request at {conc.low:.0f}), on under load.")
-        elif conc.advantage_low < 1:
-            gain = float(1 / conc.advantage_low - 1)
-            parts.append(f"Speculation is slower than the baseline at every measured concurrency: "
-                         f"turn it off (+{gain:.0%} per request at {conc.low:.0f}).")
+            if hi_side == "ahead":
+                parts.append(f"Speculation is slower than the baseline at low load ({at_lo}) "
+                             f"and faster under load ({at_hi}): off at low load (+{gain:.0%} per "
+                             f"request at {conc.low:.0f}), on under load.")
+            elif hi_side == "behind":
+                parts.append(f"Speculation is slower than the baseline at every measured "
+                             f"concurrency ({at_lo}, {at_hi}): turn it off (+{gain:.0%} per "
+                             f"request at {conc.low:.0f}).")
+            else:
+                parts.append(f"Speculation is slower than the baseline at low load ({at_lo}) and "
+                             f"level with it under load ({at_hi}): turn it off (+{gain:.0%} per "
+                             f"request at {conc.low:.0f}).")
+        elif lo_side == "level":
+            parts.append(f"No material, significant difference from the baseline at concurrency "
+                         f"{conc.low:.0f} ({at_lo}; {at_hi}): this data supports no policy change; "
+                         "measure with more repeats (--repeat) on a quieter machine.")
         else:
             tail = (f"; the model puts a crossover near {conc.extrapolated:.0f}: measure there "
                     "before relying on it" if conc.extrapolated is not None else "")
