@@ -178,6 +178,9 @@ def main() -> int:
                     help="peers.vllm --cpu-bind (auto: one compute thread, steadier on a busy box)")
     ap.add_argument("--timeout", type=float, default=900.0, help="per run, s")
     ap.add_argument("--out", type=Path, default=None, help="keep the runs here")
+    ap.add_argument("--ngram-first", action="store_true",
+                    help="serve n-gram first (no --baseline), then plain: repeating the bench in "
+                         "both orders tells a drift in the machine's load from the method")
     ap.add_argument("--from-runs", nargs=2, type=Path, metavar=("PLAIN", "NGRAM"),
                     help="re-analyse two run directories instead of serving")
     args = ap.parse_args()
@@ -186,8 +189,12 @@ def main() -> int:
     else:
         out = args.out or Path(tempfile.mkdtemp(prefix="breakeven-peer-"))
         out.mkdir(parents=True, exist_ok=True)
-        base = serve_and_diagnose("none", out, args, None)
-        obs = serve_and_diagnose("ngram", out, args, base)
+        if args.ngram_first:
+            obs = serve_and_diagnose("ngram", out, args, None)
+            base = serve_and_diagnose("none", out, args, None)
+        else:
+            base = serve_and_diagnose("none", out, args, None)
+            obs = serve_and_diagnose("ngram", out, args, base)
     print(f"# runs: plain {base}, ngram {obs}")
     report(base, obs)
     return 0

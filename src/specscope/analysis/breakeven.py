@@ -200,9 +200,9 @@ def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 def fit_rate_model(rs: RunSteps, idx: np.ndarray | None = None) -> RateModel | None:
     """Least-squares fits of step time (linear in batch and in the batch's total context, read
     as batch x the step's own context since a sweep's requests have one shape: one pass over the
-    batch, whose attention reads every request's context) and commit length (a polynomial in log2 batch of degree up to 3, one less than the sweep's
-    levels, so it follows however acceptance falls between them; linear in context) over the
-    steps `idx` (all by default)."""
+    batch, whose attention reads every request's context) and commit length (a polynomial in
+    log2 batch of degree up to 3, one less than the sweep's levels, so it follows however
+    acceptance falls between them; linear in context) over the steps `idx` (all by default)."""
     sel = np.arange(rs.n) if idx is None else idx
     if sel.size < MIN_STEPS:
         return None
@@ -415,7 +415,7 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
         return float(lo), float(hi)
 
     a_lo, a_hi = adv(low, fits[0]), adv(high, fits[0])
-    cis = {"advantage_low_ci": adv_ci(low), "advantage_high_ci": adv_ci(high)}
+    lo_ci, hi_ci = adv_ci(low), adv_ci(high)
     lo_pt = (low, at) if name == "concurrency" else (1.0, low)
     hi_pt = (high, at) if name == "concurrency" else (1.0, high)
     # what the loss is made of, where there is a material one (a tenth of the advantage)
@@ -423,7 +423,7 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
         ax = Axis(name, low, high, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
-                  **cis)
+                  advantage_low_ci=lo_ci, advantage_high_ci=hi_ci)
         words = {"behind": "slower than", "level": "not distinguishable from",
                  "ahead": "faster than"}
         at_lo = f"{a_lo:.2f}x{_ci_text(ax.advantage_low_ci)} at {low:.0f}"
@@ -443,13 +443,15 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
             ci = None  # open at both ends: no interval to give
     if point_x is not None and point_x <= high:
         return Axis(name, low, high, point=point_x, ci=ci, advantage_low=a_lo,
-                    advantage_high=a_hi, factors=factors, **cis)
+                    advantage_high=a_hi, factors=factors, advantage_low_ci=lo_ci,
+                    advantage_high_ci=hi_ci)
     extra = point_x
     reason = f"no {name} crossover in {rng_txt}: this run stays faster ({a_hi:.2f}x at {high:.0f})"
     if extra is not None:
         reason += f"; the fitted model extrapolates one near {extra:.0f}{unit} (unmeasured)"
     return Axis(name, low, high, ci=ci if extra is not None else None, extrapolated=extra,
-                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors, **cis)
+                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
+                advantage_low_ci=lo_ci, advantage_high_ci=hi_ci)
 
 
 @dataclass(frozen=True)
@@ -528,7 +530,7 @@ def _fewer_text(f: FewerDrafts) -> str:
     ci = "" if f.gain_ci is None else f" [{f.gain_ci[0]:+.0%}, {f.gain_ci[1]:+.0%}]"
     return (f"{f.best} draft tokens per step instead of {f.drafts} (a smaller tree) at batch "
             f"{f.batch:.0f} predicts {f.gain:+.0%}{ci} per request over this run and "
-            f"{vs_off:+.0%} over speculation off (assuming the step's extra time scales with the "
+            f"{vs_off:+.0%} over the baseline (assuming the step's extra time scales with the "
             f"drafts). Where: {FLAGS_FEWER_DRAFTS}.")
 
 
