@@ -235,3 +235,22 @@ def test_fewer_draft_tokens_predicted_against_the_true_rates(name: str) -> None:
     rec = out.estimate.recommendation
     assert f"{d.best} draft tokens per step instead of 7" in rec
     assert "num_speculative_tokens" in rec and "--draft-max" in rec
+
+
+def test_a_run_against_its_own_twin_supports_no_policy() -> None:
+    """The same server as its own baseline (other random draws): the advantage at both ends of
+    the sweep is level (within 5% of 1, or an interval holding 1), and no policy change is
+    recommended."""
+    sc = tw.load_scenario("expensive-tree")
+    obs, ref = simulated(sc, 11, repeats=1), simulated(sc, 12, repeats=1)
+    be = breakeven(measure(obs.run, None), measure(ref.run, None), seed=3, resamples=40)
+    assert be is not None
+    js = be.to_json()
+    for end in ("low", "high"):
+        lo, hi = js["advantage_ci"][f"at_concurrency_{end}"]
+        point = js["advantage"][f"at_concurrency_{end}"]
+        assert lo < point < hi and (lo < 1 < hi or abs(point - 1) < 0.05), (lo, point, hi)
+        assert be.concurrency.side(end) == "level"
+    assert "supports no policy change" in js["recommendation"] or (
+        "not materially and significantly slower" in js["recommendation"])
+    assert "Speculation off above batch" not in js["recommendation"]

@@ -415,7 +415,7 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
         return float(lo), float(hi)
 
     a_lo, a_hi = adv(low, fits[0]), adv(high, fits[0])
-    lo_ci, hi_ci = adv_ci(low), adv_ci(high)
+    adv_lo_ci, adv_hi_ci = adv_ci(low), adv_ci(high)
     lo_pt = (low, at) if name == "concurrency" else (1.0, low)
     hi_pt = (high, at) if name == "concurrency" else (1.0, high)
     # what the loss is made of, where there is a material one (a tenth of the advantage)
@@ -423,7 +423,7 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
         ax = Axis(name, low, high, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
-                  advantage_low_ci=lo_ci, advantage_high_ci=hi_ci)
+                  advantage_low_ci=adv_lo_ci, advantage_high_ci=adv_hi_ci)
         words = {"behind": "slower than", "level": "not distinguishable from",
                  "ahead": "faster than"}
         at_lo = f"{a_lo:.2f}x{_ci_text(ax.advantage_low_ci)} at {low:.0f}"
@@ -443,15 +443,15 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
             ci = None  # open at both ends: no interval to give
     if point_x is not None and point_x <= high:
         return Axis(name, low, high, point=point_x, ci=ci, advantage_low=a_lo,
-                    advantage_high=a_hi, factors=factors, advantage_low_ci=lo_ci,
-                    advantage_high_ci=hi_ci)
+                    advantage_high=a_hi, factors=factors, advantage_low_ci=adv_lo_ci,
+                    advantage_high_ci=adv_hi_ci)
     extra = point_x
     reason = f"no {name} crossover in {rng_txt}: this run stays faster ({a_hi:.2f}x at {high:.0f})"
     if extra is not None:
         reason += f"; the fitted model extrapolates one near {extra:.0f}{unit} (unmeasured)"
     return Axis(name, low, high, ci=ci if extra is not None else None, extrapolated=extra,
                 reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
-                advantage_low_ci=lo_ci, advantage_high_ci=hi_ci)
+                advantage_low_ci=adv_lo_ci, advantage_high_ci=adv_hi_ci)
 
 
 @dataclass(frozen=True)
@@ -544,11 +544,21 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
     if conc.point is not None and mo is not None and mb is not None:
         n = max(1, int(np.floor(conc.point)))
         gain = float(mb.rate(conc.high, at) / mo.rate(conc.high, at) - 1.0)
-        parts.append(
-            f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
-            f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the {conc.advantage_low:.2f}x "
-            f"at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
-        )
+        if conc.side("high") == "behind":
+            parts.append(
+                f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
+                f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the "
+                f"{conc.advantage_low:.2f}x at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
+            )
+        else:
+            at_hi = (f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at "
+                     f"{conc.high:.0f}")
+            parts.append(
+                f"The fitted crossover is at batch {conc.point:.1f}, but at the top of the sweep "
+                f"this run is not materially and significantly slower ({at_hi}): measure higher "
+                f"concurrency before switching speculation off above batch {n} (predicted "
+                f"+{gain:.0%} at {conc.high:.0f}). Where: {FLAGS_BATCH_OFF}."
+            )
         step_f = next((f for f in conc.factors if f["name"] == "verify_cost_with_batch"), None)
         if _pays(fewer):
             parts.append(f"Better still: {_fewer_text(fewer)}")
