@@ -24,8 +24,9 @@ from specscope.twin.model import (
     step_time,
 )
 
-SHIPPED = ["batch-headroom", "batch-verify-cost", "coalescing", "draft-window", "expensive-tree",
-           "healthy", "seed-regression", "shared-drafter", "speculation-overhead"]
+SHIPPED = ["batch-headroom", "batch-verify-cost", "coalescing", "context-verify-cost",
+           "draft-window", "expensive-tree", "healthy", "seed-regression", "shared-drafter",
+           "speculation-overhead"]
 
 
 def _run(sc, prompt: int, n: int, seeds=range(10)) -> tuple[float, float]:

@@ -4,8 +4,10 @@ A speculative run is compared with a baseline run (plain decoding, or another sp
 config), each with sweeps. Rather than reading the nearest sweep point, each run's steps are
 fitted with the step-time model of continuous batching, where one step serves the whole batch:
 
-    step time      s(B, c) = s0 + a*c + beta*B        (beta: what one more request in the batch
-                                                      costs: its verified tokens' share of the pass)
+    step time      s(B, c) = s0 + a*B*c + beta*B      (a: attention over every request's own
+                                                      context; beta: what one more request in the
+                                                      batch costs: its verified tokens' share of
+                                                      the pass)
     commit length  L(B, c) = poly(log2 B) + lc*c      (degree up to 3; acceptance may fall with
                                                       batch: shared drafter capacity; or with
                                                       context: the drafter's window)
@@ -26,7 +28,7 @@ have given the best of both is stated with the engines' flags and its predicted 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,7 @@ MIN_BLOCK_STEPS = 3
 MIN_CONTEXT_SPREAD = 64  # tokens of prompt-length spread before a context crossover is fitted
 STEP_COVERAGE = 0.9  # a request's steps must hold 90% of its decode-window tokens to be fitted
 MATERIAL_LOSS = 0.9  # factors are given when the advantage falls by a tenth or more
+MATERIAL_GAIN = 0.05  # a policy change is suggested for a predicted gain of 5% or more
 
 # Where each engine has the setting (looked up in their docs; "none" stated where there is none).
 FLAGS_BATCH_OFF = (
@@ -162,14 +165,15 @@ def run_steps(m: Measured) -> RunSteps | None:
 class RateModel:
     """One run's fitted step time and commit length as functions of batch and context."""
 
-    step: tuple[float, float, float]  # s0, a (per 1000 context tokens), beta (per request)
+    step: tuple[float, float, float]  # s0, a (per 1000 context tokens of the batch), beta
     commit: tuple[float, ...]  # polynomial in log2 batch (constant first), then lc per 1000 tokens
     x_max: float  # log2 of the largest batch measured: beyond it the polynomial goes on linearly
     commit_max: float  # the largest mean commit length seen: the fit is never extrapolated above
 
     def step_s(self, b: np.ndarray | float, c: np.ndarray | float) -> np.ndarray:
         s0, a, beta = self.step
-        return np.maximum(s0 + a * np.asarray(c) / KTOK + beta * np.asarray(b), 1e-9)
+        b = np.asarray(b)
+        return np.maximum(s0 + a * b * np.asarray(c) / KTOK + beta * b, 1e-9)
 
     def commit_len(self, b: np.ndarray | float, c: np.ndarray | float) -> np.ndarray:
         *poly, lc = self.commit
@@ -194,15 +198,16 @@ def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 
 
 def fit_rate_model(rs: RunSteps, idx: np.ndarray | None = None) -> RateModel | None:
-    """Least-squares fits of step time (linear in batch and context: one pass over the batch)
-    and commit length (a polynomial in log2 batch of degree up to 3, one less than the sweep's
-    levels, so it follows however acceptance falls between them; linear in context) over the
-    steps `idx` (all by default)."""
+    """Least-squares fits of step time (linear in batch and in the batch's total context, read
+    as batch x the step's own context since a sweep's requests have one shape: one pass over the
+    batch, whose attention reads every request's context) and commit length (a polynomial in
+    log2 batch of degree up to 3, one less than the sweep's levels, so it follows however
+    acceptance falls between them; linear in context) over the steps `idx` (all by default)."""
     sel = np.arange(rs.n) if idx is None else idx
     if sel.size < MIN_STEPS:
         return None
     b, c, s = rs.batch[sel], rs.context[sel] / KTOK, rs.step_s[sel]
-    st = _lstsq([np.ones_like(b), c, b], s)
+    st = _lstsq([np.ones_like(b), b * c, b], s)
     full = sel[rs.full[sel]]  # commit length from steps that max_tokens did not cut
     if full.size < MIN_STEPS:
         return None
@@ -215,13 +220,26 @@ def fit_rate_model(rs: RunSteps, idx: np.ndarray | None = None) -> RateModel | N
                      x_max=float(np.log2(max(rs.levels))), commit_max=max(1.0, float(max(by_batch))))
 
 
-def crossing(x: np.ndarray, gap: np.ndarray) -> float | None:
-    """The first x where gap (this run's rate minus the baseline's) goes from > 0 to <= 0,
-    linearly interpolated; None without such a sign change."""
-    for i in range(1, x.size):
-        if gap[i - 1] > 0 >= gap[i]:
-            return float(x[i - 1] + (x[i] - x[i - 1]) * gap[i - 1] / (gap[i - 1] - gap[i]))
-    return None
+def crossing(x: np.ndarray, gap: np.ndarray, high: float | None = None) -> float | None:
+    """Where gap (this run's rate minus the baseline's) falls from > 0 to <= 0 for good,
+    linearly interpolated; None without such a fall.
+
+    With `high` (the measured range's end): when this run is behind at `high`, the last fall
+    before it (a dip that recovers inside the range is no breakeven: speculation pays again
+    above it); when it is ahead at `high`, the first fall beyond it (the extrapolated point)."""
+
+    def fall(i: int) -> float:
+        return float(x[i - 1] + (x[i] - x[i - 1]) * gap[i - 1] / (gap[i - 1] - gap[i]))
+
+    falls = [i for i in range(1, x.size) if gap[i - 1] > 0 >= gap[i]]
+    if high is None:
+        return fall(falls[0]) if falls else None
+    end = int(np.searchsorted(x, high, side="right")) - 1
+    if gap[end] <= 0:
+        inside = [i for i in falls if i <= end]
+        return fall(inside[-1]) if inside else None
+    beyond = [i for i in falls if i > end]
+    return fall(beyond[0]) if beyond else None
 
 
 @dataclass(frozen=True)
@@ -237,6 +255,22 @@ class Axis:
     reason: str | None = None
     advantage_low: float | None = None  # this run's rate / the baseline's at the range's start
     advantage_high: float | None = None  # ... and at its end
+    advantage_low_ci: tuple[float, float] | None = None  # over the bootstrap refits
+    advantage_high_ci: tuple[float, float] | None = None
+
+    def side(self, end: str) -> str:
+        """'ahead', 'behind' or 'level': this run against the baseline at the range's `end`
+        ('low' or 'high'), ahead or behind only by a material margin whose interval excludes
+        level."""
+        v = self.advantage_low if end == "low" else self.advantage_high
+        ci = self.advantage_low_ci if end == "low" else self.advantage_high_ci
+        if v is None:
+            return "level"
+        if v >= 1 + MATERIAL_GAIN and (ci is None or ci[0] > 1):
+            return "ahead"
+        if v <= 1 / (1 + MATERIAL_GAIN) and (ci is None or ci[1] < 1):
+            return "behind"
+        return "level"
     factors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -247,6 +281,7 @@ class Breakeven:
     recommendation: str
     curves: dict[str, Any]
     predicted_gain: float | None = None  # best-of-both policy vs this run at the range's end
+    fewer_drafts: FewerDrafts | None = None  # fewer draft tokens at the range's end
 
     def to_json(self) -> dict[str, Any]:
         def ci(a: Axis) -> list[float | None] | None:
@@ -271,13 +306,24 @@ class Breakeven:
                 "at_context_low": self.context.advantage_low,
                 "at_context_high": self.context.advantage_high,
             },
+            "advantage_ci": {
+                "at_concurrency_low": _pair(self.concurrency.advantage_low_ci),
+                "at_concurrency_high": _pair(self.concurrency.advantage_high_ci),
+                "at_context_low": _pair(self.context.advantage_low_ci),
+                "at_context_high": _pair(self.context.advantage_high_ci),
+            },
             "recommendation": self.recommendation,
             "predicted_gain": self.predicted_gain,
+            "fewer_drafts": None if self.fewer_drafts is None else self.fewer_drafts.to_json(),
             "factors": [*self.concurrency.factors, *self.context.factors],
             "interval_method": f"{CI_LEVEL:.0%} percentile bootstrap over blocks of consecutive "
                                "batch steps (within each sweep point of both runs), refitting "
                                "both models",
         }
+
+
+def _pair(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else [ci[0], ci[1]]
 
 
 def unavailable(reason: str = "too few reliable client-timed steps in this run or the "
@@ -345,7 +391,7 @@ def _solve_axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, 
         if gap[0] <= 0:
             out.append(float("-inf"))  # slower from the start: no breakeven to find
         else:
-            out.append(crossing(x, gap))
+            out.append(crossing(x, gap, high))
     return out, x
 
 
@@ -356,21 +402,35 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     point_x = crosses[0]
     mo, mb = fits[0]
 
-    def adv(v: float) -> float:
-        r = (mo.rate(v, at) / mb.rate(v, at)) if name == "concurrency" else (
-            mo.rate(1.0, v) / mb.rate(1.0, v))
+    def adv(v: float, pair: tuple[RateModel, RateModel]) -> float:
+        o, b = pair
+        r = (o.rate(v, at) / b.rate(v, at)) if name == "concurrency" else (
+            o.rate(1.0, v) / b.rate(1.0, v))
         return float(r)
 
-    a_lo, a_hi = adv(low), adv(high)
+    def adv_ci(v: float) -> tuple[float, float] | None:
+        if len(fits) <= 20:
+            return None
+        lo, hi = percentile_interval(np.asarray([adv(v, pair) for pair in fits[1:]]))
+        return float(lo), float(hi)
+
+    a_lo, a_hi = adv(low, fits[0]), adv(high, fits[0])
+    adv_lo_ci, adv_hi_ci = adv_ci(low), adv_ci(high)
     lo_pt = (low, at) if name == "concurrency" else (1.0, low)
     hi_pt = (high, at) if name == "concurrency" else (1.0, high)
     # what the loss is made of, where there is a material one (a tenth of the advantage)
     factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < MATERIAL_LOSS * a_lo else []
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
-        return Axis(name, low, high, reason=f"no {name} crossover in {rng_txt}: slower than the "
-                    f"baseline from the start ({a_lo:.2f}x at {low:.0f})",
-                    advantage_low=a_lo, advantage_high=a_hi, factors=factors)
+        ax = Axis(name, low, high, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
+                  advantage_low_ci=adv_lo_ci, advantage_high_ci=adv_hi_ci)
+        words = {"behind": "slower than", "level": "not distinguishable from",
+                 "ahead": "faster than"}
+        at_lo = f"{a_lo:.2f}x{_ci_text(ax.advantage_low_ci)} at {low:.0f}"
+        at_hi = f"{a_hi:.2f}x{_ci_text(ax.advantage_high_ci)} at {high:.0f}"
+        return replace(ax, reason=f"no {name} crossover in {rng_txt}: not faster than the "
+                       f"baseline at the start, {words[ax.side('low')]} it ({at_lo}); "
+                       f"{words[ax.side('high')]} it at the end ({at_hi})")
     # a resample without a crossing in the searched range sits beyond it (or, slower from the
     # start, below it): an open end of the interval, printed as null
     top = high * EXTRAPOLATE
@@ -383,17 +443,99 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
             ci = None  # open at both ends: no interval to give
     if point_x is not None and point_x <= high:
         return Axis(name, low, high, point=point_x, ci=ci, advantage_low=a_lo,
-                    advantage_high=a_hi, factors=factors)
+                    advantage_high=a_hi, factors=factors, advantage_low_ci=adv_lo_ci,
+                    advantage_high_ci=adv_hi_ci)
     extra = point_x
     reason = f"no {name} crossover in {rng_txt}: this run stays faster ({a_hi:.2f}x at {high:.0f})"
     if extra is not None:
         reason += f"; the fitted model extrapolates one near {extra:.0f}{unit} (unmeasured)"
     return Axis(name, low, high, ci=ci if extra is not None else None, extrapolated=extra,
-                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors)
+                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
+                advantage_low_ci=adv_lo_ci, advantage_high_ci=adv_hi_ci)
+
+
+@dataclass(frozen=True)
+class FewerDrafts:
+    """The predicted per-request rate at high batch with fewer draft tokens per step.
+
+    From the two fitted models and this run's commit lengths at that batch, under two stated
+    assumptions: the step time this run spends above the baseline's (drafting plus verifying the
+    drafts) scales with the number of drafts, and with K' drafts a step accepts min(a, K') of
+    the a it accepted with all K (exact for a chain drafter; for a tree, K' bounds its depth)."""
+
+    batch: float
+    drafts: int  # K: this run's drafts per step (its longest commit - 1)
+    best: int  # K' with the highest predicted rate (0: speculation off, K: as it is)
+    rates: tuple[float, ...]  # predicted per-request tps for K' = 0..K
+    gain: float  # the best's rate / this run's - 1
+    gain_ci: tuple[float, float] | None = None  # over the bootstrap refits, for the same K'
+
+    def with_interval(self, resampled: list[FewerDrafts]) -> FewerDrafts:
+        """This prediction with the interval of its gain (at its K') over bootstrap refits."""
+        g = np.asarray([r.rates[self.best] / r.rates[r.drafts] - 1.0 for r in resampled
+                        if r.drafts == self.drafts])
+        if g.size < 20:
+            return self
+        lo, hi = percentile_interval(g)
+        return FewerDrafts(self.batch, self.drafts, self.best, self.rates, self.gain,
+                           (float(lo), float(hi)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "drafts": self.drafts, "best_drafts": self.best,
+                "predicted_tps": list(self.rates), "predicted_gain": self.gain,
+                "predicted_gain_ci": None if self.gain_ci is None else list(self.gain_ci),
+                "gain_vs_off": self.rates[self.best] / self.rates[0] - 1.0,
+                "assumes": "the step time above the baseline's scales with the draft count; "
+                           "K' drafts accept min(accepted, K')"}
+
+
+def fewer_drafts(rs: RunSteps, mo: RateModel, mb: RateModel, batch: float, at: float,
+                 idx: np.ndarray | None = None) -> FewerDrafts | None:
+    """The draft count that maximises the per-request rate at `batch` (see FewerDrafts), from
+    the steps `idx` (all by default); None with fewer than two drafts per step or too few uncut
+    steps near that batch."""
+    k = int(rs.commit.max()) - 1
+    sel = np.arange(rs.n) if idx is None else idx
+    near = sel[rs.full[sel] & (rs.batch[sel] >= 0.75 * batch)]
+    if k < 2 or near.size < MIN_STEPS:
+        return None
+    accepted = rs.commit[near] - 1.0
+    if accepted.mean() <= 0:
+        return None
+    s_o, s_b = float(mo.step_s(batch, at)), float(mb.step_s(batch, at))
+    extra_commit = float(mo.commit_len(batch, at)) - 1.0
+    rates = [float(mb.rate(batch, at))]
+    for kk in range(1, k + 1):
+        share = float(np.minimum(accepted, kk).mean() / accepted.mean())
+        step = s_b + (s_o - s_b) * kk / k
+        rates.append((1.0 + extra_commit * share) / max(step, 1e-9))
+    rates[k] = float(mo.rate(batch, at))  # K drafts: this run's own fitted rate
+    best = int(np.argmax(rates))
+    return FewerDrafts(batch, k, best, tuple(rates), rates[best] / rates[k] - 1.0)
+
+
+def _ci_text(ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _pays(fewer: FewerDrafts | None) -> bool:
+    """Fewer drafts are worth saying: a K' between off and all, with a material predicted gain
+    whose interval excludes none."""
+    return (fewer is not None and 0 < fewer.best < fewer.drafts and fewer.gain >= MATERIAL_GAIN
+            and (fewer.gain_ci is None or fewer.gain_ci[0] > 0))
+
+
+def _fewer_text(f: FewerDrafts) -> str:
+    vs_off = f.rates[f.best] / f.rates[0] - 1.0
+    ci = "" if f.gain_ci is None else f" [{f.gain_ci[0]:+.0%}, {f.gain_ci[1]:+.0%}]"
+    return (f"{f.best} draft tokens per step instead of {f.drafts} (a smaller tree) at batch "
+            f"{f.batch:.0f} predicts {f.gain:+.0%}{ci} per request over this run and "
+            f"{vs_off:+.0%} over the baseline (assuming the step's extra time scales with the "
+            f"drafts). Where: {FLAGS_FEWER_DRAFTS}.")
 
 
 def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None,
-               at: float) -> tuple[str, float | None]:
+               at: float, fewer: FewerDrafts | None = None) -> tuple[str, float | None]:
     parts: list[str] = []
     gain = None
     # against another speculative config the policy is "switch to it", not "switch off"
@@ -402,13 +544,25 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
     if conc.point is not None and mo is not None and mb is not None:
         n = max(1, int(np.floor(conc.point)))
         gain = float(mb.rate(conc.high, at) / mo.rate(conc.high, at) - 1.0)
-        parts.append(
-            f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
-            f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the {conc.advantage_low:.2f}x "
-            f"at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
-        )
+        if conc.side("high") == "behind":
+            parts.append(
+                f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
+                f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the "
+                f"{conc.advantage_low:.2f}x at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
+            )
+        else:
+            at_hi = (f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at "
+                     f"{conc.high:.0f}")
+            parts.append(
+                f"The fitted crossover is at batch {conc.point:.1f}, but at the top of the sweep "
+                f"this run is not materially and significantly slower ({at_hi}): measure higher "
+                f"concurrency before switching speculation off above batch {n} (predicted "
+                f"+{gain:.0%} at {conc.high:.0f}). Where: {FLAGS_BATCH_OFF}."
+            )
         step_f = next((f for f in conc.factors if f["name"] == "verify_cost_with_batch"), None)
-        if step_f and (step_f["share_of_loss"] or 0) >= 0.5:
+        if _pays(fewer):
+            parts.append(f"Better still: {_fewer_text(fewer)}")
+        elif step_f and (step_f["share_of_loss"] or 0) >= 0.5:
             parts.append(
                 "Most of the loss is verify cost growing with batch x verified tokens: verifying "
                 f"fewer draft tokens (a smaller tree) at high batch moves the crossover up. "
@@ -418,15 +572,35 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
             parts.append("Most of the loss is acceptance falling with batch (shared drafter "
                          "capacity): fewer draft tokens will not recover it; switching off will.")
     elif conc.reason and conc.point is None and conc.advantage_low is not None:
-        if conc.advantage_low < 1:
+        lo_side, hi_side = conc.side("low"), conc.side("high")
+        at_lo = f"{conc.advantage_low:.2f}x{_ci_text(conc.advantage_low_ci)} at {conc.low:.0f}"
+        at_hi = (f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at "
+                 f"{conc.high:.0f}")
+        if lo_side == "behind":
             gain = float(1 / conc.advantage_low - 1)
-            parts.append(f"Speculation is slower than the baseline at every measured concurrency: "
-                         f"turn it off (+{gain:.0%} per request at {conc.low:.0f}).")
+            if hi_side == "ahead":
+                parts.append(f"Speculation is slower than the baseline at low load ({at_lo}) "
+                             f"and faster under load ({at_hi}): off at low load (+{gain:.0%} per "
+                             f"request at {conc.low:.0f}), on under load.")
+            elif hi_side == "behind":
+                parts.append(f"Speculation is slower than the baseline at every measured "
+                             f"concurrency ({at_lo}, {at_hi}): turn it off (+{gain:.0%} per "
+                             f"request at {conc.low:.0f}).")
+            else:
+                parts.append(f"Speculation is slower than the baseline at low load ({at_lo}) and "
+                             f"level with it under load ({at_hi}): turn it off (+{gain:.0%} per "
+                             f"request at {conc.low:.0f}).")
+        elif lo_side == "level":
+            parts.append(f"No material, significant difference from the baseline at concurrency "
+                         f"{conc.low:.0f} ({at_lo}; {at_hi}): this data supports no policy change; "
+                         "measure with more repeats (--repeat) on a quieter machine.")
         else:
             tail = (f"; the model puts a crossover near {conc.extrapolated:.0f}: measure there "
                     "before relying on it" if conc.extrapolated is not None else "")
             parts.append(f"Keep speculation on over concurrency [{conc.low:.0f}, {conc.high:.0f}] "
                          f"({conc.advantage_high:.2f}x at {conc.high:.0f}){tail}.")
+            if _pays(fewer):
+                parts.append(f"At high batch: {_fewer_text(fewer)}")
     if ctx.point is not None:
         parts.append(f"{off} above context {ctx.point:.0f} tokens. Where: "
                      f"{FLAGS_CONTEXT_OFF}.")
@@ -471,10 +645,13 @@ def breakeven(m: Measured, mb: Measured, *, seed: int = 0,
         return None
     rng = np.random.default_rng(seed)
     fits = [(fit_o, fit_b)]
+    picks: list[np.ndarray] = []  # each refit's steps of this run (for the fewer-drafts interval)
     for _ in range(resamples):
-        fo, fb = fit_rate_model(ro, _resample(ro, rng)), fit_rate_model(rb, _resample(rb, rng))
+        idx = _resample(ro, rng)
+        fo, fb = fit_rate_model(ro, idx), fit_rate_model(rb, _resample(rb, rng))
         if fo is not None and fb is not None:
             fits.append((fo, fb))
+            picks.append(idx)
     sweep = [c for c in ro.levels if c in rb.levels]
     conc_at = float(np.median(ro.context[ro.batch > 1])) if (ro.batch > 1).any() else float(
         np.median(ro.context))
@@ -499,8 +676,13 @@ def breakeven(m: Measured, mb: Measured, *, seed: int = 0,
     else:
         ctx = Axis("context", c_lo, c_hi, reason="no context crossover: needs a context sweep "
                    f"(prompt lengths {MIN_CONTEXT_SPREAD}+ tokens apart) in both runs")
-    rec, gain = _recommend(conc, ctx, fit_o, fit_b, conc_at)
+    fewer = fewer_drafts(ro, fit_o, fit_b, conc.high, conc_at) if len(sweep) >= 2 else None
+    if fewer is not None:
+        redone = (fewer_drafts(ro, fo, fb, conc.high, conc_at, idx)
+                  for (fo, fb), idx in zip(fits[1:], picks, strict=True))
+        fewer = fewer.with_interval([r for r in redone if r is not None])
+    rec, gain = _recommend(conc, ctx, fit_o, fit_b, conc_at, fewer)
     curves = _curves(fits, conc.low, max(conc.high, conc.low + 1), conc_at,
                      {"observed": _measured_points(m), "baseline": _measured_points(mb)})
     curves.update(crossover=conc.point, context=conc_at)
-    return Breakeven(conc, ctx, rec, curves, predicted_gain=gain)
+    return Breakeven(conc, ctx, rec, curves, predicted_gain=gain, fewer_drafts=fewer)

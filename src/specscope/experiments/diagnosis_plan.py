@@ -65,6 +65,6 @@ def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False
 
     if concurrency_levels:
         out.extend(concurrency_sweep.plan(concurrency_levels, prompt_tokens=min(prompt_tokens, 512),
-                                          max_tokens=min(max_tokens, 256), repeat=1,
+                                          max_tokens=min(max_tokens, 256), repeat=repeat,
                                           max_context=max_context))
     return out

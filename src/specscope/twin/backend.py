@@ -177,7 +177,7 @@ class TwinBackend:
         if not reqs:
             return BatchStep(outputs=[], step_s=0.0)
         batch = len(reqs)
-        context = max(r.context for r in reqs)
+        context = sum(r.context for r in reqs)  # attention reads every request's own KV cache
         out_pos = max(r.output for r in reqs)
         # The oldest request's timing stream drives the batch, so batch 1 matches simulate_request.
         lead = reqs[0]

@@ -40,17 +40,23 @@ class _Table(BaseModel):
 class StepTable(_Table):
     """Verify-step time, seconds: s0 + per_context_token*context + per_verified_token*verified
     + per_batch_request*(batch-1) + per_batch_verified_token*batch*verified
-    + drift_per_output_token*output_pos, times lognormal noise.
+    + per_context_verified_token*verified*context + drift_per_output_token*output_pos, times
+    lognormal noise. In a batch, `context` is the sum of its requests' contexts (attention reads
+    every request's own KV cache) and `output_pos` the largest.
 
     `per_batch_verified_token` is continuous batching's verify cost: one forward pass over every
     request's verified tokens, so it grows with batch x verified tokens per request (the term
-    that makes speculation lose at high concurrency once the step is compute-bound)."""
+    that makes speculation lose at high concurrency once the step is compute-bound).
+    `per_context_verified_token` is attention's share of it: each verified token attends to the
+    whole context, so a wide verify grows with context faster than plain decoding does (the term
+    that makes speculation lose at long context)."""
 
     s0: float = Field(0.02, ge=0)
     per_context_token: float = Field(0.0, ge=0)
     per_verified_token: float = Field(0.0, ge=0)
     per_batch_request: float = Field(0.0, ge=0)
     per_batch_verified_token: float = Field(0.0, ge=0)
+    per_context_verified_token: float = Field(0.0, ge=0)
     drift_per_output_token: float = 0.0
     noise_sigma: float = Field(0.0, ge=0, le=2)
     # lag-1 correlation of the noise between consecutive steps of a request (jitter that
@@ -221,13 +227,15 @@ def load_scenario(name_or_path: str | Path, variant: str | None = None) -> Scena
 
 
 def expected_step_s(
-    sc: Scenario, context_len: int, verified_tokens: int, batch_size: float, output_pos: int
+    sc: Scenario, context_len: float, verified_tokens: int, batch_size: float, output_pos: int
 ) -> float:
-    """The noiseless step time (already time-scaled): the step-time model's mean."""
+    """The noiseless step time (already time-scaled): the step-time model's mean. `context_len`
+    is the step's attention context: one request's, or the sum over a batch's requests."""
     st = sc.step
     s = (
         st.s0
         + st.per_context_token * context_len
+        + st.per_context_verified_token * verified_tokens * context_len
         + st.per_verified_token * verified_tokens
         + st.per_batch_request * max(0, batch_size - 1)
         + st.per_batch_verified_token * max(1, batch_size) * verified_tokens
@@ -437,8 +445,8 @@ def simulate_batch_steps(
     """Every verify step of len(seeds) identical requests admitted together and stepped as one
     continuous batch (virtual time), per request. One step serves every running request: its
     time is drawn once (from the oldest running request's timing stream, as the live twin does)
-    at the batch's size and its largest context; each request's acceptance is drawn at that batch
-    size. Finished requests leave the batch, so the tail runs at a smaller batch."""
+    at the batch's size and the sum of its requests' contexts (each request's attention reads its
+    own KV cache); each request's acceptance is drawn at that batch size. Finished requests leave the batch, so the tail runs at a smaller batch."""
     streams = [request_rngs(sc, s) for s in seeds]
     verified = sc.acceptance.verified_tokens
     out = [0] * len(seeds)
@@ -448,7 +456,7 @@ def simulate_batch_steps(
         if not active:
             return steps
         batch = len(active)
-        context = prompt_tokens + max(out[i] for i in active)
+        context = sum(prompt_tokens + out[i] for i in active)
         s = step_time(sc, context, verified, batch, max(out[i] for i in active),
                       streams[active[0]][1])
         for i in active:
@@ -460,13 +468,25 @@ def simulate_batch_steps(
 
 
 def per_request_rate(sc: Scenario, batch_size: float, context_len: float) -> float:
-    """The true per-request decode rate (tokens/s) of a steady batch of `batch_size` requests
-    (continuous in the batch size, as the model is): expected commit length over expected step
-    time, at the start of generation (no output-position effects)."""
+    """The true per-request decode rate (tokens/s) of a steady batch of `batch_size` requests,
+    each at `context_len` (continuous in the batch size, as the model is): expected commit length
+    over expected step time, at the start of generation (no output-position effects). The step
+    attends over every request's context: batch_size x context_len."""
     b = max(1.0, float(batch_size))
     k = expected_commit_length(sc, 0, int(context_len), b)
-    s = expected_step_s(sc, int(context_len), sc.acceptance.verified_tokens, b, 0)
+    s = expected_step_s(sc, b * context_len, sc.acceptance.verified_tokens, b, 0)
     return k / s if s > 0 else float("inf")
+
+
+def _first_fall(grid: np.ndarray, gap: list[float]) -> float | None:
+    """Where gap first falls from > 0 to <= 0 (linear between the bracketing grid points); None
+    when it starts <= 0 or never falls."""
+    if gap[0] <= 0:
+        return None
+    for i in range(1, grid.size):
+        if gap[i] <= 0:
+            return float(grid[i - 1] + (grid[i] - grid[i - 1]) * gap[i - 1] / (gap[i - 1] - gap[i]))
+    return None
 
 
 def breakeven_batch(
@@ -476,11 +496,14 @@ def breakeven_batch(
     `baseline`'s (on a 1/100-request grid, then linear between the two grid points that bracket
     it); None when `sc` is slower from the start or stays faster over the whole range."""
     grid = np.linspace(1.0, high, int((high - 1) * 100) + 1)
-    gap = [per_request_rate(sc, b, context_len) - per_request_rate(baseline, b, context_len)
-           for b in grid]
-    if gap[0] <= 0:
-        return None
-    for i in range(1, grid.size):
-        if gap[i] <= 0:
-            return float(grid[i - 1] + (grid[i] - grid[i - 1]) * gap[i - 1] / (gap[i - 1] - gap[i]))
-    return None
+    return _first_fall(grid, [per_request_rate(sc, b, context_len)
+                              - per_request_rate(baseline, b, context_len) for b in grid])
+
+
+def breakeven_context(sc: Scenario, baseline: Scenario, low: float, high: float) -> float | None:
+    """The true context crossover of a lone request (batch 1, as a context sweep runs): the
+    context in [low, high] at which `sc`'s rate falls to `baseline`'s (a 1-token grid, then
+    linear); None when `sc` is slower from the start or stays faster over the whole range."""
+    grid = np.arange(float(low), float(high) + 1.0)
+    return _first_fall(grid, [per_request_rate(sc, 1.0, c) - per_request_rate(baseline, 1.0, c)
+                              for c in grid])
