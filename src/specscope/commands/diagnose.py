@@ -56,6 +56,7 @@ from specscope.commands.inputs import (
 from specscope.commands.probe import category_rich_table
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
+from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.endpoint import redact_url
 from specscope.probe.workloads import resolve_workload
@@ -110,6 +111,8 @@ class _ProgressBar:
     def __call__(self, ev: StepProgress) -> None:
         if self.task is None:
             self.task = self.progress.add_task(ev.step.tag, total=ev.tokens_total, reqs="")
+        elif ev.step_index == 0 and ev.requests_done == 0:  # a new plan: the precision repeats
+            self.progress.reset(self.task, total=ev.tokens_total)
         errors = "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
         self.progress.update(self.task, description=ev.step.tag, completed=ev.tokens_done,
                              reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}")
@@ -133,7 +136,9 @@ async def _measure(
                                     repeat=args["repeat"], max_context=max_context,
                                     concurrency_levels=args["concurrency_levels"],
                                     categories=None if workload.file_prompts
-                                    else list(workload.categories))
+                                    else list(workload.categories),
+                                    precision=args["precision"], budget_s=args["budget_s"],
+                                    budget_tokens=args["budget_tokens"])
         info = RunInfo(kind="diagnose", endpoint=url, flavor=str(desc.get("flavor") or ""),
                        api=str(desc.get("api") or ""), model=desc.get("model"),
                        server_info=desc.get("server_info") or {},
@@ -168,17 +173,24 @@ async def _measure(
             result.stopped_reason = f"the server did not answer a first request ({e.kind}: {e.message})"
             return plan, writer
         executor.on_progress = None
+        if plan.precision is not None:
+            writer_holder["precision"] = outcome = PrecisionOutcome(plan.precision.target)
         with _ProgressBar(show_progress) as bar:
             executor.on_progress = bar
             await executor.run(plan, result)
+            if plan.precision is not None and result.complete:
+                await repeat_until_precise(executor, plan, result, outcome)
         return plan, writer
 
 
 def _finish(
     writer: RunDirWriter, result: ExecutionResult, interrupted: bool, args: dict[str, Any],
-    baseline: Run | None, metrics_before: Any,
+    baseline: Run | None, metrics_before: Any, precision: PrecisionOutcome | None = None,
 ) -> tuple[Run, Analysis, Path]:
     """Close the run, attach server evidence, analyse, write analysis.json and report.html."""
+    if precision is not None:
+        writer.info.precision = precision.closed(interrupted=interrupted,
+                                                 stopped_reason=result.stopped_reason)
     records, notes = support.collect_telemetry(args, writer.info, metrics_before)
     if records:
         writer.append_telemetry(r.model_dump(mode="json") for r in records)
@@ -238,6 +250,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "no_finding_reason": analysis.no_finding_reason,
         "finding_tests": [plain_values(t.model_dump(mode="json")) for t in analysis.finding_tests],
         "telemetry": run.info.telemetry or None,
+        "precision": analysis.precision,
         "report_html": str(html_path),
         "serving": analysis.serving,
         **diagnosis_workload_keys(run.requests),
@@ -306,6 +319,18 @@ def diagnose(
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
     api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
     repeat: Annotated[int, typer.Option(help="Repeat each measurement K times")] = 1,
+    precision: Annotated[float | None, typer.Option(
+        help="Repeat the full generation until decode tps' 95% interval (over requests) is "
+             "within +-P (relative, e.g. 0.05) or the budget is spent; 0: off (default "
+             f"{diagnosis_plan.DEFAULT_PRECISION[True]} with --quick, "
+             f"{diagnosis_plan.DEFAULT_PRECISION[False]} without)", show_default=False)] = None,
+    budget_s: Annotated[float | None, typer.Option(
+        help="Seconds the --precision repeats may add to the plan (default "
+             f"{diagnosis_plan.DEFAULT_BUDGET_S[True]:.0f} with --quick, "
+             f"{diagnosis_plan.DEFAULT_BUDGET_S[False]:.0f} without)", show_default=False)] = None,
+    budget_tokens: Annotated[int | None, typer.Option(
+        help="Generated tokens the --precision repeats may add (default: no limit)",
+        show_default=False)] = None,
     concurrency: Annotated[str | None, typer.Option(help="Add a concurrency sweep, e.g. 1,2,4")] = None,
     scenario: Annotated[str | None, typer.Option(help="Embedded twin scenario (name or TOML)")] = None,
     time_scale: Annotated[float | None, typer.Option(help="Embedded twin time scale (<1: faster)")] = None,
@@ -346,6 +371,13 @@ def diagnose(
         fail_usage(f"--logs-timeout must be a number of seconds > 0 (got {logs_timeout})")
     if not 1 <= repeat <= 100:
         fail_usage(f"--repeat must be within 1..100 (got {repeat})")
+    if precision is not None and not 0 <= precision < 1:
+        fail_usage(f"--precision must be a relative half-width within [0, 1), e.g. 0.05 "
+                   f"(got {precision})")
+    if budget_s is not None and not 0 <= budget_s < float("inf"):
+        fail_usage(f"--budget-s must be a number of seconds >= 0 (got {budget_s})")
+    if budget_tokens is not None and budget_tokens < 0:
+        fail_usage(f"--budget-tokens must be >= 0 (got {budget_tokens})")
     if logs and logs_cmd:
         fail_usage("give either --logs or --logs-cmd, not both")
     for p in logs or []:
@@ -388,7 +420,7 @@ def diagnose(
         "same_prompt": not vary_prompts, "vary_prompts": vary_prompts, "workload": workload,
         "timeouts": {"connect": timeouts.connect, "first_byte": timeouts.first_byte,
                      "between_chunks": timeouts.between_chunks, "total": timeouts.total},
-        "slo": slo_s,
+        "slo": slo_s, "precision": precision, "budget_s": budget_s, "budget_tokens": budget_tokens,
     }
     inputs = support.ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
                                  auth=endpoint.auth if endpoint else None, model=model,
@@ -419,7 +451,8 @@ def diagnose(
             # Evidence is gathered while the (embedded) server still runs: its /metrics and logs.
             try:
                 run, analysis, html_path = _finish(writer, result, interrupted, args, baseline_run,
-                                                   holder.get("metrics_before"))
+                                                   holder.get("metrics_before"),
+                                                   holder.get("precision"))
             except KeyboardInterrupt:
                 writer.close("partial", "interrupted (Ctrl-C) while analysing")
                 raise typer.Exit(EXIT_INTERRUPTED) from None
