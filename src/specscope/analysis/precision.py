@@ -130,10 +130,15 @@ def requests_needed(r: Reading, target: float) -> int:
     floor = MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP
     hw = r.relative_half_width
     if r.over_requests and hw is not None:
-        return max(floor, math.ceil(r.requests * (hw / target) ** 2))
+        return max(floor, _ceil(r.requests * (hw / target) ** 2))
     if r.request_cv is not None:
-        return max(floor, math.ceil((Z * r.request_cv / target) ** 2))
+        return max(floor, _ceil((Z * r.request_cv / target) ** 2))
     return floor
+
+
+def _ceil(x: float) -> int:
+    """Ceiling that does not round 40.000000000001 (a float's error) up to 41."""
+    return math.ceil(x - 1e-9)
 
 
 def affordable(budget: Budget, done: int, spent_s: float, spent_tokens: int,
