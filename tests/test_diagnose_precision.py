@@ -1,0 +1,55 @@
+"""`diagnose --precision P`: the plan says what the repeats will do, the JSON, Markdown, HTML and
+terminal reports say what they reached; bad values are one line and exit 2. The real CLI (a
+subprocess) against the embedded twin, bounded by the plan, the budget and the timeout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope.analysis import precision as pr
+from test_diagnose_twin import diagnose_json, specscope
+
+ARGS = ("--backend", "twin", "--scenario", "healthy", "--time-scale", "0.3", "--quick",
+        "--prompt-tokens", "256", "--max-tokens", "200")
+
+
+def test_json_and_reports_say_what_the_repeats_reached(tmp_path):
+    out = tmp_path / "run"
+    obj, proc = diagnose_json(None, out, *ARGS, "--precision", "0.2", "--budget-s", "60")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    p = obj["precision"]
+    assert set(p) >= {"target", "reached", "requests", "stopped_by"}
+    assert p["target"] == 0.2 and p["stopped_by"] == pr.PRECISION, p
+    assert p["requests"] >= 8 and p["over_requests"] and p["reached"] <= 0.2
+    # reached is the printed interval's relative half-width
+    lo, hi = obj["decode_tps_ci"]
+    assert p["reached"] == pytest.approx((hi - lo) / 2 / obj["decode_tps"])
+    assert "precision: then more full_generation requests (from 1)" in proc.stderr
+    assert "±20.0%" in proc.stderr
+    info = json.loads((out / "run.json").read_text())
+    assert info["precision"]["stopped_by"] == pr.PRECISION
+    assert info["args"]["plan"]["precision"]["target"] == 0.2
+    assert info["args"]["plan"]["precision"]["budget_s"] == 60.0
+    assert "Precision: decode tps known to ±" in (out / "report.md").read_text()
+    assert "Precision: decode tps known to ±" in (out / "report.html").read_text()
+
+
+def test_terminal_report_and_budget_stop(tmp_path):
+    out = tmp_path / "run"
+    proc = specscope("diagnose", "--out", str(out), *ARGS, "--precision", "0.01",
+                     "--budget-tokens", "400", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "precision" in proc.stdout and "stopped by the budget" in proc.stdout, proc.stdout
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["precision"]["stopped_by"] == pr.BUDGET
+    assert analysis["precision"]["added_requests"] == 2  # 400 tokens at 200 a request
+
+
+@pytest.mark.parametrize("flag,value", [("--precision", "1.5"), ("--budget-s", "inf"),
+                                        ("--budget-tokens", "-5")])
+def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
+    proc = specscope("diagnose", "http://127.0.0.1:9", flag, value, home=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and flag in proc.stderr
