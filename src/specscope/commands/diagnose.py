@@ -313,7 +313,8 @@ def diagnose(
         help=f"Prompt length of the user's case (default {DEFAULT_PROMPT_TOKENS}, or "
              "--prompt-file's length)", show_default=False)] = None,
     max_tokens: Annotated[int, typer.Option(help="Generation length of the user's case")] = 1500,
-    quick: Annotated[bool, typer.Option("--quick", help="A one-minute version")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="A one-minute plan (then --precision repeats within --budget-s)")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",

@@ -82,15 +82,17 @@ async def repeat_until_precise(
         return out
     budget = precision.Budget(pp.budget_s, pp.budget_tokens, pp.max_requests)
     started = clock()
+    committed = 0  # the most requests a reading asked for: no stop on precision before them
     while True:
         traces = [t for t in result.traces if t.spec.tag == step.tag]
         r = _read(out, traces)
         out.spent_s = clock() - started
-        d = precision.decide(r, pp.target, budget, attempted=len(traces), spent_s=out.spent_s,
-                             spent_tokens=out.spent_tokens,
+        d = precision.decide(r, pp.target, budget, attempted=len(traces), committed=committed,
+                             spent_s=out.spent_s, spent_tokens=out.spent_tokens,
                              seconds_per_request=_seconds_per_request(traces),
                              tokens_per_request=step.max_tokens)
         out.needed, out.reason = d.needed, d.reason
+        committed = max(committed, d.needed or 0)
         if d.stopped_by is not None:
             out.stopped_by = d.stopped_by
             return out
