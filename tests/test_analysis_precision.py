@@ -128,3 +128,21 @@ def test_summary_reports_the_final_interval_beside_what_the_loop_recorded():
     assert not pr.summary(rec, 100.0, [95.0, 106.0], 3)["over_requests"]
     assert pr.summary({"target": 0.05}, None, None, 0)["stopped_by"] == pr.INTERRUPTED
     assert pr.summary({}, 100.0, [95.0, 106.0], 8) is None
+
+
+def test_the_spread_between_requests_must_agree_before_stopping():
+    """A bootstrap interval that reads narrow while the requests' spread says otherwise (few
+    requests, a lucky resample) does not stop the loop: the t half-width must be within too."""
+    r = _reading(MIN_REQ, 0.04, cv=0.15)  # t(7) x 0.15 / sqrt(8) = 12.5%
+    assert r.t_half_width == pytest.approx(2.3646 * 0.15 / math.sqrt(MIN_REQ), rel=1e-3)
+    d = _decide(r, 0.05)
+    assert d.stopped_by is None and d.needed == math.ceil(MIN_REQ * (r.t_half_width / 0.05) ** 2)
+    assert _decide(_reading(MIN_REQ, 0.04, cv=0.05), 0.05).stopped_by == pr.PRECISION
+
+
+def test_no_stop_on_precision_before_the_committed_count():
+    """Once a reading said N requests are needed, a later narrow reading does not stop the
+    loop before N: stopping on a chance narrow reading makes intervals cover less often."""
+    d = _decide(_reading(12, 0.04, cv=0.05), 0.05, committed=20)
+    assert d.stopped_by is None and d.needed == 20 and d.more == 8
+    assert _decide(_reading(20, 0.04, cv=0.05), 0.05, committed=20).stopped_by == pr.PRECISION

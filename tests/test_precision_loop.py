@@ -22,8 +22,8 @@ PROMPT, TOKENS = 64, 100
 
 
 def _plan(target: float, *, budget_s: float | None = 60.0, budget_tokens: int | None = None,
-          max_requests: int = 40):
-    plan = full_generation.plan(PROMPT, TOKENS)
+          max_requests: int = 40, tokens: int = TOKENS):
+    plan = full_generation.plan(PROMPT, tokens)
     plan.precision = PrecisionPlan(target, budget_s, budget_tokens, max_requests, 1,
                                    tags.FULL_GENERATION)
     return plan
@@ -38,12 +38,13 @@ async def _loop(url: str, plan, writer: RunDirWriter | None = None,
         return out, result
 
 
-def _scenario(request_sigma: float) -> tw.Scenario:
-    """Steps of ~10 ms (shorter ones are timed mostly by the loaded machine's scheduling, which
-    is noise of its own), ~4 tokens each; `request_sigma` moves each request's acceptance."""
+def _scenario(request_sigma: float, step_s: float = 0.01) -> tw.Scenario:
+    """Steps of `step_s` (shorter than ~10 ms are timed mostly by the loaded machine's
+    scheduling, noise of its own), ~4.5 tokens each; `request_sigma` moves each request's
+    acceptance (content: some prompts are easier to draft)."""
     return pw.with_tables(tw.load_scenario("healthy"),
                           acceptance={"request_sigma": request_sigma},
-                          step={"s0": 0.01, "per_context_token": 0.0, "per_verified_token": 0.0,
+                          step={"s0": step_s, "per_context_token": 0.0, "per_verified_token": 0.0,
                                 "noise_sigma": 0.05},
                           prefill={"s0": 0.005, "per_prompt_token": 0.0})
 
@@ -71,10 +72,11 @@ def test_stops_on_the_budget(twin_server):
 
 
 def test_a_noisier_server_takes_more_requests(twin_server):
-    quiet = twin_server(_scenario(0.0))
-    noisy = twin_server(_scenario(1.0))
-    q, _ = asyncio.run(_loop(quiet.url, _plan(0.08, max_requests=32)))
-    n, _ = asyncio.run(_loop(noisy.url, _plan(0.08, max_requests=32)))
+    # 30 ms steps: a loaded machine's jitter stays small beside them
+    quiet = twin_server(_scenario(0.0, step_s=0.03))
+    noisy = twin_server(_scenario(1.5, step_s=0.03))
+    q, _ = asyncio.run(_loop(quiet.url, _plan(0.2, max_requests=16, tokens=60)))
+    n, _ = asyncio.run(_loop(noisy.url, _plan(0.2, max_requests=16, tokens=60)))
     assert q.stopped_by == pr.PRECISION, q
     assert n.requests > q.requests and n.needed > MIN_REQ, (q, n)
     assert n.stopped_by in (pr.PRECISION, pr.MAX_REQUESTS), n
