@@ -20,14 +20,15 @@ from specscope.experiments.plan import Plan, PlanStep, PrecisionPlan
 from specscope.trace import tags
 
 # Precision of decode tps the repeats aim for (relative half-width of its 95% interval over
-# requests) and the seconds they may add to the plan, by default. From bench/precision.py on the
-# twin with realistic noise at the default shape (2700 -> 1500 tokens, ~130 tok/s, requests
-# differing by cv ~10% in rate through their content): the 8-request minimum of an interval over
-# requests reads +-6.7% (median; 90th percentile +-9.6%), so --quick's +-10% is met by that
-# minimum in most runs, and the 7 repeats it takes (~80 s there) fit its 120 s; +-5% takes a
-# median of ~25 requests (~5 min), which a full run's 300 s mostly affords. A slower server or
-# a wider spread between prompts stops on the budget, and the report says so (a llama.cpp peer
-# on this machine: cv 20% between long-writing requests, so +-5% would need ~60).
+# requests) and the seconds they may add to the plan, by default. From bench/precision.py
+# (--runs 40) on the twin with realistic noise at the default shape (2700 -> 1500 tokens,
+# ~130 tok/s, requests differing by cv ~10% in rate through their content): the 8-request
+# minimum of an interval over requests reads +-6.7% (median; 90th percentile +-9.5%), so
+# --quick's +-10% within 120 s stops on precision in 85% of runs (median 8 requests, ~90 s);
+# +-5% takes a median of 21 requests (~4 min): a full run's 300 s reach it in 57% of runs and
+# say "stopped by the budget" in the rest (600 s: 92%). A slower server or a wider spread
+# between prompts stops on the budget, and the report says so (a llama.cpp peer on this
+# machine: cv 20% between long-writing requests, so +-5% would need ~60).
 DEFAULT_PRECISION = {True: 0.10, False: 0.05}  # by `quick`
 DEFAULT_BUDGET_S = {True: 120.0, False: 300.0}
 MAX_PRECISION_REQUESTS = 64
