@@ -5,10 +5,12 @@ subprocess) against the embedded twin, bounded by the plan, the budget and the t
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
 from specscope.analysis import precision as pr
+from test_diagnose_partial import WAIT_S, _start, _wait_for_requests
 from test_diagnose_twin import diagnose_json, specscope
 
 ARGS = ("--backend", "twin", "--scenario", "healthy", "--time-scale", "0.3", "--quick",
@@ -53,3 +55,27 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
     proc = specscope("diagnose", "http://127.0.0.1:9", flag, value, home=tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and flag in proc.stderr
+
+
+def test_ctrl_c_during_the_repeats_keeps_them_and_says_so(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(["diagnose", "--out", str(out), *ARGS, "--precision", "0.001",
+                   "--time-scale", "1.0"], tmp_path)
+    try:
+        plan_requests = 1 + 16  # calibration + the quick plan at this shape (the plan says)
+        _wait_for_requests(out, plan_requests + 2, proc)  # two repeats done: the loop runs
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    info = json.loads((out / "run.json").read_text())
+    assert info["precision"]["stopped_by"] == pr.INTERRUPTED
+    assert info["args"]["plan"]["precision"]["target"] == 0.001
+    kept = (out / "requests.jsonl").read_text().splitlines()
+    assert len(kept) >= plan_requests + 2
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["precision"]["stopped_by"] == pr.INTERRUPTED
+    assert analysis["requests"] == len(kept)
