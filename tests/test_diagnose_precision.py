@@ -4,8 +4,10 @@ subprocess) against the embedded twin, bounded by the plan, the budget and the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import time
 
 import pytest
 
@@ -62,7 +64,8 @@ def test_ctrl_c_during_the_repeats_keeps_them_and_says_so(tmp_path):
     proc = _start(["diagnose", "--out", str(out), *ARGS, "--precision", "0.001",
                    "--time-scale", "1.0"], tmp_path)
     try:
-        plan_requests = 1 + 16  # calibration + the quick plan at this shape (the plan says)
+        steps = _planned_steps(out, proc)
+        plan_requests = 1 + sum(st["repeat"] * st["concurrency"] for st in steps)
         _wait_for_requests(out, plan_requests + 2, proc)  # two repeats done: the loop runs
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT_S)
@@ -79,3 +82,14 @@ def test_ctrl_c_during_the_repeats_keeps_them_and_says_so(tmp_path):
     analysis = json.loads((out / "analysis.json").read_text())
     assert analysis["precision"]["stopped_by"] == pr.INTERRUPTED
     assert analysis["requests"] == len(kept)
+
+
+def _planned_steps(run_dir, proc) -> list[dict]:
+    """The plan's steps from run.json, once the calibration request has let it be written."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return json.loads((run_dir / "run.json").read_text())["args"]["plan"]["steps"]
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"no plan in run.json within {WAIT_S} s")
