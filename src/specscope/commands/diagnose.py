@@ -276,7 +276,8 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
     err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
         print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
-                                     "attribution", "breakeven", "run_dir", "serving")), "findings": [],
+                                     "attribution", "breakeven", "run_dir", "serving",
+                                     "precision")), "findings": [],
                     "error": message})
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 
