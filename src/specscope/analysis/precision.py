@@ -9,19 +9,21 @@ It counts as reached only when the interval is over requests (at least
 MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP of them). With fewer, the headline resamples blocks of
 steps within the requests, and that interval does not see how much the rate moves from one
 prompt to the next (content changes acceptance): on the twin with realistic noise, 1-6 requests
-gave 95% block intervals that covered the true rate in only 50-77% of runs, 8 or more requests
-93% (bench/precision.py prints this). Below that count the decision plans up to it, and past it
-as far as the spread between requests says is needed.
+gave 95% block intervals that covered the true rate in only 50-70% of runs, 8-16 requests
+83-100% (bench/precision.py prints this). Below that count the decision plans up to it, and
+past it as far as the spread between requests says is needed.
 
 Requests needed, from the current data:
 - interval over requests: the half-width shrinks as 1/sqrt(n), so n * (reached / target)^2;
 - fewer requests (n >= 2): the ratio estimator's per-request spread cv (relative standard
   deviation of tokens - rate * seconds over mean seconds) gives (1.96 cv / target)^2;
 - one request: no spread yet; the request-interval minimum.
-Stopping when an interval happens to read narrow makes the intervals a loop stops on too
-narrow more often than a fixed count's (the bench measured 80% coverage at a +-5% target
-with the bootstrap interval alone), so the stop rule also asks the Student-t half-width
-t(n-1) cv / sqrt(n) to be within the target, and the count needed takes the larger of the two.
+A loop that stops when an interval happens to read narrow stops on intervals that cover the
+truth less often than a fixed count's (100 twin runs at a +-5% target: 87% with the two checks
+below, where a fixed 24 requests covered 91%). So the stop rule asks two things: the Student-t
+half-width t(n-1) cv / sqrt(n) must be within the target as well as the bootstrap one (the
+count needed takes the larger of the two), and the loop never stops on precision before the
+largest count an earlier reading asked for (`committed`): with both, 92%.
 A round never more than doubles the requests already made once past the minimum: a variance
 read off a few requests is itself noisy, so the next round re-reads it before spending more.
 """
