@@ -19,11 +19,12 @@ Requests needed, from the current data:
   deviation of tokens - rate * seconds over mean seconds) gives (1.96 cv / target)^2;
 - one request: no spread yet; the request-interval minimum.
 A loop that stops when an interval happens to read narrow stops on intervals that cover the
-truth less often than a fixed count's (100 twin runs at a +-5% target: 87% with the two checks
-below, where a fixed 24 requests covered 91%). So the stop rule asks two things: the Student-t
+truth less often than a fixed count's. So the stop rule asks two things: the Student-t
 half-width t(n-1) cv / sqrt(n) must be within the target as well as the bootstrap one (the
 count needed takes the larger of the two), and the loop never stops on precision before the
-largest count an earlier reading asked for (`committed`): with both, 92%.
+largest count an earlier reading asked for (`committed`). Over 100 twin runs at a +-5% target
+the intervals it stopped on covered the true rate in 87% of runs with the t check alone and
+92% with both (a fixed 24 requests: 91%).
 A round never more than doubles the requests already made once past the minimum: a variance
 read off a few requests is itself noisy, so the next round re-reads it before spending more.
 """
