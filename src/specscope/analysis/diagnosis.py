@@ -27,6 +27,7 @@ from specscope.analysis.findings import Facts, decide
 from specscope.analysis.headline import Headline
 from specscope.analysis.measure import measure, records, server_step_tables, step_tables
 from specscope.analysis.model import Analysis
+from specscope.analysis.precision import summary as precision_summary
 from specscope.analysis.series import build_series, plain
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
@@ -88,10 +89,12 @@ def analyze(
             f"{len(run.errors)} request(s) failed ({', '.join(kinds)}); analysed the rest"
         )
     out.serving = serving.serving_of_run(run, max_commit_len=max_commit_len_from(run.info.server_info))
+    _headline_fields(out, m.head)
+    out.precision = precision_summary(run.info.precision, out.decode_tps, out.decode_tps_ci,
+                                      m.head.requests if m.head is not None else 0)
     if not m.ok:
         out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
         return out
-    _headline_fields(out, m.head)
     out.e2e_s = _median([r.e2e_s for r in m.main])
 
     speculation = fx.speculation(m, telemetry)

@@ -122,6 +122,9 @@ class Analysis(BaseModel):
     mean_step_s_ci: list[float] | None = None
     ttft_s_ci: list[float] | None = None
     interval_method: str | None = None  # how the intervals were obtained
+    # diagnose --precision: target, reached (relative half-width of decode_tps_ci), requests,
+    # stopped_by, ... (analysis.precision.summary); None when the run had no target
+    precision: dict[str, Any] | None = None
     steps_reliable: bool | None = None  # False when chunks coalesce steps
     requests: int = 0
     errors: int = 0

@@ -63,6 +63,7 @@ from specscope.entrypoints import (
     diagnose_run,
 )
 from specscope.experiments import Progress as StepProgress
+from specscope.experiments import diagnosis_plan
 from specscope.experiments.probe_target import ProbeInputs, TargetError
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.endpoint import redact_url
@@ -110,6 +111,8 @@ class _ProgressBar:
     def __call__(self, ev: StepProgress) -> None:
         if self.task is None:
             self.task = self.progress.add_task(ev.step.tag, total=ev.tokens_total, reqs="")
+        elif ev.step_index == 0 and ev.requests_done == 0:  # a new plan: the precision repeats
+            self.progress.reset(self.task, total=ev.tokens_total)
         errors = "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
         self.progress.update(self.task, description=ev.step.tag, completed=ev.tokens_done,
                              reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}")
@@ -146,6 +149,7 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "no_finding_reason": analysis.no_finding_reason,
         "finding_tests": [plain_values(t.model_dump(mode="json")) for t in analysis.finding_tests],
         "telemetry": run.info.telemetry or None,
+        "precision": analysis.precision,
         "report_html": str(html_path),
         "serving": analysis.serving,
         **diagnosis_workload_keys(run.requests),
@@ -199,7 +203,8 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
     err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
         print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
-                                     "attribution", "breakeven", "run_dir", "serving")), "findings": [],
+                                     "attribution", "breakeven", "run_dir", "serving",
+                                     "precision")), "findings": [],
                     "error": message})
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 
@@ -214,12 +219,25 @@ def diagnose(
         help=f"Prompt length of the user's case (default {DEFAULT_PROMPT_TOKENS}, or "
              "--prompt-file's length)", show_default=False)] = None,
     max_tokens: Annotated[int, typer.Option(help="Generation length of the user's case")] = 1500,
-    quick: Annotated[bool, typer.Option("--quick", help="A one-minute version")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="A one-minute plan (then --precision repeats within --budget-s)")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
     api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
     repeat: Annotated[int, typer.Option(help="Repeat each measurement K times")] = 1,
+    precision: Annotated[float | None, typer.Option(
+        help="Repeat the full generation until decode tps' 95% interval (over requests) is "
+             "within +-P (relative, e.g. 0.05) or the budget is spent; 0: off (default "
+             f"{diagnosis_plan.DEFAULT_PRECISION[True]} with --quick, "
+             f"{diagnosis_plan.DEFAULT_PRECISION[False]} without)", show_default=False)] = None,
+    budget_s: Annotated[float | None, typer.Option(
+        help="Seconds the --precision repeats may add to the plan (default "
+             f"{diagnosis_plan.DEFAULT_BUDGET_S[True]:.0f} with --quick, "
+             f"{diagnosis_plan.DEFAULT_BUDGET_S[False]:.0f} without)", show_default=False)] = None,
+    budget_tokens: Annotated[int | None, typer.Option(
+        help="Generated tokens the --precision repeats may add (default: no limit)",
+        show_default=False)] = None,
     concurrency: Annotated[str | None, typer.Option(help="Add a concurrency sweep, e.g. 1,2,4")] = None,
     scenario: Annotated[str | None, typer.Option(help="Embedded twin scenario (name or TOML)")] = None,
     time_scale: Annotated[float | None, typer.Option(help="Embedded twin time scale (<1: faster)")] = None,
@@ -260,6 +278,13 @@ def diagnose(
         fail_usage(f"--logs-timeout must be a number of seconds > 0 (got {logs_timeout})")
     if not 1 <= repeat <= 100:
         fail_usage(f"--repeat must be within 1..100 (got {repeat})")
+    if precision is not None and not 0 <= precision < 1:
+        fail_usage(f"--precision must be a relative half-width within [0, 1), e.g. 0.05 "
+                   f"(got {precision})")
+    if budget_s is not None and not 0 <= budget_s < float("inf"):
+        fail_usage(f"--budget-s must be a number of seconds >= 0 (got {budget_s})")
+    if budget_tokens is not None and budget_tokens < 0:
+        fail_usage(f"--budget-tokens must be >= 0 (got {budget_tokens})")
     if logs and logs_cmd:
         fail_usage("give either --logs or --logs-cmd, not both")
     for p in logs or []:
@@ -295,6 +320,7 @@ def diagnose(
         out=run_dir, url=url, prompt_tokens=prompt_tokens, max_tokens=max_tokens, quick=quick,
         repeat=repeat, flavor=flavor, api=api,
         concurrency_levels=tuple(levels) if levels else None, slo=slo_s, baseline=baseline_run,
+        precision=precision, budget_s=budget_s, budget_tokens=budget_tokens,
         baseline_path=str(baseline) if baseline else None,
         probe=ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
                           auth=endpoint.auth if endpoint else None, model=model,

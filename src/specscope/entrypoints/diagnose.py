@@ -22,6 +22,7 @@ from specscope.analysis.model import Analysis
 from specscope.embedded import EmbeddedServer, embedded_server
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
+from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
 from specscope.experiments.probe_target import ProbeInputs, TargetError, open_target
 from specscope.probe.prompts import prompt_length_problem
 from specscope.probe.workloads import resolve_workload
@@ -92,6 +93,11 @@ class DiagnoseOptions:
     api: str | None = None
     concurrency_levels: tuple[int, ...] | None = None
     slo: dict[str, float] | None = None
+    # --precision P (relative half-width of decode tps' interval; None: the plan's default for
+    # --quick or a full run, 0: off) and the budget the repeats may spend
+    precision: float | None = None
+    budget_s: float | None = None
+    budget_tokens: int | None = None
     baseline: Run | None = field(default=None, repr=False)
     baseline_path: str | None = None
     probe: ProbeInputs = field(default_factory=ProbeInputs)
@@ -117,7 +123,8 @@ class DiagnoseOptions:
             "same_prompt": not self.probe.unique, "vary_prompts": self.probe.unique,
             "timeouts": {"connect": t.connect, "first_byte": t.first_byte,
                          "between_chunks": t.between_chunks, "total": t.total},
-            "slo": self.slo, **self.recorded,
+            "slo": self.slo, "precision": self.precision, "budget_s": self.budget_s,
+            "budget_tokens": self.budget_tokens, **self.recorded,
         }
 
 
@@ -172,6 +179,7 @@ class _Measured:
     result: ExecutionResult = field(default_factory=ExecutionResult)
     writer: RunDirWriter | None = None
     metrics_before: MetricsBefore = None
+    precision: PrecisionOutcome | None = None  # the repeat loop's record, when the plan has one
 
 
 def _run_info(options: DiagnoseOptions, url: str, desc: dict[str, Any], args: dict[str, Any],
@@ -211,7 +219,9 @@ async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources
                                     concurrency_levels=(list(options.concurrency_levels)
                                                         if options.concurrency_levels else None),
                                     categories=None if workload.file_prompts
-                                    else list(workload.categories))
+                                    else list(workload.categories),
+                                    precision=options.precision, budget_s=options.budget_s,
+                                    budget_tokens=options.budget_tokens)
         info = _run_info(options, url, desc, args, embedded_notes)
         try:
             writer = RunDirWriter(options.out, info)
@@ -238,9 +248,13 @@ async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources
             state.result.stopped_reason = (f"the server did not answer a first request "
                                            f"({e.kind}: {e.message})")  # type: ignore[union-attr]
             return
+        if plan.precision is not None:
+            state.precision = PrecisionOutcome(plan.precision.target)
         with hooks.progress() as on_progress:
             executor.on_progress = on_progress
             await executor.run(plan, state.result)
+            if state.precision is not None and state.result.complete:
+                await repeat_until_precise(executor, plan, state.result, state.precision)
 
 
 def _finish(options: DiagnoseOptions, evidence: EvidenceSources, state: _Measured,
@@ -254,6 +268,9 @@ def _finish(options: DiagnoseOptions, evidence: EvidenceSources, state: _Measure
     if found.records:
         writer.append_telemetry(r.model_dump(mode="json") for r in found.records)
     writer.info.notes.extend(found.notes)
+    if state.precision is not None:
+        writer.info.precision = state.precision.closed(
+            interrupted=interrupted, stopped_reason=state.result.stopped_reason)
     if interrupted:
         writer.close("partial", "interrupted (Ctrl-C)")
     elif state.result.stopped_reason:

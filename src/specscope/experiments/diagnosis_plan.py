@@ -16,8 +16,22 @@ from specscope.experiments import (
     two_point,
     workload_mix,
 )
-from specscope.experiments.plan import Plan, PlanStep
+from specscope.experiments.plan import Plan, PlanStep, PrecisionPlan
 from specscope.trace import tags
+
+# Precision of decode tps the repeats aim for (relative half-width of its 95% interval over
+# requests) and the seconds they may add to the plan, by default. From bench/precision.py
+# (--runs 40) on the twin with realistic noise at the default shape (2700 -> 1500 tokens,
+# ~130 tok/s, requests differing by cv ~10% in rate through their content): the 8-request
+# minimum of an interval over requests reads +-6.7% (median; 90th percentile +-9.5%), so
+# --quick's +-10% within 120 s stops on precision in 85% of runs (median 8 requests, ~90 s);
+# +-5% takes a median of 21 requests (~4 min): a full run's 300 s reach it in 57% of runs and
+# say "stopped by the budget" in the rest (600 s: 92%). A slower server or a wider spread
+# between prompts stops on the budget, and the report says so (a llama.cpp peer on this
+# machine: cv 20% between long-writing requests, so +-5% would need ~60).
+DEFAULT_PRECISION = {True: 0.10, False: 0.05}  # by `quick`
+DEFAULT_BUDGET_S = {True: 120.0, False: 300.0}
+MAX_PRECISION_REQUESTS = 64
 
 
 def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
@@ -29,12 +43,21 @@ def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
 
 def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False, repeat: int = 1,
           max_context: int | None = None, concurrency_levels: list[int] | None = None,
-          categories: list[str] | None = None) -> Plan:
-    """`categories` (more than one): end with a workload mix, one request per category."""
+          categories: list[str] | None = None, precision: float | None = None,
+          budget_s: float | None = None, budget_tokens: int | None = None) -> Plan:
+    """`categories` (more than one): end with a workload mix, one request per category.
+    `precision` (default by `quick`; 0 = off), `budget_s` (default by `quick`) and
+    `budget_tokens` (default: no limit) bound the full generation's adaptive repeats."""
     if prompt_tokens < 1 or max_tokens < 2:
         raise ValueError("prompt tokens must be >= 1 and max tokens >= 2")
     out = Plan()
     out.extend(full_generation.plan(prompt_tokens, max_tokens, repeat=repeat, max_context=max_context))
+    if out.steps:  # the full generation fits the context: its decode tps is the figure
+        out.precision = PrecisionPlan(
+            target=DEFAULT_PRECISION[quick] if precision is None else precision,
+            budget_s=DEFAULT_BUDGET_S[quick] if budget_s is None else budget_s,
+            budget_tokens=budget_tokens, max_requests=max(MAX_PRECISION_REQUESTS, repeat),
+            start_requests=out.steps[0].requests, tag=out.steps[0].tag)
 
     if quick:
         n1, n2, tp_repeat = 32, 128, max(2, repeat)

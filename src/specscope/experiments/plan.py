@@ -59,6 +59,25 @@ class SkippedPoint:
     reason: str
 
 
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """Adaptive repeats of one measurement after the plan: more of the step tagged `tag` until
+    decode tps' 95% interval is within +-`target` (relative half-width, over requests) or the
+    budget is spent. target 0: off."""
+
+    target: float
+    budget_s: float | None  # seconds the repeats may add (None: no time limit)
+    budget_tokens: int | None  # generated tokens they may add (None: no token limit)
+    max_requests: int  # of the measurement, the plan's own included
+    start_requests: int  # the plan's own requests of the measurement
+    tag: str
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "budget_s": self.budget_s,
+                "budget_tokens": self.budget_tokens, "max_requests": self.max_requests,
+                "start_requests": self.start_requests, "tag": self.tag}
+
+
 @dataclass
 class Plan:
     steps: list[PlanStep] = field(default_factory=list)
@@ -67,6 +86,7 @@ class Plan:
     decode_tps_assumed: float = DEFAULT_DECODE_TPS
     prefill_tps_assumed: float = DEFAULT_PREFILL_TPS
     rates_measured: bool = False
+    precision: PrecisionPlan | None = None
 
     def extend(self, other: Plan) -> None:
         self.steps.extend(other.steps)
@@ -117,6 +137,7 @@ class Plan:
             "estimated_s": round(self.estimate_s(), 1),
             "decode_tps_assumed": round(self.decode_tps_assumed, 2),
             "rates_measured": self.rates_measured,
+            "precision": self.precision.to_dict() if self.precision is not None else None,
         }
 
 

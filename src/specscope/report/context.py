@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specscope.analysis.model import Analysis
+from specscope.analysis.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP
 from specscope.trace import Run, RunInfo
 
 
@@ -125,3 +126,54 @@ def breakeven_lines(be: dict[str, Any] | None) -> list[tuple[str, str]]:
     if be.get("recommendation"):
         rows.append(("recommendation", str(be["recommendation"])))
     return rows
+
+
+_STOPPED_BY = {
+    "precision": "stopped: precision reached",
+    "budget": "stopped by the budget",
+    "max_requests": "stopped at the request cap",
+    "no_data": "stopped: no request with a decode window",
+    "errors": "stopped by errors",
+    "interrupted": "stopped by Ctrl-C",
+    "off": "--precision 0: the plan's requests only",
+}
+
+
+def precision_line(p: dict[str, Any] | None) -> str | None:
+    """What the --precision repeats reached, against what they aimed for and why they stopped;
+    None for a run without a precision target."""
+    if not p:
+        return None
+    reached = p.get("reached")
+    got = "no interval" if reached is None else f"±{reached:.1%}"
+    text = f"decode tps known to {got} over {p.get('requests', 0)} request(s)"
+    if p.get("target"):
+        text += f" (target ±{p['target']:.1%})"
+    text += f"; {_STOPPED_BY.get(str(p.get('stopped_by')), str(p.get('stopped_by')))}"
+    if p.get("stopped_by") in ("budget", "max_requests") and p.get("needed"):
+        text += f" ({p['needed']} requests needed)"
+    if p.get("added_requests"):
+        text += f"; {p['added_requests']} repeat(s) added"
+        if p.get("spent_s") is not None:
+            text += f" in {p['spent_s']:.0f} s"
+    if reached is not None and not p.get("over_requests"):
+        text += ("; the interval is over blocks of steps, so it leaves out how much the rate "
+                 "moves from one prompt to the next "
+                 f"({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP}+ requests resample requests)")
+    return text
+
+
+def plan_precision_line(pp: dict[str, Any]) -> str:
+    """What the plan's precision repeats will do (a plan's `precision`, as recorded)."""
+    start, tag = pp.get("start_requests", 1), pp.get("tag", "the full generation")
+    if not pp.get("target"):
+        return f"precision: off (--precision 0): {start} {tag} request(s), no repeats"
+    limits = []
+    if pp.get("budget_s") is not None:
+        limits.append(f"{pp['budget_s']:.0f} s")
+    if pp.get("budget_tokens") is not None:
+        limits.append(f"{pp['budget_tokens']} generated tokens")
+    budget = " or ".join(limits) if limits else "no time or token limit"
+    return (f"precision: then more {tag} requests (from {start}) until decode tps' 95% interval "
+            f"over requests ({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP} or more) is within ±{pp['target']:.1%}, or the budget "
+            f"({budget}, at most {pp.get('max_requests')} requests) is spent")

@@ -22,6 +22,7 @@ from specscope.report.context import (
     fmt_interval,
     fmt_ms,
     fmt_value,
+    precision_line,
 )
 from specscope.report.figures import build_figures
 from specscope.report.serving import (
@@ -86,6 +87,8 @@ def _headline(ctx: ReportContext) -> str:
         )
     if a.interval_method:
         decomposition += f"<p>Intervals: {_e(a.interval_method)}.</p>"
+    if (reached := precision_line(a.precision)) is not None:
+        decomposition += f"<p>Precision: {_e(reached)}.</p>"
     return f'<div class="headline">{"".join(cards)}</div>{decomposition}'
 
 

@@ -17,6 +17,7 @@ from specscope.report.context import (
     fmt_interval,
     fmt_ms,
     fmt_value,
+    precision_line,
 )
 from specscope.report.serving import (
     LEVEL_HEADER,
@@ -52,6 +53,8 @@ def render_markdown(ctx: ReportContext) -> str:
             f"| requests (errors) | {a.requests} ({a.errors}) |", ""]
     if a.interval_method:
         out += [f"Intervals: {md_escape(a.interval_method)}.", ""]
+    if (reached := precision_line(a.precision)) is not None:
+        out += [f"Precision: {md_escape(reached)}.", ""]
     if a.mean_commit_len and a.mean_step_s:
         out += [f"decode_tps = {fmt(a.mean_commit_len, 2)} tokens/step / {fmt_ms(a.mean_step_s)} "
                 f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s", ""]

@@ -19,6 +19,8 @@ from specscope.report.context import (
     fmt_interval,
     fmt_ms,
     fmt_value,
+    plan_precision_line,
+    precision_line,
 )
 from specscope.report.serving import (
     LEVEL_HEADER,
@@ -62,6 +64,8 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
         add_row(label, text)
     if a.interval_method:
         add_row("intervals", a.interval_method)
+    if (reached := precision_line(a.precision)) is not None:
+        add_row("precision", reached)
     add_row("requests (errors)", f"{a.requests} ({a.errors})")
     title = Text(f"specscope diagnosis: {info.model or info.endpoint}", style="bold")
     console.print(Panel(head, title=title, expand=False))
@@ -141,6 +145,8 @@ def render_plan(plan: Plan, console: Console, target: str) -> None:
     console.print(Text(f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
                        f"{plan.total_generated_tokens} generated tokens: about {plan.estimate_s():.0f} s "
                        f"if {d:.1f} tok/s holds ({basis})."))
+    if plan.precision is not None:
+        console.print(Text(plan_precision_line(plan.precision.to_dict())))
     for k in plan.skipped:
         console.print(Text(f"skipped {k.experiment}{':' + k.point if k.point else ''}: {k.reason}",
                            style="yellow"))

@@ -182,6 +182,9 @@ class RunInfo(_Model):
     # How far the server evidence reaches: log_coverage (share of the run window that interval
     # log records cover, null when the log has none), log_wait_s, log_records.
     telemetry: dict[str, Any] = Field(default_factory=dict)
+    # The adaptive repeats (diagnose --precision): target, budget, what they spent, why they
+    # stopped (experiments.precision_loop.PrecisionOutcome); empty when the run had none.
+    precision: dict[str, Any] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
