@@ -176,7 +176,7 @@ def test_reload_gives_the_same_drafts_and_window_limits_the_view(tiny, drafter_d
 
 
 def test_bad_drafter_files_and_targets_are_refused(tiny, drafter_dir, tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
         dflash_model.resolve_path(str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
     (tmp_path / "model.safetensors").write_bytes((drafter_dir / "model.safetensors").read_bytes())
