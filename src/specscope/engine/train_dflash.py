@@ -213,8 +213,9 @@ def block_loss(draft: DFlashDraftModel, embed: torch.nn.Module, lm_head: torch.n
     sees_block = block_of[:, None] == block_of[None, :]
     mask = torch.cat([sees_ctx, sees_block], dim=1)[None, None]
     hidden = draft.block_hidden(x.reshape(1, n * b, -1), positions, ctx, mask)
-    hidden = hidden.view(n, b, -1)[:, 1:]
-    logits = lm_head(hidden).float()
+    # A contiguous 2-D matrix: a strided 3-D input sends the LM head through a slow batched matmul.
+    hidden = hidden.view(n, b, -1)[:, 1:].reshape(n * (b - 1), -1)
+    logits = lm_head(hidden).float().view(n, b - 1, -1)
     labels = tokens[a[:, None] + torch.arange(1, b, device=dev)]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
     w = position_weights(b, gamma).to(dev)
@@ -292,7 +293,7 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
             anchors = sample_anchors(sample, draft.config.block_size, st.anchors, rng)
             loss, acc = block_loss(draft, embed, lm_head, sample, anchors, st.gamma)
             (loss / st.seqs_per_step).backward()
-            loss_val += float(loss) / st.seqs_per_step
+            loss_val += float(loss.detach()) / st.seqs_per_step
             acc_sum += acc.cpu().numpy()
             acc_n += 1
         torch.nn.utils.clip_grad_norm_(params, st.clip)
@@ -385,9 +386,9 @@ def write_card(folder: Path, card: dict[str, Any]) -> None:
 
 PRESETS = {
     # One CPU thread in ~25 minutes: a one-layer drafter, short blocks, short responses.
-    "cpu": {"draft_layers": 1, "block_size": 8, "gamma": 4.0, "prompts_per_category": 6,
+    "cpu": {"draft_layers": 1, "block_size": 8, "gamma": 4.0, "prompts_per_category": 8,
             "response_tokens": 96, "prompt_chars": 700, "anchors": 24, "seqs_per_step": 1,
-            "minutes": 15.0, "eval_prompts": 1, "eval_tokens": 48, "lr": 1e-3},
+            "minutes": 16.0, "eval_prompts": 1, "eval_tokens": 48, "lr": 1e-3},
     # The H200 session: the recipe's block 16 / gamma 7, more data and longer responses.
     "gpu": {"draft_layers": 2, "block_size": 16, "gamma": 7.0, "prompts_per_category": 96,
             "response_tokens": 384, "prompt_chars": 1600, "anchors": 256, "seqs_per_step": 8,

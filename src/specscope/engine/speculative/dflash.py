@@ -113,8 +113,9 @@ class DFlashDrafter:
         mask = None if bool(visible.all()) else visible[:, None, None, :].expand(-1, 1, b, -1).to(dev)
         hidden = self.model.block_hidden(x, positions, list(zip(keys, values, strict=True)), mask)
         depth = min(self.max_depth, max(requests[i].num_draft_tokens for i in live))
-        logits = self.target.lm_head(hidden[:, 1 : 1 + depth].to(self.target.lm_head.weight.dtype))
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        head_in = hidden[:, 1 : 1 + depth].reshape(-1, hidden.shape[-1])  # 2-D: the fast matmul
+        logits = self.target.lm_head(head_in.to(self.target.lm_head.weight.dtype))
+        logp = torch.log_softmax(logits.float(), dim=-1).view(len(live), depth, -1)
         top_lp, top_ids = torch.topk(logp, min(self.top_k, logp.shape[-1]), dim=-1)
         top_lp, top_ids = top_lp.cpu().numpy(), top_ids.cpu().numpy()
         for r, i in enumerate(live):
