@@ -191,3 +191,19 @@ def test_bad_drafter_files_and_targets_are_refused(tiny, drafter_dir, tmp_path):
         DFlashDrafter(dflash_model.load(drafter_dir), other.model)
     with pytest.raises(ValueError, match="drafts at most 5"):
         _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", num_draft_tokens=6)
+
+
+def test_sampled_dflash_speculation_is_reproducible(tiny, drafter_dir):
+    params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
+    runs = []
+    for verify in ("chain", "chain", "tree"):
+        backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", verify=verify,
+                           num_draft_tokens=4, budget=8)
+        for i, p in enumerate(PROMPTS[:2]):
+            backend.prefill_sync(f"s{i}", p, params)
+        out = {"s0": [], "s1": []}
+        while live := [r for r in out if not backend.requests[r].finished]:
+            for o in backend.step_sync(live).outputs:
+                out[o.request_id].extend(o.tokens)
+        runs.append(out)
+    assert runs[0] == runs[1] and all(len(t) == 16 for r in runs for t in r.values())

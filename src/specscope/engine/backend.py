@@ -147,6 +147,7 @@ class EngineBackend:
         except Exception:
             for req in admitted:
                 self.kv.release(req.request_id)
+                self.stepper.release(req.request_id)  # e.g. context features already observed
             raise
         for req in admitted:
             self.requests[req.request_id] = req
