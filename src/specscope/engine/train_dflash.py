@@ -215,7 +215,7 @@ def block_loss(draft: DFlashDraftModel, embed: torch.nn.Module, lm_head: torch.n
     hidden = draft.block_hidden(x.reshape(1, n * b, -1), positions, ctx, mask)
     # A contiguous 2-D matrix: a strided 3-D input sends the LM head through a slow batched matmul.
     hidden = hidden.view(n, b, -1)[:, 1:].reshape(n * (b - 1), -1)
-    logits = lm_head(hidden).float().view(n, b - 1, -1)
+    logits = lm_head(hidden.to(lm_head.weight.dtype)).float().view(n, b - 1, -1)  # bf16 head on GPU
     labels = tokens[a[:, None] + torch.arange(1, b, device=dev)]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
     w = position_weights(b, gamma).to(dev)
