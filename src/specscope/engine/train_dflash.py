@@ -387,6 +387,8 @@ def write_card(folder: Path, card: dict[str, Any]) -> None:
             "",
         ]
     lines += ["Total wall time: " + f"{card['wall_s']} s.", ""]
+    if card.get("notes"):
+        lines += ["## Notes", "", *[f"- {n}" for n in card["notes"]], ""]
     (folder / "DATA_CARD.md").write_text("\n".join(lines))
 
 
