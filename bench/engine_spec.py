@@ -3,18 +3,22 @@
 Configurations (batch 1, greedy, each prompt decoded to --max-new-tokens):
 - engine: no speculation; n-gram chain; model chain (early-exit draft = the target's first
   --draft-layers layers, and the target drafting for itself); model tree (DDTree) at budgets
-  --budgets;
+  --budgets; with --dflash REF, the DFlash block drafter (chain of --dflash-depth drafts, and
+  DDTree at --budgets) conditioned on the target's hidden states;
 - transformers `generate` on a LlamaForCausalLM holding OUR tensors: plain, prompt lookup
   (`prompt_lookup_num_tokens`), and assisted generation (`assistant_model` = the same
   early-exit model as a separate LlamaForCausalLM sharing the weights).
 Prompt sets: code completion, chat (chat template), and edit (chat: "rewrite this code/text", whose
-answer copies the prompt: where n-gram lookup should pay off).
+answer copies the prompt: where n-gram lookup should pay off); `cat:CATEGORY` for held-out
+prompts of a workload category (the seeds train_dflash never trains on, e.g. cat:long-writing).
 tok/s = generated tokens / wall time of the generation (prefill included, same for all rows);
 mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
 rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.
 
     .venv/bin/python bench/engine_spec.py                        # CPU, SmolLM2 from the GGUF
     .venv/bin/python bench/engine_spec.py --max-new-tokens 32 --prompts 1 --budgets 4,16
+    .venv/bin/python bench/engine_spec.py --dflash smollm2 --configs ngram,dflash --skip-hf \
+        --skip-self --sets code,chat,cat:long-writing --threads 1
     python bench/engine_spec.py --device cuda --random-weights   # speed only (acceptance meaningless)
 """
 
@@ -37,6 +41,7 @@ from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
 from specscope.engine.options import EngineOptions
+from specscope.engine.train_dflash import EVAL_SEED_OFFSET, category_prompts
 
 CODE_PROMPTS = [
     "def add(a, b):\n    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n\n\n"
@@ -161,6 +166,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="rounds over the engine configurations")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--dflash", default=None, help="DFlash drafter (a folder or a shipped name) to add")
+    ap.add_argument("--eager", action="store_true",
+                    help="CUDA: every engine configuration on the eager path (as the DFlash drafter runs)")
+    ap.add_argument("--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -184,6 +193,11 @@ def main() -> None:
     sets = {"code": [encode(p, False) for p in CODE_PROMPTS[: args.prompts]],
             "chat": [encode(p, True) for p in CHAT_PROMPTS[: args.prompts]],
             "edit": [encode(p, True) for p in EDIT_PROMPTS[: args.prompts]]}
+    for name in [s for s in args.sets.split(",") if s.startswith("cat:")]:
+        if text_lm is None:
+            ap.error(f"{name}: category prompts need real weights (a tokenizer)")
+        sets[name] = [p for _, p in category_prompts(text_lm, [name.removeprefix("cat:")], args.prompts,
+                                                     EVAL_SEED_OFFSET, 700)]
     k, depth = args.num_draft_tokens, args.tree_depth
     draft = f"layers:{args.draft_layers}"
     ng = {"drafter": "ngram", "ngram_min": args.ngram_min}
@@ -200,6 +214,14 @@ def main() -> None:
     for b in [int(x) for x in args.budgets.split(",") if x]:
         configs.append((f"engine model({draft}) tree d={depth} B={b}",
                         {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b}))
+    if args.dflash is not None:
+        dflash = f"dflash:{args.dflash}"
+        configs.append((f"engine dflash chain k={args.dflash_depth}",
+                        {"drafter": dflash, "verify": "chain", "num_draft_tokens": args.dflash_depth}))
+        for b in [int(x) for x in args.budgets.split(",") if x]:
+            configs.append((f"engine dflash tree d={args.dflash_depth} B={b}",
+                            {"drafter": dflash, "verify": "tree", "num_draft_tokens": args.dflash_depth,
+                             "budget": b}))
     if args.random_weights and not args.skip_self:  # model:PATH would load real weights
         configs = [c for c in configs if "self" not in c[0]]
     if args.configs:
@@ -214,7 +236,8 @@ def main() -> None:
           f"new_tokens={args.max_new_tokens} prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
           file=sys.stderr)
     rows = max(len(p) for ps in sets.values() for p in ps) + args.max_new_tokens + 80
-    backends = {name: engine_backend(lm, rows, spec) for name, spec in configs}
+    eager = {"cuda_graphs": False} if args.eager else {}
+    backends = {name: engine_backend(lm, rows, {**spec, **eager}) for name, spec in configs}
     engine_run(backends["engine plain"], sets["code"][:1], 4)  # warm-up: first-call allocations
     for set_name in [s for s in args.sets.split(",") if s]:
         prompts = sets[set_name]

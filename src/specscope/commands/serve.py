@@ -75,7 +75,7 @@ def serve(
     kv_alloc: Annotated[str | None, typer.Option(help="Engine: contiguous | scattered")] = None,
     max_batch: Annotated[int | None, typer.Option(help="Max running requests")] = None,
     device: Annotated[str | None, typer.Option(help="Engine: cpu | cuda")] = None,
-    drafter: Annotated[str | None, typer.Option(help="Engine: none | ngram | model:PATH")] = None,
+    drafter: Annotated[str | None, typer.Option(help="Engine: none | ngram | model:PATH | layers:N | dflash:PATH (dflash:smollm2: the shipped one)")] = None,
     verify: Annotated[str | None, typer.Option(help="Engine: chain | tree")] = None,
     num_draft_tokens: Annotated[int | None, typer.Option(help="Engine: drafts per step")] = None,
     budget: Annotated[int | None, typer.Option(help="Engine: tree node budget")] = None,

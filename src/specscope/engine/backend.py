@@ -143,10 +143,11 @@ class EngineBackend:
                 for start in range(0, longest, chunk):
                     work = [(r, r.tokens[start : min(start + chunk, len(r.tokens) - 1)])
                             for r in reqs if start < len(r.tokens) - 1]
-                    self.forward(work, compute_logits=False)
+                    self._prefill_chunk(work)
         except Exception:
             for req in admitted:
                 self.kv.release(req.request_id)
+                self.stepper.release(req.request_id)  # e.g. context features already observed
             raise
         for req in admitted:
             self.requests[req.request_id] = req
@@ -170,6 +171,20 @@ class EngineBackend:
         seq = self.kv.admit(request_id, rows + self._headroom)
         seed = params.seed if params.seed is not None else self.seed
         return Request(request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed))
+
+    def _prefill_chunk(self, work: list[tuple[Request, list[int]]]) -> None:
+        """One prefill forward; a stepper that reads the target's hidden states gets this
+        chunk's rows (its drafter's context features) before the chunk is committed."""
+        taps = self.stepper.target_taps
+        if not taps:
+            self.forward(work, compute_logits=False)
+            return
+        items = [Work(req.seq, tokens) for req, tokens in work]
+        _, _, hidden = self.runner.forward_hidden(items, taps, want_logits=False)
+        for (req, _tokens), rows in zip(work, hidden, strict=True):
+            self.stepper.observe_prefill(req.request_id, rows)
+        for w in items:
+            self.kv.commit(w.seq, len(w.tokens))
 
     def forward(self, work: list[tuple[Request, list[int]]], compute_logits: bool = True):
         """Append tokens to each request's committed KV in one batched forward (causal,

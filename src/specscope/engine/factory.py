@@ -46,7 +46,9 @@ def assemble(loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: b
     runner from the device (benches and tests build their cache, then call this)."""
     stepper: Stepper = PlainStepper() if opts.speculation is None else make_stepper(loaded, kv, opts.speculation)
     runner: Runner
-    if loaded.device.type == "cuda" and opts.cuda_graphs:
+    # A drafter conditioned on the target's hidden states reads them from every target forward
+    # (EagerRunner.forward_hidden); the captured graphs do not return them yet.
+    if loaded.device.type == "cuda" and opts.cuda_graphs and not stepper.target_taps:
         from specscope.engine.cuda.graph_runner import CudaGraphRunner
 
         graph_runner = CudaGraphRunner(loaded.model, kv, max_batch=opts.max_batch,

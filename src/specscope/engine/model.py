@@ -258,12 +258,28 @@ class Transformer(nn.Module):
         """Run the new tokens of `batch` against the pool of `kv` (a KVCache: `.k[layer]`,
         `.v[layer]` are [slots, kv_heads, head_dim]). Returns float32 logits [B, Q, vocab],
         or None when `compute_logits` is False (prefill chunks whose logits nobody reads)."""
+        return self.forward_taps(batch, kv, (), compute_logits)[0]
+
+    @torch.inference_mode()
+    def forward_taps(
+        self, batch: ForwardBatch, kv: Any, taps: tuple[int, ...], compute_logits: bool = True
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """`forward`, also returning the outputs of the decoder layers numbered in `taps`
+        (0-based), concatenated along features: [B, Q, len(taps) * hidden] in the model's dtype,
+        or None when `taps` is empty. What a drafter conditioned on the target's hidden states
+        (DFlash) reads from the verify forward: the one narrow door into the layer stack."""
         x = self.embed_tokens(batch.token_ids)
         angles = batch.positions.to(torch.float32)[..., None] * self.inv_freq  # [B, Q, D/2]
         angles = torch.cat([angles, angles], dim=-1)[:, :, None, :]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        tapped: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, batch, kv.k[i], kv.v[i])
-        if not compute_logits:
-            return None
-        return self.lm_head(self.norm(x)).float()
+            if i in taps:
+                tapped[i] = x
+        missing = [t for t in taps if t not in tapped]
+        if missing:
+            raise ValueError(f"tapped layers {missing} outside 0..{len(self.layers) - 1}")
+        hidden = torch.cat([tapped[t] for t in taps], dim=-1) if taps else None
+        logits = self.lm_head(self.norm(x)).float() if compute_logits else None
+        return logits, hidden

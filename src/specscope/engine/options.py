@@ -18,7 +18,8 @@ TREE_KV_MODES = ("compact", "inplace")
 @dataclass(frozen=True)
 class SpeculationOptions:
     """How to draft and verify. drafter: "ngram" | "model:PATH" (same vocabulary as the target)
-    | "layers:N" (early exit: the target's first N layers, weights shared)."""
+    | "layers:N" (early exit: the target's first N layers, weights shared) | "dflash:PATH"
+    (a DFlash block drafter: a folder with config.json + model.safetensors, or a shipped name)."""
 
     drafter: str = "ngram"
     verify: str = "chain"
@@ -40,9 +41,10 @@ class SpeculationOptions:
             raise ValueError(f"tree_kv must be one of {TREE_KV_MODES}, got {self.tree_kv!r}")
         if self.num_draft_tokens < 1 or self.budget < 1:
             raise ValueError("num_draft_tokens and budget must be >= 1")
-        if not (self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:"))):
+        if not (self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:", "dflash:"))):
             raise ValueError(
-                f"unknown drafter {self.drafter!r} (expected none, ngram, model:PATH or layers:N)"
+                f"unknown drafter {self.drafter!r} "
+                "(expected none, ngram, model:PATH, layers:N or dflash:PATH)"
             )
 
     @property

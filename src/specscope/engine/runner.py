@@ -79,6 +79,15 @@ class EagerRunner:
         self.device = kv.device
 
     def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+        slots, logits, _ = self.forward_hidden(work, (), want_logits)
+        return slots, logits
+
+    def forward_hidden(
+        self, work: Sequence[Work], taps: tuple[int, ...], want_logits: bool = True
+    ) -> tuple[list[list[int]], Logits | None, list[torch.Tensor]]:
+        """`forward`, plus each request's tapped hidden states [q_r, len(taps) * hidden]
+        (`Transformer.forward_taps`); only this eager runner offers it, so a stepper that needs
+        hidden states runs on it (see factory.assemble)."""
         items, slots = [], []
         for w in work:
             context = self.kv.context_slots(w.seq)
@@ -88,5 +97,6 @@ class EagerRunner:
             items.append(NewTokens(w.tokens, w.resolved_positions(),
                                    torch.tensor(s, dtype=torch.long, device=self.device), context, mask))
         batch = ForwardBatch.pack(items, self.device, self.kv.pad_slot)
-        out = self.model(batch, self.kv, compute_logits=want_logits)
-        return slots, (None if out is None else Logits(out, batch.num_new))
+        out, hidden = self.model.forward_taps(batch, self.kv, taps, compute_logits=want_logits)
+        rows = [] if hidden is None else [hidden[r, :q] for r, q in enumerate(batch.num_new)]
+        return slots, (None if out is None else Logits(out, batch.num_new)), rows

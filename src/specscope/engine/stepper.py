@@ -46,6 +46,15 @@ class SpeculationInfo:
 class Stepper(Protocol):
     # Graph node budget / KV rows one step needs per request beyond its context (1: decode).
     max_nodes: int
+    # Target layers whose outputs the stepper reads (a drafter conditioned on the target's
+    # hidden states); () for none. Non-empty means every target forward, prefill included,
+    # must go through `EagerRunner.forward_hidden`.
+    target_taps: tuple[int, ...]
+
+    def observe_prefill(self, request_id: str, hidden: Any) -> None:
+        """The tapped hidden states [n, len(taps) * hidden] of the request's next n prompt
+        positions, as prefill computes them (only called when `target_taps` is non-empty)."""
+        ...
 
     def speculation(self) -> SpeculationInfo | None: ...
 
@@ -58,8 +67,12 @@ class PlainStepper:
     """Every live request feeds its pending token; one batched forward; sample per request."""
 
     max_nodes = 1
+    target_taps: tuple[int, ...] = ()
 
     def speculation(self) -> SpeculationInfo | None:
+        return None
+
+    def observe_prefill(self, request_id: str, hidden: Any) -> None:
         return None
 
     def step(self, runner: Runner, live: Sequence[Request], max_context: int) -> StepResult:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -67,6 +67,23 @@ class Drafter(Protocol):
     def release(self, request_id: str) -> None:
         """Free per-request state. Idempotent."""
         ...
+
+
+@runtime_checkable
+class HiddenStateDrafter(Protocol):
+    """A drafter conditioned on the target's hidden states (DFlash): it names the target layers
+    it reads, and the stepper hands it the tapped outputs [n, len(taps) * hidden] of every
+    position the request commits to the target's KV cache, in order (prefill chunks, then the
+    accepted path of each verify). So its context always equals the target's cached context."""
+
+    name: str
+    target_taps: tuple[int, ...]
+
+    def propose(self, requests: Sequence[DraftRequest]) -> list[Draft]: ...
+
+    def release(self, request_id: str) -> None: ...
+
+    def observe(self, request_id: str, hidden: Any) -> None: ...
 
 
 def window(tokens: Sequence[int], draft_window: int | None) -> Sequence[int]:

@@ -2,7 +2,8 @@
 
 drafter "ngram" (prompt lookup), "model:PATH" (PATH as for --model: "smollm2", a .gguf file or a
 Hugging Face folder; same vocabulary as the target) or "layers:N" (early exit: the target's own
-first N layers, weights shared).
+first N layers, weights shared) or "dflash:PATH" (a DFlash block drafter folder, or a shipped
+name such as "smollm2"; conditioned on the target's hidden states, sharing its embedding and head).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model
 from specscope.engine.options import SpeculationOptions
+from specscope.engine.speculative import dflash_model
+from specscope.engine.speculative.dflash import DFlashDrafter
 from specscope.engine.speculative.drafter import Drafter
 from specscope.engine.speculative.model_drafter import EngineLM, ModelDrafter, early_exit_model
 from specscope.engine.speculative.ngram import NgramDrafter
@@ -26,6 +29,8 @@ def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptio
     if opts.drafter == "ngram":
         candidates = opts.ngram_candidates or (4 if opts.verify == "tree" else 1)
         return NgramDrafter(opts.ngram_min, opts.ngram_max, candidates, opts.draft_window or None)
+    if opts.drafter.startswith("dflash:"):
+        return make_dflash_drafter(target, opts)
     if opts.drafter.startswith("layers:"):  # early exit: the target's first N layers
         model = early_exit_model(target.model, int(opts.drafter.removeprefix("layers:")))
         name, dtype, device = opts.drafter, target.dtype, target.device
@@ -51,3 +56,15 @@ def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptio
                            dtype=dtype, device=device)
     top_k = opts.draft_top_k or (min(8, opts.budget) if opts.verify == "tree" else 1)
     return ModelDrafter(EngineLM(model, kv, rows), top_k=top_k, draft_window=window or None, name=name)
+
+
+def make_dflash_drafter(target: LoadedModel, opts: SpeculationOptions) -> DFlashDrafter:
+    ref = opts.drafter.removeprefix("dflash:")
+    path = dflash_model.resolve_path(ref)
+    model = dflash_model.load(path, device=target.device, dtype=target.dtype)
+    if opts.num_draft_tokens > model.config.block_size - 1:
+        raise ValueError(f"--num-draft-tokens {opts.num_draft_tokens}: the DFlash drafter's block of "
+                         f"{model.config.block_size} drafts at most {model.config.block_size - 1}")
+    top_k = opts.draft_top_k or (min(8, opts.budget) if opts.verify == "tree" else 1)
+    return DFlashDrafter(model, target.model, top_k=top_k, draft_window=opts.draft_window or None,
+                         name=f"dflash:{path.name}")

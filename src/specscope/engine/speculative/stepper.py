@@ -30,7 +30,7 @@ from specscope.engine.options import SpeculationOptions
 from specscope.engine.request import Request
 from specscope.engine.runner import Runner, Work
 from specscope.engine.sampling import probabilities
-from specscope.engine.speculative.drafter import Draft, Drafter, DraftRequest
+from specscope.engine.speculative.drafter import Draft, Drafter, DraftRequest, HiddenStateDrafter
 from specscope.engine.speculative.tree import DraftTree, build_ddtree, chain_tree, trie_tree
 from specscope.engine.speculative.verify import (
     Verdict,
@@ -46,6 +46,8 @@ class SpeculativeStepper:
         self.drafter = drafter
         self.config = config
         self.max_nodes = config.max_nodes
+        self.target_taps: tuple[int, ...] = (
+            tuple(drafter.target_taps) if isinstance(drafter, HiddenStateDrafter) else ())
 
     def speculation(self) -> SpeculationInfo:
         cfg = self.config
@@ -61,6 +63,10 @@ class SpeculativeStepper:
 
     def release(self, request_id: str) -> None:
         self.drafter.release(request_id)
+
+    def observe_prefill(self, request_id: str, hidden: torch.Tensor) -> None:
+        if self.target_taps:
+            self.drafter.observe(request_id, hidden)  # type: ignore[attr-defined]
 
     def step(self, runner: Runner, live: Sequence[Request], max_context: int) -> StepResult:
         t0 = time.perf_counter()
@@ -79,7 +85,10 @@ class SpeculativeStepper:
             is_chain = bool(np.all(tree.parents[1:] == np.arange(len(tree.tokens) - 1)))
             work.append(Work(r.seq, tree.tokens.tolist(), tree.positions(r.seq.context_len).tolist(),
                              None if is_chain else tree.attention_mask()))
-        slots, logits = runner.forward(work)
+        if self.target_taps:
+            slots, logits, hidden = runner.forward_hidden(work, self.target_taps)  # type: ignore[attr-defined]
+        else:
+            (slots, logits), hidden = runner.forward(work), []
         assert logits is not None
         greedy = logits.argmax() if any(r.params.temperature <= 0 for r in live) else None
         t3 = time.perf_counter()
@@ -91,6 +100,8 @@ class SpeculativeStepper:
             else:
                 verdict = self._sampled(r, d, tree, logits.tensor[i, : len(tree.tokens)])
             self._commit_kv(runner.kv, r.seq, slots[i], verdict.path)
+            if hidden:  # the accepted nodes are the next context rows: their features too
+                self.drafter.observe(r.request_id, hidden[i][verdict.path])  # type: ignore[attr-defined]
             proposals[r.request_id] = Proposal(verdict.committed, verdict.accepted_drafts,
                                                tree.num_nodes, verdict.accepted_per_position)
         return StepResult(proposals, {"draft": t1 - t0, "tree": t2 - t1, "verify": t3 - t2,

@@ -1,0 +1,94 @@
+"""train_dflash on a tiny random target (CPU, seconds): the loss falls, the drafter and its card
+are written, the saved drafter loads through `--drafter dflash:PATH` and decodes losslessly,
+the same seed gives the same weights, and bad arguments exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from specscope.engine import train_dflash  # noqa: E402
+from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
+from specscope.engine.speculative import dflash_model  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = [("code-completion", [5, 17, 23, 42, 8, 5, 17, 23]), ("chat", [61, 3, 3, 70, 61, 3]),
+           ("code-completion", [11, 12, 13, 14, 15]), ("chat", [40, 2, 90, 33, 7, 21, 64])]
+EVAL = [("code-completion", [9, 8, 7, 6, 5]), ("chat", [30, 31, 32, 30, 31])]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model = random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=5)
+    # N(0, 0.02) weights make near-uniform logits through a 32-wide head, which no drafter can
+    # sharpen through the shared (frozen) head: scale it so the target has real preferences.
+    with torch.no_grad():
+        model.model.lm_head.weight.mul_(40)
+    yield model
+    torch.set_num_threads(threads)
+
+
+def _args(out, cache, seed=0):
+    return train_dflash.parse_args([
+        "--out", str(out), "--cache-dir", str(cache), "--steps", "60", "--seed", str(seed),
+        "--draft-layers", "1", "--block-size", "5", "--gamma", "4", "--response-tokens", "40",
+        "--anchors", "8", "--lr", "0.003", "--eval-tokens", "24", "--eval-budget", "8",
+        "--save-dtype", "float32"])
+
+
+def test_training_runs_writes_and_reloads(tiny, tmp_path):
+    logs: list[str] = []
+    card = train_dflash.run(_args(tmp_path / "d", tmp_path / "c"), tiny, PROMPTS, EVAL, logs.append)
+    curve = [p["loss"] for p in card["training"]["curve"]]
+    assert card["training"]["steps"] == 60 and len(curve) == 6
+    assert np.mean(curve[-2:]) < 0.8 * curve[0]
+    out = tmp_path / "d"
+    for name in ("config.json", "model.safetensors", "card.json", "DATA_CARD.md"):
+        assert (out / name).is_file()
+    saved = json.loads((out / "card.json").read_text())
+    assert saved["data"]["sequences"] == len(PROMPTS) and saved["data"]["cached"] is False
+    assert set(saved["evaluation"]) == {"code-completion", "chat"}
+    for row in saved["evaluation"].values():
+        assert row["lossless_chain"] and row["lossless_tree"]
+        assert row["tau_chain"] >= 1.0 and row["tau_tree"] >= 1.0
+    # The drafter learnt the target's (repetitive) greedy text: it drafts better than nothing.
+    assert max(r["tau_tree"] for r in saved["evaluation"].values()) > 1.2
+    assert "| step | loss |" in (out / "DATA_CARD.md").read_text()
+    # Only the drafter's own tensors are stored: no embedding or LM head.
+    names = set(load_file(str(out / "model.safetensors")))
+    assert not any("embed_tokens" in n or "lm_head" in n for n in names) and "fc.weight" in names
+    assert dflash_model.load(out).config.block_size == 5
+
+    # Same seed and steps: same weights; the data comes from the cache the first run wrote.
+    again = train_dflash.run(_args(tmp_path / "e", tmp_path / "c"), tiny, PROMPTS, [], logs.append)
+    assert again["data"]["cached"] is True
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "e" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_anchors_leave_a_full_block_and_weights_decay():
+    sample = train_dflash.Sample("x", list(range(30)), 10, torch.zeros(30, 4))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        anchors = train_dflash.sample_anchors(sample, 8, 16, rng)
+        assert len(set(anchors.tolist())) == len(anchors) == 14  # positions 9..22
+        assert anchors.min() >= 9 and anchors.max() + 7 <= 29 and np.all(np.diff(anchors) > 0)
+    w = train_dflash.position_weights(8, 4.0)
+    assert w[0] == 1.0 and torch.all(w[1:] < w[:-1]) and len(w) == 7
+    assert train_dflash.expected_commit(np.array([1.0, 1.0, 0.0])) == 3.0
+
+
+def test_bad_arguments_exit_2(capsys, tmp_path):
+    assert train_dflash.main(["--out", str(tmp_path), "--categories", "poetry", "--target",
+                              str(tmp_path / "missing.gguf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("train_dflash:")
