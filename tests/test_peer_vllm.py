@@ -49,6 +49,8 @@ CLI_TIMEOUT_S = 480
 HEADLINE_TOLERANCE = 0.02
 # One run, one number: every command that prints a run's decode tok/s agrees to 0.1 %.
 SAME_RUN_TOLERANCE = 0.001
+# The prefix cache's two-point artefact: a window read as this many times the full generation.
+TWO_POINT_ARTEFACT = 1.0
 SPECULATION_FINDINGS = {"acceptance_low", "speculation_overhead", "acceptance_decay", "draft_coverage"}
 
 ITL = "vllm:inter_token_latency_seconds"
@@ -247,7 +249,7 @@ def test_per_request_spec_fields_sum_to_vllms_counters(
         assert sum(sp.verify_ct for sp in specs) < run.truth.steps
 
 
-def test_diagnose_with_prefix_caching_on_reports_no_two_point_bias(
+def test_diagnose_with_prefix_caching_on_shows_no_cache_artefact(
     server: VllmServer, diagnosed: tuple[Path, dict[str, Any]]
 ) -> None:
     assert server.prefix_caching  # vLLM's default
@@ -258,7 +260,18 @@ def test_diagnose_with_prefix_caching_on_reports_no_two_point_bias(
         "step_s": out["mean_step_s"], "findings": ids, "telemetry": out.get("telemetry"),
     })  # fmt: skip
     assert out["status"] == "complete" and not out["errors"]
-    assert "two_point_bias" not in ids, out["findings"]
+    # Every prompt is unique: the prefix cache served none of them (before, it served the
+    # two-point pairs and the method read "232 tok/s, 1297% above 16.6").
+    cache = out.get("prefix_cache")
+    assert cache is None or not cache.get("hits"), cache
+    # A window effect the CPU server really shows (tens of percent, when the load moves between
+    # the two-point and the full-generation phases) may be reported with its test; the cache's
+    # artefact, a window several times faster than the full generation, may not.
+    for f in out["findings"]:
+        if f["id"] == "two_point_bias":
+            beyond = next(e["value"] for e in f["evidence"]
+                          if e["label"] == "overstatement beyond context")
+            assert beyond < TWO_POINT_ARTEFACT, f
 
 
 def test_without_speculation_commit_length_is_one_and_no_speculation_finding(

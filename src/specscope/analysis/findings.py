@@ -742,17 +742,22 @@ def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
     method = "two-point window rate / context-adjusted full-generation rate"
     w, mt = f.two_point_window, f.main_table
     if w is not None and mt is not None and w.n >= 8 and mt.n >= 8:
-        se_w = sig.ratio_log_se(w.commit, w.step_s, sig.blocks(w.rid))
-        se_m = sig.ratio_log_se(mt.commit, mt.step_s, sig.blocks(mt.rid))
+        blocks_w, blocks_m = sig.blocks(w.rid), sig.blocks(mt.rid)
+        se_w = sig.ratio_log_se(w.commit, w.step_s, blocks_w)
+        se_m = sig.ratio_log_se(mt.commit, mt.step_s, blocks_m)
         if se_w is not None and se_m is not None:
             rate_w = float(w.commit.sum() / w.step_s.sum())
             se = math.sqrt(se_w**2 + se_m**2 + 2 * _content_var(f))
+            # a window of two short repeats is two blocks: its SE has one degree of freedom,
+            # so the test is Student t with the Welch degrees of freedom of the two SEs
+            df = sig.welch_df([(se_w**2, sig.n_clusters(blocks_w)),
+                               (se_m**2, sig.n_clusters(blocks_m))])
             return sig.z_test(
                 math.log(rate_w / full_adj), se, min_effect=TWO_POINT_BIAS, unit="x",
-                log_ratio=True,
-                method=f"{method}: z test on the log of the window's {w.n} steps vs the full "
-                f"generation's {mt.n}, cluster-robust over 64-step blocks, plus between-prompt "
-                "content variance a side",
+                log_ratio=True, df=df,
+                method=f"{method}: t test on the log of the window's {w.n} steps vs the full "
+                f"generation's {mt.n}, cluster-robust over 64-step blocks (Welch df "
+                f"{df or float('inf'):.1f}), plus between-prompt content variance a side",
             )
     return sig.two_sample_log(tp.rates, [full_adj], min_effect=TWO_POINT_BIAS, method=method,
                               extra_var=_content_var(f))

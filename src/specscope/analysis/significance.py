@@ -228,6 +228,21 @@ def huber_sandwich(x: np.ndarray, resid: np.ndarray, scale: float, clusters: np.
     return np.sqrt(np.clip(np.diag(cov), 0, None)), int(g)
 
 
+def welch_df(parts: Sequence[tuple[float, int]]) -> float | None:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, clusters
+    it was estimated from): a cluster-robust SE from g clusters has g - 1 of them, and a sum
+    dominated by a term from two clusters has about one, however many the other term had."""
+    num = sum(v for v, _ in parts)
+    den = sum(v * v / (g - 1) for v, g in parts if g > 1)
+    if num <= 0 or den <= 0:
+        return None
+    return num * num / den
+
+
+def n_clusters(clusters: np.ndarray) -> int:
+    return int(np.unique(np.asarray(clusters)).size)
+
+
 def ratio_log_se(num: np.ndarray, den: np.ndarray, clusters: np.ndarray) -> float | None:
     """Standard error of log(sum num / sum den) (a rate such as tokens/s or tokens/step),
     linearised and cluster-robust over `clusters`."""

@@ -408,11 +408,16 @@ def reconstruct_steps(
     server_l = server_commit(trace)
     cl = client.mean_commit_len
     if server_l is not None and server_l.mean_commit_len and client.steps and cl:
-        _cross_check_summary(client, cl, server_l.mean_commit_len, server_l.source)
+        # the same figure in the convention that counts the prefill token as a step's
+        # (completion_tokens / verify count): agreement in either convention is agreement
+        first = (trace.completion_tokens or trace.tokens_received) - stream_decode_tokens(trace)
+        cl_prefill = (client.total_commit + first) / (len(client.steps) + 1)
+        _cross_check_summary(client, cl, server_l.mean_commit_len, server_l.source, cl_prefill)
     return client
 
 
-def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, source: str) -> None:
+def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, source: str,
+                         cl_prefill: float | None = None) -> None:
     """Client mean commit length vs the server's all-steps figure for the same tokens. Where they
     disagree the side with too few steps is wrong: fewer client steps means the chunks merge
     steps; more client chunks than the server has steps means the server undercounts (a chunk is
@@ -420,7 +425,8 @@ def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, sourc
     a step."""
     rel = abs(cl - sl) / sl
     head = f"client mean commit {cl:.2f} vs server {sl:.2f} ({source})"
-    if rel <= DISAGREEMENT:
+    if rel <= DISAGREEMENT or (cl_prefill is not None and
+                               abs(cl_prefill - sl) / sl <= DISAGREEMENT):
         client.cross_check = head + " (agree)"
         return
     if cl < sl and client.method == "chunk":
