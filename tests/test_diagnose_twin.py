@@ -23,6 +23,10 @@ FINDING_KEYS = ("id", "summary", "confidence", "factor", "evidence", "next")
 HOSTILE = "<script>alert(1)</script>"
 TIMEOUT_S = 240
 
+# The long twin diagnoses keep the --precision repeats on (the default path) but bounded: what
+# these tests check is decided by the plan's measurements, not by the extra repeats.
+REPEAT_BUDGET_S = "15"
+
 
 def specscope(*args: str, home: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
     env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
@@ -100,7 +104,8 @@ def test_seed_regression_embedded_default_finds_the_story(tmp_path):
     and /metrics are read as server evidence."""
     out = tmp_path / "seed"
     obj, proc = diagnose_json(None, out, "--scenario", "seed-regression", "--time-scale", "0.3",
-                              "--prompt-tokens", "1000", "--max-tokens", "1000")
+                              "--prompt-tokens", "1000", "--max-tokens", "1000",
+                              "--budget-s", REPEAT_BUDGET_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_contract(obj)
     ids = finding_ids(obj)
@@ -174,7 +179,7 @@ def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
 def test_draft_window_is_named(twin_server, tmp_path):
     srv = twin_server("draft-window", time_scale=1.0)
     obj, proc = diagnose_json(srv.url, tmp_path / "dw", "--prompt-tokens", "1500",
-                              "--max-tokens", "1200", "--quick")
+                              "--max-tokens", "1200", "--quick", "--budget-s", REPEAT_BUDGET_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ids = finding_ids(obj)
     assert "draft_window" in ids, ids
@@ -184,7 +189,8 @@ def test_draft_window_is_named(twin_server, tmp_path):
 def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_server, tmp_path):
     base_srv = twin_server("speculation-overhead:baseline", time_scale=0.35)
     spec_srv = twin_server("speculation-overhead", time_scale=0.35)
-    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300")
+    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300",
+             "--budget-s", REPEAT_BUDGET_S)
     base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
     assert proc_a.returncode == 0, proc_a.stderr[-3000:]
     # no drafter on the plain server: nothing to blame on acceptance, and it says so

@@ -44,8 +44,9 @@ PROBE_ARGS = [
     "--repeat",
     "2",
 ]
-# --budget-s 30: the --precision repeats stay well inside the CLI timeout on a slow CPU peer
-DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "30"]
+# --budget-s 15: the --precision repeats run (the default path) and stay well inside the CLI
+# timeout on a slow CPU peer
+DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "15"]
 COMMIT_LEN_TOLERANCE = 0.10
 # Outcomes of a finding test that leave the finding out because the data do not show it.
 NOT_SHOWN_OUTCOMES = {"interval includes zero effect", "not significant", "below minimum"}

@@ -42,8 +42,9 @@ PROMPTS = REPO / "tests" / "fixtures" / "prompts"
 PROMPT_FILES = {"code": PROMPTS / "code_config.txt", "prose": PROMPTS / "prose_lighthouse.txt"}
 PROBE_MAX_TOKENS = 64
 PROBE_REPEAT = 2
-# --budget-s 30: the --precision repeats stay well inside the CLI timeout on a slow CPU peer
-DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "30"]
+# --budget-s 15: the --precision repeats run (the default path) and stay well inside the CLI
+# timeout on a slow CPU peer
+DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "15"]
 CLI_TIMEOUT_S = 480
 # The bar: specscope's headline within 2 % of vLLM's own all-steps counts.
 HEADLINE_TOLERANCE = 0.02
