@@ -26,6 +26,7 @@ from specscope.engine.options import EngineOptions  # noqa: E402
 from specscope.engine.speculative import dflash_model  # noqa: E402
 from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
 from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
+from support.engine import run_to_end  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -63,30 +64,9 @@ def _backend(loaded, page_size: int, **spec) -> EngineBackend:
     return assemble(loaded, kv, EngineOptions.from_flags(page_size=page_size, max_batch=4, **spec))
 
 
-def _decode(backend: EngineBackend, prompts, release: bool = True):
-    ids = [f"r{i}" for i in range(len(prompts))]
-    for rid, p in zip(ids, prompts, strict=True):
-        backend.prefill_sync(rid, p, GREEDY)
-    out = {rid: [] for rid in ids}
-    steps = []
-    for _ in range(200):
-        live = [rid for rid in ids if not backend.requests[rid].finished]
-        if not live:
-            break
-        step = backend.step_sync(live)
-        steps.append(step)
-        for o in step.outputs:
-            out[o.request_id].extend(o.tokens)
-    if release:
-        for rid in ids:
-            backend.release(rid)
-        assert backend.kv.free_pages == backend.kv.num_pages
-    return [out[rid] for rid in ids], steps
-
-
 @pytest.fixture(scope="module")
 def reference(tiny):
-    tokens, _ = _decode(_backend(tiny, 16), PROMPTS)
+    tokens, _ = run_to_end(_backend(tiny, 16), PROMPTS, GREEDY)
     assert all(len(t) == MAX_TOKENS for t in tokens)
     return tokens
 
@@ -105,7 +85,7 @@ def reference(tiny):
 def test_dflash_speculation_is_lossless(tiny, reference, drafter_dir, spec, page_size):
     backend = _backend(tiny, page_size, drafter=f"dflash:{drafter_dir}", **spec)
     assert backend.stepper.target_taps == (0, 2)
-    tokens, steps = _decode(backend, PROMPTS)
+    tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
     assert tokens == reference
     outs = [o for s in steps for o in s.outputs if o.tokens]
     assert all(o.proposed_drafts > 0 for o in outs[:3])
@@ -132,7 +112,7 @@ def _full_taps(loaded, tokens, taps):
 def test_context_features_follow_the_committed_sequence(tiny, drafter_dir, verify):
     backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", verify=verify,
                        num_draft_tokens=5, budget=16)
-    _decode(backend, PROMPTS[:2], release=False)
+    run_to_end(backend, PROMPTS[:2], GREEDY, release=False)
     drafter = backend.stepper.drafter
     for rid in ("r0", "r1"):
         req = backend.requests[rid]

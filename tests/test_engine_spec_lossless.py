@@ -22,6 +22,7 @@ from specscope.engine.factory import assemble  # noqa: E402
 from specscope.engine.kv_cache import KVCache  # noqa: E402
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.options import EngineOptions  # noqa: E402
+from support.engine import run_to_end  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -32,7 +33,6 @@ PROMPTS = [
     [11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 11, 12],
 ]
 MAX_TOKENS = 24
-MAX_STEPS = 200
 LAYERS = TINY_CONFIG.num_layers
 
 
@@ -53,32 +53,12 @@ def _backend(loaded, page_size: int, policy: str = "contiguous", **spec) -> Engi
     return assemble(loaded, kv, opts)
 
 
-def _run(backend: EngineBackend, prompts, params: SamplingParams):
-    ids = [f"r{i}" for i in range(len(prompts))]
-    for rid, p in zip(ids, prompts, strict=True):
-        backend.prefill_sync(rid, p, params)
-    out = {rid: [] for rid in ids}
-    steps = []
-    for _ in range(MAX_STEPS):
-        live = [rid for rid in ids if not backend.requests[rid].finished]
-        if not live:
-            break
-        step = backend.step_sync(live)
-        steps.append(step)
-        for o in step.outputs:
-            out[o.request_id].extend(o.tokens)
-    for rid in ids:
-        backend.release(rid)
-    assert backend.kv.free_pages == backend.kv.num_pages
-    return [out[rid] for rid in ids], steps
-
-
 GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
 def reference(tiny):
-    tokens, _ = _run(_backend(tiny, 16), PROMPTS, GREEDY)
+    tokens, _ = run_to_end(_backend(tiny, 16), PROMPTS, GREEDY)
     assert all(len(t) == MAX_TOKENS for t in tokens)
     return tokens
 
@@ -102,7 +82,7 @@ NGRAM = {"drafter": "ngram", "ngram_min": 1}
 )
 def test_greedy_speculation_is_lossless(tiny, reference, spec, page_size, policy):
     backend = _backend(tiny, page_size, policy, **spec)
-    tokens, steps = _run(backend, PROMPTS, GREEDY)
+    tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
     assert tokens == reference
     outs = [o for s in steps for o in s.outputs if o.tokens]
     assert all(o.accepted_drafts <= o.proposed_drafts for o in outs)
@@ -123,7 +103,7 @@ def test_greedy_speculation_is_lossless(tiny, reference, spec, page_size, policy
 def test_self_drafting_accepts_every_draft(tiny, reference, verify):
     # layers:N with N = every layer: the target drafting for itself.
     backend = _backend(tiny, 16, drafter=f"layers:{LAYERS}", verify=verify, num_draft_tokens=4, budget=8)
-    tokens, steps = _run(backend, PROMPTS[:2], GREEDY)
+    tokens, steps = run_to_end(backend, PROMPTS[:2], GREEDY)
     assert tokens == reference[:2]
     checked = 0
     for s in steps:
@@ -139,13 +119,13 @@ def test_self_drafting_accepts_every_draft(tiny, reference, verify):
 def test_sampled_speculation_runs_and_is_reproducible(tiny):
     params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
     spec = {"drafter": "layers:2", "verify": "chain", "num_draft_tokens": 3}
-    first, _ = _run(_backend(tiny, 16, **spec), PROMPTS[:2], params)
-    again, _ = _run(_backend(tiny, 16, **spec), PROMPTS[:2], params)
+    first, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2], params)
+    again, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2], params)
     assert first == again and all(len(t) == 16 for t in first)
-    other, _ = _run(_backend(tiny, 16, **spec), PROMPTS[:2],
+    other, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2],
                     SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=8, ignore_eos=True))
     assert other != first
-    tree, _ = _run(_backend(tiny, 16, **NGRAM, verify="tree", num_draft_tokens=3, budget=6),
+    tree, _ = run_to_end(_backend(tiny, 16, **NGRAM, verify="tree", num_draft_tokens=3, budget=6),
                    PROMPTS[:2], params)
     assert all(len(t) == 16 for t in tree)
 

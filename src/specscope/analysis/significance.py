@@ -120,29 +120,6 @@ def blocks(groups: np.ndarray, block: int = BLOCK_STEPS, *, split_short: bool = 
     return out
 
 
-def cluster_ols(
-    y: np.ndarray, x: np.ndarray, clusters: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """OLS with cluster-robust (CR1 sandwich) standard errors: (beta, se, number of clusters)."""
-    y = np.asarray(y, dtype=float)
-    x = np.asarray(x, dtype=float)
-    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ beta
-    try:
-        bread = np.linalg.inv(x.T @ x)
-    except np.linalg.LinAlgError:
-        return beta, np.full(x.shape[1], np.inf), 0
-    cl = np.asarray(clusters)
-    uniq, inv = np.unique(cl, return_inverse=True)
-    scores = np.zeros((uniq.size, x.shape[1]))
-    np.add.at(scores, inv, x * resid[:, None])
-    meat = scores.T @ scores
-    g, n, k = uniq.size, y.size, x.shape[1]
-    adj = (g / max(g - 1, 1)) * ((n - 1) / max(n - k, 1))
-    cov = adj * bread @ meat @ bread
-    return beta, np.sqrt(np.clip(np.diag(cov), 0, None)), int(g)
-
-
 def long_run_inflation(resid: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS
                        ) -> float:
     """Variance inflation of a mean from serial correlation within requests, the larger of two
