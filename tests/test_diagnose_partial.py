@@ -99,7 +99,8 @@ def test_a_flaky_server_gets_its_errors_recorded_and_exit_1(twin_server, tmp_pat
     srv = twin_server(sc, time_scale=1.0)
     out = tmp_path / "run"
     proc = specscope("diagnose", srv.url, "--json", "--quick", "--out", str(out),
-                     "--prompt-tokens", "256", "--max-tokens", "300", home=tmp_path)
+                     "--prompt-tokens", "256", "--max-tokens", "300", "--budget-s", "6",
+                     home=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     obj = json.loads(proc.stdout)

@@ -25,7 +25,10 @@ TIMEOUT_S = 240
 
 # The long twin diagnoses keep the --precision repeats on (the default path) but bounded: what
 # these tests check is decided by the plan's measurements, not by the extra repeats.
-REPEAT_BUDGET_S = "15"
+REPEAT_BUDGET_S = "6"
+# A finding test needs the main experiments only: the mix's first category (the default's main
+# prompts) without the seven-request workload mix, which the seed-regression test keeps.
+MAIN_ONLY = ("--workload", "long-writing", "--budget-s", REPEAT_BUDGET_S)
 
 
 def specscope(*args: str, home: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -139,7 +142,8 @@ def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path
     srv = twin_server("healthy", time_scale=1.0, log_file=tmp_path / "server.log")
     obj, proc = diagnose_json(srv.url, tmp_path / "healthy", "--quick", "--prompt-tokens", "512",
                               "--max-tokens", "600", "--logs", str(tmp_path / "server.log"),
-                              "--metrics-url", srv.url + "/metrics", "--concurrency", "1,2")
+                              "--metrics-url", srv.url + "/metrics", "--concurrency", "1,2",
+                              *MAIN_ONLY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_contract(obj)
     ids = finding_ids(obj)
@@ -165,7 +169,7 @@ def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
     log = tmp_path / "server.log"
     srv = twin_server("coalescing", time_scale=1.0, log_file=log)
     obj, proc = diagnose_json(srv.url, tmp_path / "coal", "--quick", "--prompt-tokens", "512",
-                              "--max-tokens", "600", "--logs-cmd", f"cat {log}")
+                              "--max-tokens", "600", "--logs-cmd", f"cat {log}", *MAIN_ONLY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "chunk_coalescing" in finding_ids(obj)
     notes = json.loads((Path(obj["run_dir"]) / "run.json").read_text())["notes"]
@@ -179,7 +183,7 @@ def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
 def test_draft_window_is_named(twin_server, tmp_path):
     srv = twin_server("draft-window", time_scale=1.0)
     obj, proc = diagnose_json(srv.url, tmp_path / "dw", "--prompt-tokens", "1500",
-                              "--max-tokens", "1200", "--quick", "--budget-s", REPEAT_BUDGET_S)
+                              "--max-tokens", "1200", "--quick", *MAIN_ONLY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ids = finding_ids(obj)
     assert "draft_window" in ids, ids
@@ -189,8 +193,7 @@ def test_draft_window_is_named(twin_server, tmp_path):
 def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_server, tmp_path):
     base_srv = twin_server("speculation-overhead:baseline", time_scale=0.35)
     spec_srv = twin_server("speculation-overhead", time_scale=0.35)
-    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300",
-             "--budget-s", REPEAT_BUDGET_S)
+    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300", *MAIN_ONLY)
     base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
     assert proc_a.returncode == 0, proc_a.stderr[-3000:]
     # no drafter on the plain server: nothing to blame on acceptance, and it says so
@@ -225,7 +228,7 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
 def test_server_strings_are_escaped_in_the_written_report(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0, served_model_name=HOSTILE)
     obj, proc = diagnose_json(srv.url, tmp_path / "esc", "--quick", "--prompt-tokens", "256",
-                              "--max-tokens", "200")
+                              "--max-tokens", "200", *MAIN_ONLY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (Path(obj["run_dir"]) / "report.html").read_text()
     assert HOSTILE not in html

@@ -65,7 +65,8 @@ def test_diagnose_report_compare_probe_summary_agree_on_a_diagnose_run(
     srv = twin_server(fast_scenario)
     run_dir = tmp_path / "diag"
     obj = json.loads(_cli("diagnose", srv.url, "--json", "--quick", "--out", str(run_dir),
-                          "--prompt-tokens", "48", "--max-tokens", "160"))
+                          "--prompt-tokens", "48", "--max-tokens", "160",
+                          "--budget-s", "6"))
     tps = obj["decode_tps"]
     # (the source may be the server's fields when a loaded machine merged chunks: either way
     # every command prints the same figure)

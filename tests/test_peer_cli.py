@@ -44,9 +44,12 @@ PROBE_ARGS = [
     "--repeat",
     "2",
 ]
-# --budget-s 15: the --precision repeats run (the default path) and stay well inside the CLI
-# timeout on a slow CPU peer
-DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "15"]
+# --budget-s 6: the --precision repeats run (the default path) and stay well inside the CLI
+# timeout on a slow CPU peer. --workload long-writing: the mix's first category, so the main
+# experiments are the default's, without the seven-request workload mix (~40% of a quick
+# diagnosis on a CPU peer; the mix is tested against the twin).
+DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "6",
+                 "--workload", "long-writing"]
 COMMIT_LEN_TOLERANCE = 0.10
 # Outcomes of a finding test that leave the finding out because the data do not show it.
 NOT_SHOWN_OUTCOMES = {"interval includes zero effect", "not significant", "below minimum"}

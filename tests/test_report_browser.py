@@ -54,7 +54,7 @@ def test_a_real_diagnosis_report_renders(twin_server, tmp_path):
 
     srv = twin_server("healthy", time_scale=1.0)
     obj, proc = diagnose_json(srv.url, tmp_path / "run", "--quick", "--prompt-tokens", "256",
-                              "--max-tokens", "300")
+                              "--max-tokens", "300", "--budget-s", "6")
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = Path(obj["run_dir"]) / "report.html"
     plots = page.read_text().count('Plotly.newPlot("plot-')

@@ -69,7 +69,7 @@ def test_diagnose_json_has_serving_per_concurrency_level(twin_server, fast_scena
     srv = twin_server(fast_scenario)
     res = runner.invoke(app, ["diagnose", srv.url, "--quick", "--json", "--out", str(tmp_path / "d"),
                               "--prompt-tokens", "64", "--max-tokens", "48", "--concurrency", "1,2",
-                              "--slo", "ttft=30s,tpot=2s"])
+                              "--slo", "ttft=30s,tpot=2s", "--budget-s", "6"])
     assert res.exit_code == 0, res.output[-3000:]
     out = json.loads(res.stdout)
     s = out["serving"]

@@ -125,6 +125,19 @@ def test_one_token_events_sharing_reads_often_are_in_doubt():
     assert not r.reliable and "same read" in r.reason
 
 
+def test_plain_decoding_read_late_often_stays_one_step_per_event():
+    """A loaded client reads plain decoding late: every fourth read holds two one-token events
+    after twice the step time. Each read took its events' time, so these are separate steps
+    (timed by the split), not one step's tokens: the count stands and the steps are timed."""
+    chunks = [(10.0 + 40.0 * i, 1) for i in range(30)]
+    for i in range(3, 30, 4):
+        chunks[i - 1] = (chunks[i][0], 1)  # event i-1 was read together with event i
+    r = reconstruct_steps(trace(chunks))
+    assert r.method == "chunk" and r.reliable, r.reason
+    assert len(r.steps) == 29 and r.mean_step_s == pytest.approx(0.040)
+    assert any("same read" in n for n in r.notes)
+
+
 def test_noisy_but_honest_step_times_stay_reliable():
     import random
 

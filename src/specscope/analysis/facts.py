@@ -66,6 +66,14 @@ class StepTimeFacts:
     profile: dict[str, Any] | None = None  # series step_time_by_position
 
 
+def _stall_free_mean(fit: stm.StepTimeFit, mt: StepTable) -> float:
+    """The main requests' mean step without the stalls the fit left out: the drift is a share of
+    the step the server takes, not of its faults."""
+    pred = fit.expected(mt.context, mt.commit) + (fit.per_output_token or 0.0) * mt.pos
+    ok = np.abs(mt.step_s - pred) <= stm.REJECT_SIGMAS * fit.sigma
+    return float(mt.step_s[ok].mean() if ok.any() else mt.step_s.mean())
+
+
 def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpan) -> StepTimeFacts:
     if table is None or not table.n:
         return StepTimeFacts()
@@ -77,7 +85,7 @@ def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpa
     model = fit.to_dict()
     if mt is None or not mt.n:
         return StepTimeFacts(fit=fit, model=model)
-    drift = stm.drift_test(fit, span_tokens=span.output_span, mean_step_s=float(mt.step_s.mean()))
+    drift = stm.drift_test(fit, span_tokens=span.output_span, mean_step_s=_stall_free_mean(fit, mt))
     drift_cost = context_share = growth = None
     if fit.per_output_token is not None:
         no_drift = mt.step_s - fit.per_output_token * mt.pos

@@ -47,6 +47,9 @@ MIN_BREAK_RATIO = 3.0
 MAX_BREAK_CANDIDATES = 12
 #: Largest commit length assumed when none is given (bounds how few steps there can be).
 DEFAULT_MAX_COMMIT = 16
+#: Reads holding several one-token events whose gap per event is at least this share of a
+#: single-event read's gap are late reads of separate steps (one step's tokens take one gap).
+LATE_READ_SHARE = 0.75
 
 
 @dataclass
@@ -143,6 +146,26 @@ def _multiple_of_base(gaps: list[float]) -> float | None:
     if len(near) >= max(2, 0.2 * len(gaps)) and len(near) >= 0.8 * len(long_):
         return base
     return None
+
+
+def _late_reads(reads: list[list[tuple[int, int]]]) -> bool:
+    """Whether the reads that held several events took as long per event as the single-event
+    reads took each: a late client read of separate steps (k steps' time passed before it). One
+    step's tokens streamed one by one arrive within one step's time instead, so in one read
+    (gap per event ~1/k of a step) or in reads a fraction of a millisecond apart.
+
+    The time of a late read is made up by the short gap after it, so the late reads are judged
+    together, against the median single-event gap, and sub-step gaps between single reads may
+    be no more frequent than the late reads that explain them."""
+    gaps = [(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)]
+    single = [g for g, r in zip(gaps, reads[1:], strict=True) if len(r) == 1]
+    shared = [(g, len(r)) for g, r in zip(gaps, reads[1:], strict=True) if len(r) > 1]
+    if len(single) < 5 or not shared:
+        return False
+    typical = statistics.median(single)
+    per_event = sum(g for g, _ in shared) / sum(k for _, k in shared)
+    sub_step = sum(1 for g in single if g < 0.1 * typical)
+    return per_event >= LATE_READ_SHARE * typical and sub_step <= len(shared)
 
 
 def _chunk_steps(
@@ -293,7 +316,8 @@ def _client(
         # the split timing is uncertain. Where every event is one token, a read holding several
         # may be one step's tokens streamed one by one: the step count itself is in doubt.
         packed = any(s.commit_len > 1 for s in steps)
-        (problems if not packed and shared > max(1.0, 0.05 * len(events)) else notes).append(msg)
+        frequent = shared > max(1.0, 0.05 * len(events))
+        (problems if not packed and frequent and not _late_reads(reads) else notes).append(msg)
     middle = [s.commit_len for s in steps[:-1]]
     if (
         len(middle) >= 5
@@ -306,7 +330,9 @@ def _client(
             f"{middle[0]} tokens (stream interval > 1) or accepts every draft; "
             "give the max commit length to tell"
         )
-    base = _multiple_of_base([(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)])
+    # per event: a late read holding k events took k steps' time, which is no merging
+    base = _multiple_of_base([(b[0][0] - a[0][0]) / 1e9 / len(b)
+                              for a, b in itertools.pairwise(reads)])
     if base is not None:
         problems.append(
             f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps"

@@ -23,6 +23,12 @@ from scipy import optimize, stats
 
 KTOK = 1000.0  # regressors are scaled to thousands of tokens for conditioning
 HUBER_K = 1.345  # 95% Gaussian efficiency, the textbook Huber constant
+# Steps this many robust sds above or below the fit are not step time but a stall (a GC pause,
+# a scheduler hiccup, a fault): they are left out of the fit. Huber bounds their influence but
+# does not remove it, and stalls come per request, not per step, so they are denser in short
+# requests (low output positions) and would bias the drift slope low (the twin's stalls did,
+# by ~0.4 SE, and widened its spread past its SE).
+REJECT_SIGMAS = 6.0
 # Context and output position are separable only when prompt lengths differ enough: at least
 # 64 tokens of spread and a correlation below 0.95 between the two regressors (above that the
 # standard errors blow up by > 3x and the split is not worth reporting).
@@ -53,6 +59,12 @@ class StepTimeFit:
     prompt_spread: float
     reason: str = ""
     residuals: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    #: Steps the fit used (False: a stall, left out); aligned with `residuals`.
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
+
+    @property
+    def stalls(self) -> int:
+        return int(self.kept.size - self.kept.sum())
 
     def expected(self, context: np.ndarray, commit_len: np.ndarray | None = None) -> np.ndarray:
         """Step time the context (and commit length) explain, without any drift term."""
@@ -74,7 +86,9 @@ class StepTimeFit:
             "context_output_separable": bool(self.identifiable),
             "residual_autocorr": self.autocorr,
             "prompt_spread_tokens": self.prompt_spread,
-            "method": "Huber robust regression (scipy.optimize.least_squares)",
+            "method": "Huber robust regression (scipy.optimize.least_squares), steps more "
+                      f"than {REJECT_SIGMAS:g} robust sds off the fit left out as stalls",
+            "stalls_left_out": self.stalls,
             "note": self.reason,
         }
 
@@ -95,8 +109,7 @@ def _lag1_autocorr(resid: np.ndarray, groups: np.ndarray) -> float:
     return num / den if den > 0 else 0.0
 
 
-def huber_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Huber regression of y on design x: (coefficients, residuals, robust sigma)."""
+def _huber(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     beta0, *_ = np.linalg.lstsq(x, y, rcond=None)
     sigma = _mad_sigma(y - x @ beta0) or float(np.std(y)) or 1e-9
     res = optimize.least_squares(
@@ -104,6 +117,19 @@ def huber_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, flo
     )
     resid = y - x @ res.x
     return res.x, resid, _mad_sigma(resid) or sigma
+
+
+def huber_fit(x: np.ndarray, y: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Huber regression of y on design x without the stalls: (coefficients, residuals of every
+    row, robust sigma of the kept rows, the kept mask). Rows more than REJECT_SIGMAS robust sds
+    from a first fit are left out and the fit is made again on the rest."""
+    beta, resid, sigma = _huber(x, y)
+    kept = np.abs(resid) <= REJECT_SIGMAS * sigma
+    if kept.all() or kept.sum() < max(MIN_STEPS, 2 * x.shape[1]):
+        return beta, resid, sigma, np.ones(y.size, dtype=bool)
+    beta, _, sigma = _huber(x[kept], y[kept])
+    return beta, y - x @ beta, sigma, kept
 
 
 def fit_step_time(
@@ -150,11 +176,11 @@ def fit_step_time(
         cols.append(kl)
         names.append("per_commit_token")
     x = np.column_stack(cols)
-    beta, resid, sigma = huber_fit(x, y)
-    rho = _lag1_autocorr(resid, groups)
+    beta, resid, sigma, kept = huber_fit(x, y)
+    rho = _lag1_autocorr(resid[kept], groups[kept])
     inflation = (1 + rho) / (1 - rho) if 0 < rho < 0.95 else (39.0 if rho >= 0.95 else 1.0)
     try:
-        cov = sigma**2 * np.linalg.inv(x.T @ x) * inflation
+        cov = sigma**2 * np.linalg.inv(x[kept].T @ x[kept]) * inflation
         se_raw = np.sqrt(np.clip(np.diag(cov), 0, None))
     except np.linalg.LinAlgError:
         se_raw = np.full(len(names), np.inf)
@@ -166,8 +192,9 @@ def fit_step_time(
     }
     coef = {n: float(b) / scale[n] for n, b in zip(names, beta, strict=True)}
     se = {n: float(s) / scale[n] for n, s in zip(names, se_raw, strict=True)}
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 0.0
+    yk = y[kept]
+    ss_tot = float(np.sum((yk - yk.mean()) ** 2))
+    r2 = 1 - float(np.sum(resid[kept] ** 2)) / ss_tot if ss_tot > 0 else 0.0
     return StepTimeFit(
         s0=coef["s0"],
         per_context_token=coef.get("per_context_token", 0.0),
@@ -182,6 +209,7 @@ def fit_step_time(
         prompt_spread=spread,
         reason=reason,
         residuals=resid,
+        kept=kept,
     )
 
 
