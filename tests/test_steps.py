@@ -63,6 +63,42 @@ def test_llamacpp_bursts_grouped_by_large_gap_threshold():
     assert 0.010 < r.burst_threshold_s < 0.06
 
 
+def _llamacpp_fields(commits: list[int]) -> ServerSpecFields:
+    """What llama.cpp's timings give for these steps: verify steps after the first token."""
+    predicted = 1 + sum(commits)
+    accepted = sum(c - 1 for c in commits)
+    return ServerSpecFields(verify_ct=predicted - 1 - accepted, accepted_drafts=accepted,
+                            source="llamacpp.timings")
+
+
+def test_a_step_split_by_one_slow_token_is_regrouped_by_the_servers_count():
+    """A preempted server (or a loaded client) leaves one 12 ms gap inside a step whose other
+    tokens are 0.2 ms apart, steps 115 ms apart: the largest break (0.5 -> 12 ms, gaps floored
+    at 0.5 ms) splits that step in two. llama.cpp counts its steps exactly, and the break that
+    gives its count (12 -> 115 ms) is still a break, so the steps are the server's, timed by
+    the client."""
+    commits = [5, 5, 5, 5, 3, 5, 1, 5]
+    events = per_token(commits, intra_ms=(0.2,))
+    i = 1 + 5 + 5 + 2  # the third token of the third step
+    events = events[:i] + [(t + 12.0, n) for t, n in events[i:]]
+    split = reconstruct_steps(trace(events, source="events"))
+    assert len(split.steps) == len(commits) + 1  # the largest break alone splits it
+    r = reconstruct_steps(trace(events, source="events", spec=_llamacpp_fields(commits)))
+    assert r.method == "burst" and r.reliable, r.reason
+    assert [s.commit_len for s in r.steps] == commits
+    assert any("the server counted 8 steps" in n for n in r.notes), r.notes
+
+
+def test_a_server_count_that_no_break_gives_leaves_the_bursts_and_the_disagreement():
+    """A count the gaps do not support (no break yields it) moves nothing: the bursts stay and
+    the cross-check with the server says they disagree."""
+    commits = [5, 5, 5, 5, 3, 5, 1, 5]
+    fields = _llamacpp_fields(commits).model_copy(update={"verify_ct": 5})
+    r = reconstruct_steps(trace(per_token(commits), source="events", spec=fields))
+    assert [s.commit_len for s in r.steps] == commits
+    assert not any("server counted" in n for n in r.notes)
+
+
 def test_long_commits_still_cluster_when_step_gaps_are_rare():
     commits = [12] * 6  # 11 intra-burst gaps per step gap: step gaps are < 10% of all gaps
     r = reconstruct_steps(trace(per_token(commits, intra_ms=(0.5,)), source="events"),

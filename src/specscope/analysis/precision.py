@@ -208,7 +208,7 @@ def summary(recorded: dict | None, decode_tps: float | None,
             decode_tps_ci: Sequence[float | None] | None, requests: int) -> dict | None:
     """The report's `precision` object: what the repeats aimed for and spent (`recorded`, the
     run's run.json `precision`) beside what the final headline reached. None for a run that
-    had no precision target (a probe, an older run)."""
+    had no precision target (a probe without --precision, an older run)."""
     if not recorded:
         return None
     target = recorded.get("target")

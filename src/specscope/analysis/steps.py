@@ -14,7 +14,10 @@ Three methods:
   between the small and the large gaps (largest ratio of consecutive sorted gaps, validated
   against the max commit length), never at a fraction of the median of all gaps, which is ~0
   when most events are intra-burst (peers-and-models.md §E); step times that vary tenfold on
-  a contended machine do not move it.
+  a contended machine do not move it. Where the server counts the request's steps exactly
+  (llama.cpp's timings) and the largest break disagrees, the break that gives that count is
+  taken if it is still a break (a step's tokens written or read apart leave one intra-step gap
+  larger than the rest, but short of a step's).
 
 The first chunk (or burst) carries the token sampled from prefill; it is not a verify step.
 Coalescing (several steps merged into one chunk) makes client steps unreliable; the result says
@@ -45,6 +48,11 @@ GAP_FLOOR_S = 0.0005
 MIN_BREAK_RATIO = 3.0
 #: Largest-ratio breaks tried (each is validated against the max commit length).
 MAX_BREAK_CANDIDATES = 12
+#: Where the server counts the request's steps exactly and the natural break disagrees, the break
+#: that gives that count is taken when it is still a break: at least this ratio between the gaps
+#: on its two sides (a step's tokens written apart by a preempted server, or read apart by a
+#: loaded client, leave one intra-step gap larger than the rest but still short of a step's).
+COUNTED_BREAK_RATIO = 1.5
 #: Largest commit length assumed when none is given (bounds how few steps there can be).
 DEFAULT_MAX_COMMIT = 16
 #: Reads holding several one-token events whose gap per event is at least this share of a
@@ -238,12 +246,38 @@ def burst_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit
     return srt[0] / 2  # below every gap: one token per step
 
 
+def counted_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit: int,
+                      steps: int) -> float | None:
+    """The threshold that makes exactly `steps` bursts after the first, when the gaps break
+    there (COUNTED_BREAK_RATIO) and no burst exceeds `max_commit` tokens; else None."""
+    if not 0 < steps <= len(gaps):
+        return None
+    desc = sorted((max(g, GAP_FLOOR_S) for g in gaps), reverse=True)
+    above, below = desc[steps - 1], (desc[steps] if steps < len(desc) else 0.0)
+    if below > 0 and above / below < COUNTED_BREAK_RATIO:
+        return None
+    threshold = math.sqrt(above * below) if below > 0 else above / 2
+    bursts = _group(events, gaps, threshold)
+    if len(bursts) - 1 != steps or max(sum(n for _, n in b) for b in bursts[1:]) > max_commit:
+        return None
+    return threshold
+
+
 def _burst_steps(
-    events: list[tuple[int, int]], prompt: int | None, max_commit: int, request_index: int
-) -> tuple[list[Step], float, bool, str]:
+    events: list[tuple[int, int]], prompt: int | None, max_commit: int, request_index: int,
+    counted_steps: int | None = None,
+) -> tuple[list[Step], float, bool, str, str]:
+    """Bursts as steps: (steps, threshold, unambiguous, why not, how the threshold was set)."""
     gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(events)]
     threshold = burst_threshold(events, gaps, max_commit)
     bursts = _group(events, gaps, threshold)
+    counted = ""
+    if counted_steps is not None and len(bursts) - 1 != counted_steps:
+        at = counted_threshold(events, gaps, max_commit, counted_steps)
+        if at is not None:
+            counted = (f"the server counted {counted_steps} steps where the largest break "
+                       f"gave {len(bursts) - 1}: grouped at the break that gives its count")
+            threshold, bursts = at, _group(events, gaps, at)
     steps: list[Step] = []
     pos = sum(n for _, n in bursts[0])
     for prev, cur in itertools.pairwise(bursts):
@@ -267,7 +301,7 @@ def _burst_steps(
         if ambiguous
         else ""
     )
-    return steps, threshold, not ambiguous, why
+    return steps, threshold, not ambiguous, why, counted
 
 
 def _client(
@@ -278,8 +312,9 @@ def _client(
         return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
     idx = trace.index
     if _is_per_token(trace, events):
-        steps, threshold, ok, why = _burst_steps(
-            events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, idx
+        counted = trace.server_spec.decode_steps if trace.server_spec else None
+        steps, threshold, ok, why, how = _burst_steps(
+            events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, idx, counted
         )
         reasons = [why] if why else []
         if max_commit_len is not None:
@@ -292,7 +327,8 @@ def _client(
         reason = "; ".join(reasons) or (
             f"per-token events grouped into bursts (threshold {threshold * 1e3:.2f} ms)"
         )
-        return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold)
+        return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold,
+                                  notes=[how] if how else [])
 
     reads = _reads(events)
     if len(reads) < 2:

@@ -35,6 +35,7 @@ from specscope.commands.common import (
     untrusted,
 )
 from specscope.commands.inputs import (
+    BudgetTokens,
     Model,
     PromptFile,
     TimeoutBetweenChunks,
@@ -44,6 +45,7 @@ from specscope.commands.inputs import (
     Tokenizer,
     endpoint_or_fail,
     out_dir_or_fail,
+    precision_or_fail,
     prompt_text_or_fail,
     prompt_tokens_or_fail,
     timeouts_or_fail,
@@ -235,9 +237,7 @@ def diagnose(
         help="Seconds the --precision repeats may add to the plan (default "
              f"{diagnosis_plan.DEFAULT_BUDGET_S[True]:.0f} with --quick, "
              f"{diagnosis_plan.DEFAULT_BUDGET_S[False]:.0f} without)", show_default=False)] = None,
-    budget_tokens: Annotated[int | None, typer.Option(
-        help="Generated tokens the --precision repeats may add (default: no limit)",
-        show_default=False)] = None,
+    budget_tokens: BudgetTokens = None,
     concurrency: Annotated[str | None, typer.Option(help="Add a concurrency sweep, e.g. 1,2,4")] = None,
     scenario: Annotated[str | None, typer.Option(help="Embedded twin scenario (name or TOML)")] = None,
     time_scale: Annotated[float | None, typer.Option(help="Embedded twin time scale (<1: faster)")] = None,
@@ -278,13 +278,7 @@ def diagnose(
         fail_usage(f"--logs-timeout must be a number of seconds > 0 (got {logs_timeout})")
     if not 1 <= repeat <= 100:
         fail_usage(f"--repeat must be within 1..100 (got {repeat})")
-    if precision is not None and not 0 <= precision < 1:
-        fail_usage(f"--precision must be a relative half-width within [0, 1), e.g. 0.05 "
-                   f"(got {precision})")
-    if budget_s is not None and not 0 <= budget_s < float("inf"):
-        fail_usage(f"--budget-s must be a number of seconds >= 0 (got {budget_s})")
-    if budget_tokens is not None and budget_tokens < 0:
-        fail_usage(f"--budget-tokens must be >= 0 (got {budget_tokens})")
+    precision_or_fail(precision, budget_s, budget_tokens)
     if logs and logs_cmd:
         fail_usage("give either --logs or --logs-cmd, not both")
     for p in logs or []:

@@ -34,6 +34,21 @@ TimeoutConnect = Annotated[float, typer.Option(help="Seconds to connect")]
 TimeoutFirstByte = Annotated[float, typer.Option(help="Seconds from send to first byte")]
 TimeoutBetweenChunks = Annotated[float, typer.Option(help="Seconds between reads")]
 TimeoutTotal = Annotated[float, typer.Option(help="Seconds per request")]
+BudgetTokens = Annotated[int | None, typer.Option(
+    help="Generated tokens the --precision repeats may add (default: no limit)",
+    show_default=False)]
+
+
+def precision_or_fail(precision: float | None, budget_s: float | None,
+                      budget_tokens: int | None) -> None:
+    """--precision P within [0, 1), --budget-s and --budget-tokens >= 0."""
+    if precision is not None and not 0 <= precision < 1:
+        fail_usage(f"--precision must be a relative half-width within [0, 1), e.g. 0.05 "
+                   f"(got {precision})")
+    if budget_s is not None and not 0 <= budget_s < float("inf"):
+        fail_usage(f"--budget-s must be a number of seconds >= 0 (got {budget_s})")
+    if budget_tokens is not None and budget_tokens < 0:
+        fail_usage(f"--budget-tokens must be >= 0 (got {budget_tokens})")
 
 
 def endpoint_or_fail(url: str) -> Endpoint:

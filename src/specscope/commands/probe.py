@@ -37,6 +37,7 @@ from specscope.commands.common import (
     untrusted,
 )
 from specscope.commands.inputs import (
+    BudgetTokens,
     Model,
     PromptFile,
     TimeoutBetweenChunks,
@@ -46,18 +47,25 @@ from specscope.commands.inputs import (
     Tokenizer,
     endpoint_or_fail,
     out_dir_or_fail,
+    precision_or_fail,
     prompt_text_or_fail,
     prompt_tokens_or_fail,
     timeouts_or_fail,
     tokenizer_or_fail,
     workload_or_fail,
 )
-from specscope.entrypoints.probe import ProbeInputError, ProbeOptions, ProbeOutcome, probe_run
+from specscope.entrypoints.probe import (
+    PRECISION_BUDGET_S,
+    ProbeInputError,
+    ProbeOptions,
+    ProbeOutcome,
+    probe_run,
+)
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.flavors import FLAVORS
 from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
 from specscope.probe.workload import MAX_CONCURRENCY
-from specscope.report.context import fmt_ci
+from specscope.report.context import fmt_ci, precision_line
 from specscope.trace.model import RequestTrace
 from specscope.trace.rundir import runs_home
 
@@ -132,6 +140,8 @@ def _render(o: ProbeOutcome) -> None:
     t.add_row("TTFT p50 / p99", f"{_fmt(s['ttft_s_p50'], ' s')} / {_fmt(s['ttft_s_p99'], ' s')}")
     t.add_row("decode tok/s (token-weighted)", _fmt(s["decode_tps"], nd=1)
               + fmt_ci(s.get("decode_tps_ci"), 1))
+    if (reached := precision_line(o.precision)) is not None:
+        t.add_row("precision", reached)
     t.add_row("mean commit length (all steps)", f"{_fmt(s['mean_commit_len'], nd=2)}"
               + fmt_ci(s.get("mean_commit_len_ci"), 2)
               + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else ""))
@@ -209,6 +219,13 @@ def probe(
     timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
     timeout_total: TimeoutTotal = Timeouts.total,
     slo: Annotated[str | None, typer.Option(help=SLO_HELP)] = None,
+    precision: Annotated[float, typer.Option(
+        help="After the requests, more of them until decode tps' 95% interval (over requests) "
+             "is within +-P (relative, e.g. 0.05) or the budget is spent; 0: off")] = 0.0,
+    budget_s: Annotated[float | None, typer.Option(
+        help=f"Seconds the --precision repeats may add (default {PRECISION_BUDGET_S:.0f})",
+        show_default=False)] = None,
+    budget_tokens: BudgetTokens = None,
 ) -> None:
     endpoint = endpoint_or_fail(url)
     url = endpoint.url
@@ -228,6 +245,7 @@ def probe(
         fail_usage(f"--repeat x --concurrency must be <= {MAX_REQUESTS}, got {repeat * concurrency}")
     if max_commit_len is not None and max_commit_len < 1:
         fail_usage(f"--max-commit-len must be >= 1, got {max_commit_len}")
+    precision_or_fail(precision, budget_s, budget_tokens)
     timeouts = timeouts_or_fail(timeout_connect, timeout_first_byte, timeout_between_chunks,
                                 timeout_total)
     local_count = tokenizer_or_fail(tokenizer)
@@ -244,7 +262,8 @@ def probe(
             "ignore_eos": ignore_eos, "model": model, "vary_prompts": vary_prompts,
             "tokenizer": str(tokenizer) if tokenizer else None,
             "prompt_file": str(prompt_file) if prompt_file else None, "workload": wl.name,
-            "max_commit_len": max_commit_len, "slo": slo_s, "timeouts": {
+            "max_commit_len": max_commit_len, "slo": slo_s, "precision": precision,
+            "budget_s": budget_s, "budget_tokens": budget_tokens, "timeouts": {
                 "connect": timeout_connect, "first_byte": timeout_first_byte,
                 "between_chunks": timeout_between_chunks, "total": timeout_total}}
     options = ProbeOptions(
@@ -252,7 +271,8 @@ def probe(
         max_tokens=max_tokens, n_requests=repeat * concurrency, concurrency=concurrency,
         ignore_eos=ignore_eos, out=out, timeouts=timeouts, api_key=resolve_api_key(api_key),
         auth=endpoint.auth, local_count=local_count, workload=wl, unique=vary_prompts,
-        max_commit_len=max_commit_len, slo=slo_s, recorded=args)
+        max_commit_len=max_commit_len, slo=slo_s, precision=precision, budget_s=budget_s,
+        budget_tokens=budget_tokens, recorded=args)
     try:
         outcome = asyncio.run(probe_run(options, _progress))
     except TokenizeError as e:  # the server misbehaved: one line, exit 1
@@ -272,6 +292,7 @@ def probe(
             "notes": outcome.notes,
             "summary": outcome.summary,
             "serving": outcome.serving,
+            "precision": outcome.precision,
             "failed_requests": [
                 {"index": t.index, "kind": t.error.kind, "message": t.error.message,
                  "http_status": t.error.http_status}

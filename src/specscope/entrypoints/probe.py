@@ -12,15 +12,17 @@ import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from specscope.analysis import precision
 from specscope.analysis.serving import serving_metrics
 from specscope.analysis.summary import summarize
+from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
 from specscope.probe.client import Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
 from specscope.probe.prompts import BuiltPrompt
@@ -33,6 +35,10 @@ from specscope.trace.rundir import RunDirWriter
 
 SUMMARY_JSON = "summary.json"
 DEFAULT_PROBE_TOKENS = 256
+# probe --precision P: seconds the repeats may add when --budget-s is not given, and the most
+# requests in all (the probe's own --repeat may ask for more)
+PRECISION_BUDGET_S = 120.0
+PRECISION_MAX_REQUESTS = 64
 
 
 class ProbeInputError(ValueError):
@@ -63,6 +69,11 @@ class ProbeOptions:
     unique: bool = True  # False: --same-prompt
     max_commit_len: int | None = None
     slo: dict[str, float] | None = None
+    # --precision P (> 0): after the n_requests, more until decode tps' 95% interval is within
+    # +-P (relative) or the budget (seconds, generated tokens) is spent; 0: the requests only
+    precision: float = 0.0
+    budget_s: float | None = None  # None: PRECISION_BUDGET_S
+    budget_tokens: int | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
 
 
@@ -77,6 +88,8 @@ class ProbeOutcome:
     detection: str
     notes: list[str] = field(default_factory=list)
     serving: dict[str, Any] | None = None
+    # --precision: what the repeats aimed for, reached and spent (analysis.precision.summary)
+    precision: dict[str, Any] | None = None
 
 
 def _no_progress(_total: int) -> contextlib.AbstractContextManager[Callable[[RequestTrace], None]]:
@@ -175,28 +188,42 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             notes.append(f"prompt tokens counted by {conn.count_source}")
         info.notes = notes
         writer = _writer(o.out, info)
-        specs = [RequestSpec(prompt=(b.messages if b.messages is not None and flavor.api == "chat"
-                                     else b.text),
-                             prompt_tokens=b.tokens, max_tokens=o.max_tokens, temperature=0.0,
-                             ignore_eos=o.ignore_eos, api=flavor.api,  # type: ignore[arg-type]
-                             tag=tags.PROBE, category=b.category)
-                 for b in built]
-        traces: list[RequestTrace] = []
-        status, reason = "partial", "interrupted"
+
+        def spec(b: BuiltPrompt) -> RequestSpec:
+            return RequestSpec(prompt=(b.messages if b.messages is not None and flavor.api == "chat"
+                                       else b.text),
+                               prompt_tokens=b.tokens, max_tokens=o.max_tokens, temperature=0.0,
+                               ignore_eos=o.ignore_eos, api=flavor.api,  # type: ignore[arg-type]
+                               tag=tags.PROBE, category=b.category)
+
+        measured: list[RequestTrace] = []  # every finished request, in the order they ended
+        repeats = PrecisionOutcome(o.precision) if o.precision > 0 else None
+        status, reason, interrupted = "partial", "interrupted", True
         try:
-            with progress(len(specs)) as on_progress:
+            async with conn.client(session, o.timeouts) as client:
 
-                def on_done(trace: RequestTrace) -> None:
-                    writer.append_request(trace)
-                    on_progress(trace)
+                async def send(specs: list[RequestSpec]) -> None:
+                    with progress(len(specs)) as on_progress:
 
-                async with conn.client(session, o.timeouts) as client:
-                    traces = await run_workload(client, specs, o.concurrency, on_done)
-            failed = sum(1 for t in traces if t.error is not None)
-            status = "complete"
-            reason = f"{failed} of {len(traces)} requests failed" if failed else ""
+                        def on_done(trace: RequestTrace) -> None:
+                            writer.append_request(trace)
+                            measured.append(trace)
+                            on_progress(trace)
+
+                        await run_workload(client, specs, o.concurrency, on_done,
+                                           first_index=len(measured))
+
+                await send([spec(b) for b in built])
+                if repeats is not None:
+                    await _repeat_until_precise(o, source, spec, send, measured, repeats)
+            failed = sum(1 for t in measured if t.error is not None)
+            status, interrupted = "complete", False
+            reason = f"{failed} of {len(measured)} requests failed" if failed else ""
         finally:
+            if repeats is not None:
+                info.precision = repeats.closed(interrupted=interrupted, stopped_reason=None)
             writer.close(status, reason)  # type: ignore[arg-type]
+        traces = sorted(measured, key=lambda t: t.index)
         summary = summarize(traces, max_commit_len=max_commit_len)
         serving = serving_metrics(traces, run_concurrency=o.concurrency, slo=o.slo,
                                   max_commit_len=max_commit_len)
@@ -205,4 +232,29 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
                 json.dumps({"schema": 1, "summary": summary, "serving": serving}, indent=2) + "\n")
         except OSError as e:
             notes.append(f"could not write {SUMMARY_JSON}: {e}")
-        return ProbeOutcome(writer.path, info, traces, summary, det.evidence, notes, serving)
+        reached = precision.summary(info.precision, summary.get("decode_tps"),
+                                    summary.get("decode_tps_ci"), summary.get("ok") or 0)
+        return ProbeOutcome(writer.path, info, traces, summary, det.evidence, notes, serving,
+                            reached)
+
+
+async def _repeat_until_precise(o: ProbeOptions, source: PromptSource,
+                                spec: Callable[[BuiltPrompt], RequestSpec],
+                                send: Callable[[list[RequestSpec]], Awaitable[None]],
+                                measured: list[RequestTrace], out: PrecisionOutcome) -> None:
+    """--precision: more of the probe's requests (new prompts, the same shape) until decode tps'
+    interval is narrow enough or the budget is spent (the loop diagnose's repeats run)."""
+    out.budget_s = PRECISION_BUDGET_S if o.budget_s is None else o.budget_s
+    out.budget_tokens = o.budget_tokens
+
+    async def send_more(n: int) -> str | None:
+        first = len(measured)
+        built = [await source.prompt(o.prompt_tokens, i if o.unique else 0)
+                 for i in range(first, first + n)]
+        await send([spec(b) for b in built])
+        return None
+
+    await repeat_rounds(lambda: measured, send_more, out,
+                        budget=precision.Budget(out.budget_s, out.budget_tokens,
+                                                max(PRECISION_MAX_REQUESTS, o.n_requests)),
+                        tokens_per_request=o.max_tokens)

@@ -1,5 +1,6 @@
 """Enough data, adaptively: after the plan, more of the measurement that decides decode tps (the
-full generation) until its 95% interval is as narrow as asked or the budget is spent.
+full generation; a probe's requests) until its 95% interval is as narrow as asked or the budget
+is spent.
 
 The decisions (narrow enough? how many more?) are analysis.precision's, pure and tested there;
 this loop only sends what they ask through the same `Executor`, so every request is appended
@@ -12,7 +13,7 @@ interrupted.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from specscope.analysis import precision
@@ -63,6 +64,50 @@ def _seconds_per_request(traces: list[RequestTrace]) -> float:
     return sum(spans) / len(spans) if spans else 0.0
 
 
+# Sends `n` more requests of the measurement; returns why the run must stop (None: go on).
+SendMore = Callable[[int], Awaitable[str | None]]
+
+
+async def repeat_rounds(
+    measured: Callable[[], list[RequestTrace]], send_more: SendMore, out: PrecisionOutcome, *,
+    budget: precision.Budget, tokens_per_request: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> PrecisionOutcome:
+    """Rounds of `send_more` until analysis.precision.decide says stop: the loop `diagnose` and
+    `probe` share. `measured()`: the measurement's traces so far (new ones appended at the
+    end); `out.target`: the relative half-width asked for."""
+    started = clock()
+    committed = 0  # the most requests a reading asked for: no stop on precision before them
+    while True:
+        traces = measured()
+        r = _read(out, traces)
+        out.spent_s = clock() - started
+        d = precision.decide(r, out.target, budget, attempted=len(traces), committed=committed,
+                             spent_s=out.spent_s, spent_tokens=out.spent_tokens,
+                             seconds_per_request=_seconds_per_request(traces),
+                             tokens_per_request=tokens_per_request)
+        out.needed, out.reason = d.needed, d.reason
+        committed = max(committed, d.needed or 0)
+        if d.stopped_by is not None:
+            out.stopped_by = d.stopped_by
+            return out
+        before = len(traces)
+        stop: str | None = None
+        try:
+            stop = await send_more(d.more)
+        finally:
+            new = measured()[before:]
+            out.rounds += 1
+            out.added_requests += len(new)
+            out.spent_tokens += sum(t.completion_tokens or t.tokens_received for t in new)
+            out.spent_s = clock() - started
+        if stop is not None or (new and all(t.error is not None for t in new)):
+            out.stopped_by = precision.ERRORS
+            out.reason = stop or f"all {len(new)} repeats of the round failed"
+            _read(out, measured())
+            return out
+
+
 async def repeat_until_precise(
     executor: Executor, plan: Plan, result: ExecutionResult,
     outcome: PrecisionOutcome | None = None, *, clock: Callable[[], float] = time.monotonic,
@@ -80,39 +125,20 @@ async def repeat_until_precise(
         out.reason = ("--precision 0: the plan's requests only" if pp.target <= 0
                       else f"the plan has no {pp.tag} step")
         return out
-    budget = precision.Budget(pp.budget_s, pp.budget_tokens, pp.max_requests)
-    started = clock()
-    committed = 0  # the most requests a reading asked for: no stop on precision before them
-    while True:
-        traces = [t for t in result.traces if t.spec.tag == step.tag]
-        r = _read(out, traces)
-        out.spent_s = clock() - started
-        d = precision.decide(r, pp.target, budget, attempted=len(traces), committed=committed,
-                             spent_s=out.spent_s, spent_tokens=out.spent_tokens,
-                             seconds_per_request=_seconds_per_request(traces),
-                             tokens_per_request=step.max_tokens)
-        out.needed, out.reason = d.needed, d.reason
-        committed = max(committed, d.needed or 0)
-        if d.stopped_by is not None:
-            out.stopped_by = d.stopped_by
-            return out
-        before = len(result.traces)
+
+    async def send_more(n: int) -> str | None:
         completed, result.completed_steps = result.completed_steps, 0
         try:
-            await executor.run(Plan(steps=[replace(step, repeat=d.more, concurrency=1,
+            await executor.run(Plan(steps=[replace(step, repeat=n, concurrency=1,
                                                    purpose="precision repeats")]), result)
         finally:
             result.completed_steps = completed
-            new = result.traces[before:]
-            out.rounds += 1
-            out.added_requests += len(new)
-            out.spent_tokens += sum(t.completion_tokens or t.tokens_received for t in new)
-            out.spent_s = clock() - started
-        if result.stopped_reason is not None or (new and all(t.error is not None for t in new)):
-            out.stopped_by = precision.ERRORS
-            out.reason = result.stopped_reason or f"all {len(new)} repeats of the round failed"
-            _read(out, [t for t in result.traces if t.spec.tag == step.tag])
-            return out
+        return result.stopped_reason
+
+    return await repeat_rounds(
+        lambda: [t for t in result.traces if t.spec.tag == step.tag], send_more, out,
+        budget=precision.Budget(pp.budget_s, pp.budget_tokens, pp.max_requests),
+        tokens_per_request=step.max_tokens, clock=clock)
 
 
 def _read(out: PrecisionOutcome, traces: list[RequestTrace]) -> precision.Reading:

@@ -59,6 +59,10 @@ class ErrorInfo(_Model):
     http_status: int | None = None
 
 
+#: Sources whose `verify_ct` is the number of verify steps after the first token, exactly.
+EXACT_DECODE_STEP_SOURCES = frozenset({"llamacpp.timings"})
+
+
 class ServerSpecFields(_Model):
     """Speculation facts the server reported for this request (None when not reported).
 
@@ -78,6 +82,13 @@ class ServerSpecFields(_Model):
     per_step_drafted: list[int] | None = None
     source: str = ""  # e.g. "sglang.meta_info", "vllm.metrics", "llamacpp.timings"
     raw: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def decode_steps(self) -> int | None:
+        """Verify steps after the first token, where the source counts exactly those: llama.cpp's
+        timings (predicted_n - 1 - accepted drafts). Other servers' verify counts differ in
+        whether the prefill token's pass counts, so they are not taken as this count."""
+        return self.verify_ct if self.source in EXACT_DECODE_STEP_SOURCES else None
 
 
 class RequestTrace(_Model):
