@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from specscope.trace import load_run
+from support.cli import start_cli
 from support.loopback import LoopbackServer, models_handler, sse, tokenize_handler
 
 WAIT_S = 90
@@ -26,9 +26,7 @@ QUICK = ["--quick", "--prompt-tokens", "16", "--max-tokens", "40"]
 
 def _specscope(args: list[str], home: Path) -> subprocess.Popen:
     """The real CLI in its own process group (Ctrl-C goes to the group, as a terminal sends it)."""
-    env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
-    return subprocess.Popen([sys.executable, "-m", "specscope.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    return start_cli(args, home, new_session=True)
 
 
 def _finish(proc: subprocess.Popen) -> tuple[str, str]:

@@ -4,23 +4,20 @@ dies mid-run both end in a partial run dir with its analysis and a report that s
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from specscope.twin.model import load_scenario
+from support.cli import start_cli
 from test_diagnose_twin import cli, specscope
 
 WAIT_S = 90
 
 
 def _start(args: list[str], home: Path) -> subprocess.Popen:
-    env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
-    return subprocess.Popen([sys.executable, "-m", "specscope.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return start_cli(args, home)
 
 
 def _wait_for_requests(run_dir: Path, n: int, proc: subprocess.Popen) -> None:
