@@ -80,6 +80,18 @@ def test_stalls_are_left_out_and_do_not_bias_the_drift_low():
     assert abs(np.mean(z_kept)) < 0.6
 
 
+def test_a_second_mode_of_step_times_is_structure_not_stalls():
+    """A fifth of the steps take 25 ms longer (say, the ones that verified drafts while the rest
+    drafted nothing): far beyond 6 robust sds of the main mode, but far too many to be stalls,
+    so the fit keeps every step."""
+    rng = np.random.default_rng(5)
+    s, ctx, pos, rid = _requests(rng, [256, 512, 1024, 2048, 2701], [96, 96, 96, 96, 1500],
+                                 noise=0.03)
+    s = s + 0.025 * (rng.random(s.size) < 0.2)
+    fit = stm.fit_step_time(s, ctx, pos, request_ids=rid)
+    assert fit.stalls == 0 and fit.stall_above_s is None and fit.kept.all()
+
+
 def test_one_prompt_length_is_confounded_and_says_so():
     rng = np.random.default_rng(1)
     s, ctx, pos, rid = _requests(rng, [2701], [1500], d=6e-5)

@@ -69,8 +69,10 @@ class StepTimeFacts:
 def _stall_free_mean(fit: stm.StepTimeFit, mt: StepTable) -> float:
     """The main requests' mean step without the stalls the fit left out: the drift is a share of
     the step the server takes, not of its faults."""
+    if fit.stall_above_s is None:
+        return float(mt.step_s.mean())
     pred = fit.expected(mt.context, mt.commit) + (fit.per_output_token or 0.0) * mt.pos
-    ok = np.abs(mt.step_s - pred) <= stm.REJECT_SIGMAS * fit.sigma
+    ok = np.abs(mt.step_s - pred) <= fit.stall_above_s
     return float(mt.step_s[ok].mean() if ok.any() else mt.step_s.mean())
 
 

@@ -29,6 +29,10 @@ HUBER_K = 1.345  # 95% Gaussian efficiency, the textbook Huber constant
 # requests (low output positions) and would bias the drift slope low (the twin's stalls did,
 # by ~0.4 SE, and widened its spread past its SE).
 REJECT_SIGMAS = 6.0
+# ... unless that many steps lie so far out: stalls are rare (the twin's ~0.7% of a quick
+# diagnosis' steps); more than this share is the steps' own structure (a second mode: steps that
+# drafted nothing, a batch step), which the fit must keep.
+MAX_STALL_SHARE = 0.02
 # Context and output position are separable only when prompt lengths differ enough: at least
 # 64 tokens of spread and a correlation below 0.95 between the two regressors (above that the
 # standard errors blow up by > 3x and the split is not worth reporting).
@@ -61,6 +65,8 @@ class StepTimeFit:
     residuals: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     #: Steps the fit used (False: a stall, left out); aligned with `residuals`.
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
+    #: Residual (s) beyond which a step was taken for a stall; None when none was left out.
+    stall_above_s: float | None = None
 
     @property
     def stalls(self) -> int:
@@ -120,16 +126,19 @@ def _huber(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]
 
 
 def huber_fit(x: np.ndarray, y: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float | None]:
     """Huber regression of y on design x without the stalls: (coefficients, residuals of every
-    row, robust sigma of the kept rows, the kept mask). Rows more than REJECT_SIGMAS robust sds
-    from a first fit are left out and the fit is made again on the rest."""
+    row, robust sigma of the kept rows, the kept mask, the residual a stall lies beyond or
+    None). Rows more than REJECT_SIGMAS robust sds from a first fit are left out and the fit
+    made again on the rest, when they are rare enough to be stalls (MAX_STALL_SHARE)."""
     beta, resid, sigma = _huber(x, y)
-    kept = np.abs(resid) <= REJECT_SIGMAS * sigma
-    if kept.all() or kept.sum() < max(MIN_STEPS, 2 * x.shape[1]):
-        return beta, resid, sigma, np.ones(y.size, dtype=bool)
+    above = REJECT_SIGMAS * sigma
+    kept = np.abs(resid) <= above
+    out = y.size - int(kept.sum())
+    if out == 0 or out > MAX_STALL_SHARE * y.size or kept.sum() < max(MIN_STEPS, 2 * x.shape[1]):
+        return beta, resid, sigma, np.ones(y.size, dtype=bool), None
     beta, _, sigma = _huber(x[kept], y[kept])
-    return beta, y - x @ beta, sigma, kept
+    return beta, y - x @ beta, sigma, kept, above
 
 
 def fit_step_time(
@@ -176,7 +185,7 @@ def fit_step_time(
         cols.append(kl)
         names.append("per_commit_token")
     x = np.column_stack(cols)
-    beta, resid, sigma, kept = huber_fit(x, y)
+    beta, resid, sigma, kept, stall_above = huber_fit(x, y)
     rho = _lag1_autocorr(resid[kept], groups[kept])
     inflation = (1 + rho) / (1 - rho) if 0 < rho < 0.95 else (39.0 if rho >= 0.95 else 1.0)
     try:
@@ -210,6 +219,7 @@ def fit_step_time(
         reason=reason,
         residuals=resid,
         kept=kept,
+        stall_above_s=stall_above,
     )
 
 
