@@ -97,6 +97,7 @@ def test_a_server_count_that_no_break_gives_leaves_the_bursts_and_the_disagreeme
     r = reconstruct_steps(trace(per_token(commits), source="events", spec=fields))
     assert [s.commit_len for s in r.steps] == commits
     assert not any("server counted" in n for n in r.notes)
+    assert "disagree" in (r.cross_check or ""), r.cross_check
 
 
 def test_long_commits_still_cluster_when_step_gaps_are_rare():
@@ -172,6 +173,51 @@ def test_plain_decoding_read_late_often_stays_one_step_per_event():
     assert r.method == "chunk" and r.reliable, r.reason
     assert len(r.steps) == 29 and r.mean_step_s == pytest.approx(0.040)
     assert any("same read" in n for n in r.notes)
+
+
+def _client_reads(arrivals_ms: list[float], rng, p_late: float, late_ms: float
+                  ) -> list[tuple[float, int]]:
+    """What a client stamps: after each read it waits for the next event and wakes 0.2 ms
+    after it, or (with probability p_late) an exponential delay later, and reads everything
+    that has arrived by then (one stamp for the read)."""
+    out, i = [], 0
+    while i < len(arrivals_ms):
+        wake = arrivals_ms[i] + (rng.expovariate(1 / late_ms) if rng.random() < p_late else 0.2)
+        j = i
+        while j < len(arrivals_ms) and arrivals_ms[j] <= wake:
+            j += 1
+        out.extend((wake, 1) for _ in range(i, j))
+        i = j
+    return out
+
+
+def test_late_reads_tell_plain_decoding_from_one_steps_tokens_streamed_apart():
+    """A loaded client (5-40% of reads late by 0.3-2 steps on average) in front of two servers
+    that send one token per event: plain decoding (a step a token) keeps its steps, every one
+    timed (but those in the prefill token's read); a server streaming each step's 1-5 tokens one
+    by one, 50 us apart, has its step count put in doubt (100 seeded streams each)."""
+    import random
+
+    rng = random.Random(11)
+    plain_kept = split_doubted = 0
+    for _ in range(100):
+        t, plain = 100.0, []
+        for _ in range(64):
+            t += 50.0 * rng.uniform(0.9, 1.1)
+            plain.append(t)
+        t, streamed = 100.0, []
+        for _ in range(20):
+            t += 50.0 * rng.uniform(0.9, 1.1)
+            streamed.extend(t + 0.05 * k for k in range(rng.randint(1, 5)))
+        p_late, late_ms = rng.uniform(0.05, 0.4), 50.0 * rng.uniform(0.3, 2.0)
+        reads = _client_reads(plain, rng, p_late, late_ms)
+        first_read = sum(1 for t_ms, _ in reads if t_ms == reads[0][0])  # prefill's read: untimed
+        r = reconstruct_steps(trace(reads))
+        plain_kept += r.reliable and len(r.steps) == 64 - first_read
+        r = reconstruct_steps(trace(_client_reads(streamed, rng, p_late, late_ms)))
+        split_doubted += not r.reliable and "same read" in r.reason
+    assert plain_kept == 100
+    assert split_doubted == 100
 
 
 def test_noisy_but_honest_step_times_stay_reliable():

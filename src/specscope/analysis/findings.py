@@ -613,7 +613,7 @@ def _fit_se(f: Facts) -> tuple[dict[str, float], int] | None:
     if fit.per_commit_token is not None:
         cols.append(t.commit[ok])
         names.append("per_commit_token")
-    keep = fit.kept if fit.kept.size == fit.residuals.size else np.ones(fit.residuals.size, bool)
+    keep = fit.kept
     se, g = sig.huber_sandwich(np.column_stack(cols)[keep], fit.residuals[keep],
                                HUBER_K * fit.sigma, sig.blocks(t.rid[ok][keep]))
     per = {"per_context_token": KTOK, "per_output_token": KTOK}

@@ -156,7 +156,7 @@ def _multiple_of_base(gaps: list[float]) -> float | None:
     return None
 
 
-def _late_reads(reads: list[list[tuple[int, int]]]) -> bool:
+def _late_reads(reads: list[list[tuple[int, int]]], gaps: list[float]) -> bool:
     """Whether the reads that held several events took as long per event as the single-event
     reads took each: a late client read of separate steps (k steps' time passed before it). One
     step's tokens streamed one by one arrive within one step's time instead, so in one read
@@ -164,8 +164,8 @@ def _late_reads(reads: list[list[tuple[int, int]]]) -> bool:
 
     The time of a late read is made up by the short gap after it, so the late reads are judged
     together, against the median single-event gap, and sub-step gaps between single reads may
-    be no more frequent than the late reads that explain them."""
-    gaps = [(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)]
+    be no more frequent than the late reads that explain them. `gaps[i]`: from read i to
+    read i + 1."""
     single = [g for g, r in zip(gaps, reads[1:], strict=True) if len(r) == 1]
     shared = [(g, len(r)) for g, r in zip(gaps, reads[1:], strict=True) if len(r) > 1]
     if len(single) < 5 or not shared:
@@ -246,7 +246,7 @@ def burst_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit
     return srt[0] / 2  # below every gap: one token per step
 
 
-def counted_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit: int,
+def _counted_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit: int,
                       steps: int) -> float | None:
     """The threshold that makes exactly `steps` bursts after the first, when the gaps break
     there (COUNTED_BREAK_RATIO) and no burst exceeds `max_commit` tokens; else None."""
@@ -273,7 +273,7 @@ def _burst_steps(
     bursts = _group(events, gaps, threshold)
     counted = ""
     if counted_steps is not None and len(bursts) - 1 != counted_steps:
-        at = counted_threshold(events, gaps, max_commit, counted_steps)
+        at = _counted_threshold(events, gaps, max_commit, counted_steps)
         if at is not None:
             counted = (f"the server counted {counted_steps} steps where the largest break "
                        f"gave {len(bursts) - 1}: grouped at the break that gives its count")
@@ -334,6 +334,7 @@ def _client(
     if len(reads) < 2:
         return StepReconstruction([], False, "none", "all tokens arrived in one read")
     steps = _chunk_steps(reads, prompt, idx)
+    read_gaps = [(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)]
     problems: list[str] = []
     notes: list[str] = []
     if max_commit_len is not None:
@@ -353,7 +354,8 @@ def _client(
         # may be one step's tokens streamed one by one: the step count itself is in doubt.
         packed = any(s.commit_len > 1 for s in steps)
         frequent = shared > max(1.0, 0.05 * len(events))
-        (problems if not packed and frequent and not _late_reads(reads) else notes).append(msg)
+        late = _late_reads(reads, read_gaps)
+        (problems if not packed and frequent and not late else notes).append(msg)
     middle = [s.commit_len for s in steps[:-1]]
     if (
         len(middle) >= 5
@@ -367,8 +369,7 @@ def _client(
             "give the max commit length to tell"
         )
     # per event: a late read holding k events took k steps' time, which is no merging
-    base = _multiple_of_base([(b[0][0] - a[0][0]) / 1e9 / len(b)
-                              for a, b in itertools.pairwise(reads)])
+    base = _multiple_of_base([g / len(r) for g, r in zip(read_gaps, reads[1:], strict=True)])
     if base is not None:
         problems.append(
             f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps"

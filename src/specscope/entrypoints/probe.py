@@ -22,6 +22,7 @@ import aiohttp
 from specscope.analysis import precision
 from specscope.analysis.serving import serving_metrics
 from specscope.analysis.summary import summarize
+from specscope.experiments.diagnosis_plan import DEFAULT_BUDGET_S, MAX_PRECISION_REQUESTS
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
 from specscope.probe.client import Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
@@ -35,10 +36,9 @@ from specscope.trace.rundir import RunDirWriter
 
 SUMMARY_JSON = "summary.json"
 DEFAULT_PROBE_TOKENS = 256
-# probe --precision P: seconds the repeats may add when --budget-s is not given, and the most
-# requests in all (the probe's own --repeat may ask for more)
-PRECISION_BUDGET_S = 120.0
-PRECISION_MAX_REQUESTS = 64
+# probe --precision P: seconds the repeats may add when --budget-s is not given (a quick
+# diagnosis' default)
+PRECISION_BUDGET_S = DEFAULT_BUDGET_S[True]
 
 
 class ProbeInputError(ValueError):
@@ -248,13 +248,11 @@ async def _repeat_until_precise(o: ProbeOptions, source: PromptSource,
     out.budget_tokens = o.budget_tokens
 
     async def send_more(n: int) -> str | None:
-        first = len(measured)
-        built = [await source.prompt(o.prompt_tokens, i if o.unique else 0)
-                 for i in range(first, first + n)]
+        built = await source.prompts(o.prompt_tokens, n, start=len(measured))
         await send([spec(b) for b in built])
         return None
 
     await repeat_rounds(lambda: measured, send_more, out,
                         budget=precision.Budget(out.budget_s, out.budget_tokens,
-                                                max(PRECISION_MAX_REQUESTS, o.n_requests)),
+                                                max(MAX_PRECISION_REQUESTS, o.n_requests)),
                         tokens_per_request=o.max_tokens)

@@ -3,8 +3,9 @@ full generation; a probe's requests) until its 95% interval is as narrow as aske
 is spent.
 
 The decisions (narrow enough? how many more?) are analysis.precision's, pure and tested there;
-this loop only sends what they ask through the same `Executor`, so every request is appended
-to the run dir as it ends and a Ctrl-C keeps the ones in flight as `cancelled`. The outcome is
+`repeat_rounds` only sends what they ask through the caller's runner (diagnose's `Executor`,
+the probe's workload runner), so every request is appended to the run dir as it ends and a
+Ctrl-C keeps the ones in flight as `cancelled`. The outcome is
 filled as the loop goes (pass one in to keep it when the caller is cancelled): `stopped_by`
 stays None until the loop itself ends, so a caller that sees None after a Ctrl-C knows it was
 interrupted.

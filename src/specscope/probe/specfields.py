@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.telemetry.llamacpp import all_steps_commit_len
-from specscope.trace.model import ServerSpecFields
+from specscope.trace.model import LLAMACPP_TIMINGS, ServerSpecFields
 
 # SGLang meta_info / sglext names, oldest first within each tuple; first present wins.
 _SGLANG_NAMES: dict[str, tuple[str, ...]] = {
@@ -167,7 +167,7 @@ def from_llamacpp_timings(timings: Any) -> ServerSpecFields | None:
     return ServerSpecFields(
         verify_ct=verify_ct, accept_length=accept_length,
         accepted_drafts=accepted, proposed_drafts=drafted, accept_rate=rate,
-        source="llamacpp.timings",
+        source=LLAMACPP_TIMINGS,
         raw={k: timings[k] for k in ("draft_n", "draft_n_accepted", "predicted_n", "predicted_ms")
              if k in timings},
     )

@@ -59,8 +59,10 @@ class ErrorInfo(_Model):
     http_status: int | None = None
 
 
+#: `ServerSpecFields.source` of llama.cpp's per-request timings (probe.specfields).
+LLAMACPP_TIMINGS = "llamacpp.timings"
 #: Sources whose `verify_ct` is the number of verify steps after the first token, exactly.
-EXACT_DECODE_STEP_SOURCES = frozenset({"llamacpp.timings"})
+EXACT_DECODE_STEP_SOURCES = frozenset({LLAMACPP_TIMINGS})
 
 
 class ServerSpecFields(_Model):

@@ -218,10 +218,10 @@ class PromptSource:
         return BuiltPrompt(text, n, True, category=fp.category, boundary="whole",
                            messages=messages)
 
-    async def prompts(self, n_tokens: int, n: int) -> list[BuiltPrompt]:
-        """`n` prompts in request order (round-robin over the categories); with `unique`
-        False, the same prompt for every request (built once)."""
+    async def prompts(self, n_tokens: int, n: int, start: int = 0) -> list[BuiltPrompt]:
+        """`n` prompts in request order from request `start` (round-robin over the
+        categories); with `unique` False, the same prompt for every request (built once)."""
         if not self.unique:
             one = await self.prompt(n_tokens, 0)
             return [one] * n
-        return [await self.prompt(n_tokens, i) for i in range(n)]
+        return [await self.prompt(n_tokens, i) for i in range(start, start + n)]
