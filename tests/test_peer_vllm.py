@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -53,8 +53,6 @@ CLI_TIMEOUT_S = 480
 HEADLINE_TOLERANCE = 0.02
 # One run, one number: every command that prints a run's decode tok/s agrees to 0.1 %.
 SAME_RUN_TOLERANCE = 0.001
-# The prefix cache's two-point artefact: a window read as this many times the full generation.
-TWO_POINT_ARTEFACT = 1.0
 SPECULATION_FINDINGS = {"acceptance_low", "speculation_overhead", "acceptance_decay", "draft_coverage"}
 
 ITL = "vllm:inter_token_latency_seconds"
@@ -184,16 +182,25 @@ def probes(server: VllmServer, tmp_path_factory) -> dict[str, ProbeRun]:
     return runs
 
 
+class Diagnosed(NamedTuple):
+    run_dir: Path
+    out: dict[str, Any]  # the `diagnose --json` object
+    prefix_cache_hits: float  # prompt tokens vLLM served from its prefix cache during the run
+
+
 @pytest.fixture(scope="module")
-def diagnosed(server: VllmServer, tmp_path_factory) -> tuple[Path, dict[str, Any]]:
-    """`diagnose --quick` with vLLM's defaults (prefix caching on), its log and /metrics."""
+def diagnosed(server: VllmServer, tmp_path_factory) -> Diagnosed:
+    """`diagnose --quick` with vLLM's defaults (prefix caching on), its log and /metrics, and
+    vLLM's own prefix-cache hit count around it."""
     out = tmp_path_factory.mktemp(f"diagnose-{server.spec}") / "run"
+    before = scrape_prometheus(server.url)
     proc = run_specscope(
         "diagnose", server.url, *DIAGNOSE_ARGS, "--out", str(out), "--json",
         "--logs", str(server.log_path), "--metrics-url", f"{server.url}/metrics",
         timeout_s=CLI_TIMEOUT_S,
     )  # fmt: skip
-    return out, _json_of(proc, "diagnose")
+    hits = metric_delta(before, scrape_prometheus(server.url), "vllm:prefix_cache_hits_total")
+    return Diagnosed(out, _json_of(proc, "diagnose"), hits)
 
 
 @pytest.mark.parametrize("prompt", sorted(PROMPT_FILES))
@@ -254,10 +261,10 @@ def test_per_request_spec_fields_sum_to_vllms_counters(
 
 
 def test_diagnose_with_prefix_caching_on_shows_no_cache_artefact(
-    server: VllmServer, diagnosed: tuple[Path, dict[str, Any]]
+    server: VllmServer, diagnosed: Diagnosed
 ) -> None:
     assert server.prefix_caching  # vLLM's default
-    _, out = diagnosed
+    out = diagnosed.out
     ids = [f["id"] for f in out["findings"]]
     _show(f"vllm {server.spec} diagnose", {
         "decode_tps": out["decode_tps"], "commit_len": out["mean_commit_len"],
@@ -265,23 +272,24 @@ def test_diagnose_with_prefix_caching_on_shows_no_cache_artefact(
     })  # fmt: skip
     assert out["status"] == "complete" and not out["errors"]
     # Every prompt is unique: the prefix cache served none of them (before, it served the
-    # two-point pairs and the method read "232 tok/s, 1297% above 16.6").
+    # two-point pairs and the method read "232 tok/s, 1297% above 16.6"), by specscope's
+    # reading and by vLLM's own count.
     cache = out.get("prefix_cache")
     assert cache is None or not cache.get("hits"), cache
-    # A window effect the CPU server really shows (tens of percent, when the load moves between
-    # the two-point and the full-generation phases) may be reported with its test; the cache's
-    # artefact, a window several times faster than the full generation, may not.
+    assert diagnosed.prefix_cache_hits == 0, diagnosed.prefix_cache_hits
+    # With no cache in play, a window faster than the full generation is the server's own: on
+    # n-gram speculation the early window's commit length can be far above the whole
+    # generation's (2.46 vs 1.48 tokens/step in one run here). Reported, it carries its test.
     for f in out["findings"]:
         if f["id"] == "two_point_bias":
-            beyond = next(e["value"] for e in f["evidence"]
-                          if e["label"] == "overstatement beyond context")
-            assert beyond < TWO_POINT_ARTEFACT, f
+            labels = {e["label"] for e in f["evidence"]}
+            assert {"overstatement beyond context", "effect 95% CI low"} <= labels, f
 
 
 def test_without_speculation_commit_length_is_one_and_no_speculation_finding(
-    server: VllmServer, diagnosed: tuple[Path, dict[str, Any]]
+    server: VllmServer, diagnosed: Diagnosed
 ) -> None:
-    _, out = diagnosed
+    out = diagnosed.out
     assert out["mean_commit_len"] is not None
     if server.spec == "ngram":  # the contrast: with speculation on, steps commit more than one
         assert out["mean_commit_len"] > 1.05
@@ -291,11 +299,11 @@ def test_without_speculation_commit_length_is_one_and_no_speculation_finding(
 
 
 def test_log_coverage_of_the_run_window_is_stated(
-    server: VllmServer, diagnosed: tuple[Path, dict[str, Any]]
+    server: VllmServer, diagnosed: Diagnosed
 ) -> None:
     """vLLM writes a `SpecDecoding metrics:` line per ~10 s interval with drafts; diagnose waits
     for the interval that closes the run and states how much of the run window the lines cover."""
-    run_dir, out = diagnosed
+    run_dir, out = diagnosed.run_dir, diagnosed.out
     tel = out.get("telemetry")
     assert tel is not None and "log_coverage" in tel, out.get("telemetry")
     info = json.loads((run_dir / "run.json").read_text())
@@ -308,12 +316,12 @@ def test_log_coverage_of_the_run_window_is_stated(
 
 
 def test_probe_report_compare_and_diagnose_agree_on_decode_tps(
-    server: VllmServer, probes: dict[str, ProbeRun], diagnosed: tuple[Path, dict[str, Any]]
+    server: VllmServer, probes: dict[str, ProbeRun], diagnosed: Diagnosed
 ) -> None:
     from specscope.store.analyses import load_analysis
 
     probe_run = probes["code"]
-    diag_dir, diag = diagnosed
+    diag_dir, diag = diagnosed.run_dir, diagnosed.out
     probe_tps = probe_run.result["summary"]["decode_tps"]
     cmp = _json_of(
         run_specscope("compare", str(probe_run.out), str(diag_dir), "--json"), "compare"
