@@ -86,9 +86,10 @@ def engine_backend(lm: LoadedModel, rows: int, spec: dict) -> EngineBackend:
     return assemble(lm, kv, opts)
 
 
-def engine_run(backend: EngineBackend, prompts: list[list[int]], new_tokens: int) -> dict:
+def engine_run(backend: EngineBackend, prompts: list[list[int]], new_tokens: int,
+               stop_at_eos: bool = False) -> dict:
     lm = backend.lm
-    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=not stop_at_eos)
     tokens = steps = 0
     secs = 0.0
     split: dict[str, float] = {}
@@ -127,7 +128,8 @@ def hf_models(lm: LoadedModel, draft_layers: int):
     return hf_llama_from(lm), hf_llama_from(lm, num_layers=draft_layers)
 
 
-def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, **kw) -> dict:
+def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, stop_at_eos: bool = False,
+           **kw) -> dict:
     tokens, secs = 0, 0.0
     outputs = []
     for prompt in prompts:
@@ -136,7 +138,8 @@ def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, 
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                              min_new_tokens=new_tokens, do_sample=False, pad_token_id=0, **kw)
+                              min_new_tokens=None if stop_at_eos else new_tokens, do_sample=False,
+                              pad_token_id=0, **kw)
         sync(device)
         secs += time.perf_counter() - t0
         gen = out[0, len(prompt):].tolist()
@@ -152,6 +155,9 @@ def main() -> None:
     ap.add_argument("--random-weights", action="store_true", help="same architecture, random weights (speed only)")
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--stop-at-eos", action="store_true",
+                    help="end each answer at the model's end-of-turn token (default: always --max-new-tokens, "
+                         "past the answer's end, where a chat model starts an unrelated turn)")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per set (<= 3)")
     ap.add_argument("--num-draft-tokens", type=int, default=4)
     ap.add_argument("--tree-depth", type=int, default=6)
@@ -246,7 +252,7 @@ def main() -> None:
         # machine does not favour whichever configuration ran first; figures are pooled.
         for rnd in range(args.repeats):
             for name, _ in configs if rnd % 2 == 0 else configs[::-1]:
-                r = engine_run(backends[name], prompts, args.max_new_tokens)
+                r = engine_run(backends[name], prompts, args.max_new_tokens, args.stop_at_eos)
                 if name in rows:
                     r = pool(rows[name], r)
                 rows[name] = r
@@ -255,10 +261,11 @@ def main() -> None:
                   f"ms/step {r['split']}", file=sys.stderr)
         if hf is not None:
             hf_prompts = prompts[: args.hf_prompts or None]
-            rows["hf plain"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device)
-            rows[f"hf prompt lookup k={k}"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device,
+            eos = args.stop_at_eos
+            rows["hf plain"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos)
+            rows[f"hf prompt lookup k={k}"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos,
                                                      prompt_lookup_num_tokens=k)
-            rows[f"hf assisted ({draft})"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device,
+            rows[f"hf assisted ({draft})"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos,
                                                     assistant_model=hf_draft)
         results[set_name] = rows
 

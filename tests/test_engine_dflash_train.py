@@ -67,12 +67,36 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     names = set(load_file(str(out / "model.safetensors")))
     assert not any("embed_tokens" in n or "lm_head" in n for n in names) and "fc.weight" in names
     assert dflash_model.load(out).config.block_size == 5
+    # The card's command is a command: its flags parse back to the same settings.
+    words = saved["command"].split()[3:]
+    again_args = train_dflash.parse_args(words)
+    assert again_args.block_size == 5 and again_args.eager is False and again_args.evaluate_only is False
+
+    # --evaluate-only re-measures the drafter in --out (another device, the fast path) and
+    # updates its card, without training again.
+    before = (out / "model.safetensors").read_bytes()
+    args = _args(out, tmp_path / "c")
+    args.evaluate_only, args.eval_tokens = True, 16
+    card2 = train_dflash.run(args, tiny, PROMPTS, EVAL, logs.append)
+    assert (out / "model.safetensors").read_bytes() == before
+    assert card2["eval_tokens"] == 16 and set(card2["evaluation"]) == {"code-completion", "chat"}
+    assert all(r["tokens"] <= 16 * r["prompts"] for r in card2["evaluation"].values())
+    assert "--evaluate-only" in card2["notes"][-1]
+    assert json.loads((out / "card.json").read_text())["eval_tokens"] == 16
 
     # Same seed and steps: same weights; the data comes from the cache the first run wrote.
     again = train_dflash.run(_args(tmp_path / "e", tmp_path / "c"), tiny, PROMPTS, [], logs.append)
     assert again["data"]["cached"] is True
     a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "e" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_repeated_prompts_are_trained_once_and_never_evaluated():
+    train = [("chat", [1, 2, 3]), ("chat", [1, 2, 3]), ("code-edit", [4, 5])]
+    held = [("chat", [1, 2, 3]), ("chat", [7, 8]), ("chat", [7, 8])]
+    kept, unseen, stats = train_dflash.distinct_split(train, held)
+    assert kept == [("chat", [1, 2, 3]), ("code-edit", [4, 5])] and unseen == [("chat", [7, 8])]
+    assert stats == {"prompts_rendered": 3, "prompts_distinct": 2, "eval_rendered": 3, "eval_unseen": 1}
 
 
 def test_anchors_leave_a_full_block_and_weights_decay():

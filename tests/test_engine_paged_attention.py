@@ -2,7 +2,7 @@
 device is present: the GPU check; bench/engine_lossless.py covers the whole engine there).
 
 Random queries/keys, page size 4, scattered pages, contexts 0 / 7 / 70, a random tree mask
-among 5 new tokens, split-K 1 and 4, q/k/v as token-strided views of one fused tensor; the
+among 5 (or 33: a 32-node tree and its root) new tokens, split-K 1 and 4, q/k/v as token-strided views of one fused tensor; the
 kernel must also have written the new tokens' K/V into their slots."""
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from specscope.engine.cuda.paged_attention import mask_bits, paged_attention  # 
 pytestmark = pytest.mark.engine
 
 
+@pytest.mark.parametrize("q", [5, 33])  # 33: a tree budget of 32 plus its root
 @pytest.mark.parametrize("splits", [1, 4])
-def test_kernel_equals_sdpa_over_the_gathered_context(splits):
+def test_kernel_equals_sdpa_over_the_gathered_context(splits, q):
     torch.manual_seed(0)
     rng = random.Random(0)
-    kvh, g, d, page, b, q = 3, 3, 64, 4, 3, 5
+    kvh, g, d, page, b = 3, 3, 64, 4, 3
     lens = [0, 7, 70]
     kp = torch.randn(64 * page + 1, kvh, d, device="cuda")
     vp = torch.randn_like(kp)

@@ -62,6 +62,13 @@ class Runner(Protocol):
         """Write the new tokens' K/V into new rows and return (their slots per request, logits)."""
         ...
 
+    def forward_hidden(
+        self, work: Sequence[Work], taps: tuple[int, ...], want_logits: bool = True
+    ) -> tuple[list[list[int]], Logits | None, list[torch.Tensor]]:
+        """`forward`, plus each request's tapped layer outputs [q_r, len(taps) * hidden]
+        (what a drafter conditioned on the target's hidden states reads)."""
+        ...
+
 
 def extend(runner: Runner, work: Sequence[Work], want_logits: bool = True) -> Logits | None:
     """Forward and commit every new token (prefill chunks, plain decode)."""
@@ -86,8 +93,7 @@ class EagerRunner:
         self, work: Sequence[Work], taps: tuple[int, ...], want_logits: bool = True
     ) -> tuple[list[list[int]], Logits | None, list[torch.Tensor]]:
         """`forward`, plus each request's tapped hidden states [q_r, len(taps) * hidden]
-        (`Transformer.forward_taps`); only this eager runner offers it, so a stepper that needs
-        hidden states runs on it (see factory.assemble)."""
+        (`Transformer.forward_taps`)."""
         items, slots = [], []
         for w in work:
             context = self.kv.context_slots(w.seq)

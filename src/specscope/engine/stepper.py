@@ -48,7 +48,7 @@ class Stepper(Protocol):
     max_nodes: int
     # Target layers whose outputs the stepper reads (a drafter conditioned on the target's
     # hidden states); () for none. Non-empty means every target forward, prefill included,
-    # must go through `EagerRunner.forward_hidden`.
+    # goes through `Runner.forward_hidden`.
     target_taps: tuple[int, ...]
 
     def observe_prefill(self, request_id: str, hidden: Any) -> None:

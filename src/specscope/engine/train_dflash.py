@@ -93,14 +93,14 @@ def category_prompts(loaded: LoadedModel, categories: list[str], per_category: i
 
 
 def generate(loaded: LoadedModel, prompts: list[list[int]], max_new: int, batch: int = 8,
-             spec: dict[str, Any] | None = None) -> tuple[list[list[int]], int]:
+             spec: dict[str, Any] | None = None, cuda_graphs: bool = True) -> tuple[list[list[int]], int]:
     """Greedy responses of the target (our engine, batched); with `spec`, speculative decoding
     instead of plain. Returns (responses, verify steps taken)."""
     longest = max(len(p) for p in prompts) + max_new + 64
     kv = KVCache.for_model(loaded.config, pool_tokens=batch * (longest + 16), page_size=16,
                            dtype=loaded.dtype, device=loaded.device)
     opts = EngineOptions.from_flags(device=loaded.device.type, page_size=16, max_batch=batch,
-                                    **(spec or {}))
+                                    cuda_graphs=cuda_graphs, **(spec or {}))
     backend = assemble(loaded, kv, opts)
     params = SamplingParams(max_tokens=max_new, temperature=0.0)
     responses: list[list[int]] = [[] for _ in prompts]
@@ -119,13 +119,15 @@ def generate(loaded: LoadedModel, prompts: list[list[int]], max_new: int, batch:
 
 
 def target_features(loaded: LoadedModel, tokens: list[int], taps: tuple[int, ...],
-                    chunk: int = 256) -> torch.Tensor:
+                    chunk: int | None = None) -> torch.Tensor:
     """The tapped layer outputs for every position of `tokens` (chunked causal forwards over a
     scratch KV cache), on the CPU, as a normal (autograd-usable) tensor."""
     kv = KVCache.for_model(loaded.config, pool_tokens=len(tokens) + 16, page_size=16,
                            dtype=loaded.dtype, device=loaded.device)
     seq = kv.admit("features", len(tokens))
     runner = EagerRunner(loaded.model, kv)
+    # A GPU takes a whole training sequence in one forward; a CPU in cache-sized chunks.
+    chunk = chunk or (1024 if loaded.device.type == "cuda" else 256)
     rows = []
     for start in range(0, len(tokens), chunk):
         work = [Work(seq, tokens[start : start + chunk])]
@@ -133,6 +135,28 @@ def target_features(loaded: LoadedModel, tokens: list[int], taps: tuple[int, ...
         kv.commit(seq, len(work[0].tokens))
         rows.append(hidden[0].to("cpu", torch.bfloat16))
     return torch.cat(rows).clone()
+
+
+def distinct_split(train: list[tuple[str, list[int]]], held_out: list[tuple[str, list[int]]]
+                   ) -> tuple[list[tuple[str, list[int]]], list[tuple[str, list[int]]], dict[str, int]]:
+    """Each prompt once, and no evaluation prompt that training saw. A category's frames draw
+    from finite material, so different seeds can render the same prompt (a small category
+    repeats after a few seeds): duplicates would be generated and trained on again (greedy
+    responses are identical: memorised, not learnt) and would make a 'held-out' score a
+    training score."""
+    seen: set[tuple[int, ...]] = set()
+    kept = []
+    for cat, ids in train:
+        if tuple(ids) not in seen:
+            seen.add(tuple(ids))
+            kept.append((cat, ids))
+    held, held_seen = [], set()
+    for cat, ids in held_out:
+        if tuple(ids) not in seen and tuple(ids) not in held_seen:
+            held_seen.add(tuple(ids))
+            held.append((cat, ids))
+    return kept, held, {"prompts_rendered": len(train), "prompts_distinct": len(kept),
+                        "eval_rendered": len(held_out), "eval_unseen": len(held)}
 
 
 def _cache_key(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], max_new: int,
@@ -143,7 +167,8 @@ def _cache_key(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], max_ne
 
 
 def build_dataset(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], taps: tuple[int, ...],
-                  max_new: int, batch: int, cache_dir: Path | None, log=print) -> tuple[list[Sample], dict]:
+                  max_new: int, batch: int, cache_dir: Path | None, log=print,
+                  cuda_graphs: bool = True) -> tuple[list[Sample], dict]:
     """Target-generated responses + their features, from the cache when present."""
     from safetensors.torch import load_file, save_file
 
@@ -157,7 +182,7 @@ def build_dataset(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], tap
         log(f"data: {len(samples)} sequences from the cache {path}")
         return samples, {**meta["stats"], "cache": str(path), "cached": True}
     t0 = time.perf_counter()
-    responses, _ = generate(loaded, [p for _, p in prompts], max_new, batch)
+    responses, _ = generate(loaded, [p for _, p in prompts], max_new, batch, cuda_graphs=cuda_graphs)
     gen_s = time.perf_counter() - t0
     samples = []
     for (cat, prompt), resp in zip(prompts, responses, strict=True):
@@ -269,11 +294,19 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
         # Time a few forward+backward passes (own RNG, gradients dropped), then fix the
         # schedule's length: the run equals `--steps total`, so the card can say how to repeat it.
         probe_rng = np.random.default_rng(st.seed + 1)
+        # One untimed pass first: kernel loading and allocator growth are not a step's cost.
+        sample = usable[int(probe_rng.integers(len(usable)))]
+        block_loss(draft, embed, lm_head, sample, sample_anchors(sample, draft.config.block_size,
+                                                                 st.anchors, probe_rng), st.gamma)[0].backward()
+        if target.device.type == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(2 * st.seqs_per_step):
             sample = usable[int(probe_rng.integers(len(usable)))]
             anchors = sample_anchors(sample, draft.config.block_size, st.anchors, probe_rng)
             block_loss(draft, embed, lm_head, sample, anchors, st.gamma)[0].backward()
+        if target.device.type == "cuda":
+            torch.cuda.synchronize()
         draft.zero_grad(set_to_none=True)
         per_step = (time.perf_counter() - t0) / 2 * 1.05  # + the optimizer step
         total = max(4, int(st.minutes * 60 / per_step))
@@ -319,7 +352,7 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
 
 
 def evaluate(loaded: LoadedModel, drafter_dir: Path, prompts: list[tuple[str, list[int]]], tokens: int,
-             block_size: int, budget: int) -> dict[str, dict[str, Any]]:
+             block_size: int, budget: int, cuda_graphs: bool = True) -> dict[str, dict[str, Any]]:
     """Per category: tau (tokens per verify step) for chain (k = B-1) and DDTree, and whether
     each equals plain greedy output (lossless)."""
     out: dict[str, dict[str, Any]] = {}
@@ -328,10 +361,10 @@ def evaluate(loaded: LoadedModel, drafter_dir: Path, prompts: list[tuple[str, li
              "tree": {"verify": "tree", "num_draft_tokens": depth, "budget": budget}}
     for cat in dict.fromkeys(c for c, _ in prompts):
         ids = [p for c, p in prompts if c == cat]
-        plain, _ = generate(loaded, ids, tokens, batch=len(ids))
+        plain, _ = generate(loaded, ids, tokens, batch=len(ids), cuda_graphs=cuda_graphs)
         row: dict[str, Any] = {"prompts": len(ids), "tokens": sum(map(len, plain))}
         for mode, spec in modes.items():
-            spec_out, steps = generate(loaded, ids, tokens, batch=1,
+            spec_out, steps = generate(loaded, ids, tokens, batch=1, cuda_graphs=cuda_graphs,
                                        spec={"drafter": f"dflash:{drafter_dir}", **spec})
             row[f"tau_{mode}"] = round(sum(map(len, spec_out)) / max(steps, 1), 3)
             row[f"lossless_{mode}"] = spec_out == plain
@@ -364,6 +397,9 @@ def write_card(folder: Path, card: dict[str, Any]) -> None:
         f"{card['prompts_per_category']} per category (seeds 0..{card['prompts_per_category'] - 1}); "
         f"responses generated by the target itself (greedy, up to {card['response_tokens']} tokens)",
         f"- {d['sequences']} sequences, {d['prompt_tokens']} prompt + {d['response_tokens']} response tokens",
+        *([f"- distinct prompts: {d['prompts_distinct']} of {d['prompts_rendered']} rendered (a category's "
+           f"seeds can render the same prompt); evaluation prompts unseen in training: "
+           f"{d['eval_unseen']} of {d['eval_rendered']}"] if "prompts_distinct" in d else []),
         f"- generation {d.get('generate_s', '?')} s, features {d.get('features_s', '?')} s "
         f"(cached: {d.get('cached')})", "",
         "## Training", "",
@@ -410,6 +446,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--target", default="smollm2", help="as --model: smollm2, a .gguf or a HF folder")
     ap.add_argument("--out", required=True, type=Path, help="folder for the drafter and its card")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                    help="the target's dtype (default: the device's; fp32 makes the lossless check exact)")
     ap.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--seed", type=int, default=0)
@@ -419,6 +457,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--eval-budget", type=int, default=32, help="DDTree node budget for evaluation")
     ap.add_argument("--gen-batch", type=int, default=8)
+    ap.add_argument("--eager", action="store_true", help="CUDA: generate and evaluate without CUDA graphs")
+    ap.add_argument("--evaluate-only", action="store_true",
+                    help="evaluate the drafter already in --out (held-out prompts) and update its card")
     for name, value in PRESETS["cpu"].items():
         ap.add_argument("--" + name.replace("_", "-"), type=type(value), default=None,
                         help=f"preset cpu: {value}, gpu: {PRESETS['gpu'][name]}")
@@ -438,7 +479,10 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no CUDA device")
-    target = target or load_model(args.target, device=args.device)
+    if args.device == "cuda":
+        torch.set_float32_matmul_precision("high")  # the fp32 drafter's matmuls on tensor cores (TF32)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
+    target = target or load_model(args.target, device=args.device, dtype=dtype)
     from specscope.probe.workloads.categories import CATEGORIES
 
     categories = args.categories.split(",") if args.categories else list(CATEGORIES)
@@ -446,11 +490,15 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
         prompts = category_prompts(target, categories, args.prompts_per_category, 0, args.prompt_chars)
         eval_prompts = category_prompts(target, categories, args.eval_prompts, EVAL_SEED_OFFSET,
                                         args.prompt_chars)
+    prompts, eval_prompts, split_stats = distinct_split(prompts, eval_prompts or [])
+    log(f"data: {split_stats}")
     cfg = DFlashConfig.for_target(target.name, target.config, num_layers=args.draft_layers,
                                   block_size=args.block_size)
     taps = tuple(cfg.target_layer_ids)
+    if args.evaluate_only:
+        return reevaluate(args, target, eval_prompts or [], log)
     data, data_stats = build_dataset(target, prompts, taps, args.response_tokens, args.gen_batch,
-                                     args.cache_dir, log)
+                                     args.cache_dir, log, cuda_graphs=not args.eager)
     torch.manual_seed(args.seed)
     draft = DFlashDraftModel(cfg)
     draft.init_weights(args.seed, float(target.model.embed_tokens.weight.detach().float().std()))
@@ -463,10 +511,10 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
     save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
     dflash_model.save(draft, args.out, dtype=save_dtype)
     evaluation = (evaluate(target, args.out, eval_prompts, args.eval_tokens, args.block_size,
-                           args.eval_budget) if eval_prompts else {})
+                           args.eval_budget, cuda_graphs=not args.eager) if eval_prompts else {})
     command = "python -m specscope.engine.train_dflash " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
-        if v is not None and k not in ("steps", "out", "cache_dir")) + f" --out {args.out}"
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in sorted(vars(args).items())
+        if v is not None and v is not False and k not in ("steps", "out", "cache_dir")) + f" --out {args.out}"
     card = {
         "target": target.name, "command": command, "device": args.device,
         "threads": torch.get_num_threads(), "drafter": asdict(cfg),
@@ -474,7 +522,7 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
         "file_mb": (args.out / dflash_model.WEIGHTS_FILE).stat().st_size / 1e6,
         "categories": sorted(dict.fromkeys(c for c, _ in prompts)),
         "prompts_per_category": args.prompts_per_category, "response_tokens": args.response_tokens,
-        "data": data_stats, "settings": asdict(settings), "training": history,
+        "data": {**data_stats, **split_stats}, "settings": asdict(settings), "training": history,
         "evaluation": evaluation, "eval_tokens": args.eval_tokens, "eval_budget": args.eval_budget,
         "expected_commit_from_train_accuracy": round(expected_commit(
             np.array(history["slot_accuracy_last"])), 3),
@@ -482,6 +530,27 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
     }
     write_card(args.out, card)
     log(f"wrote {args.out} ({card['file_mb']:.1f} MB), evaluation {json.dumps(evaluation)}")
+    return card
+
+
+def reevaluate(args: argparse.Namespace, target: LoadedModel, eval_prompts: list[tuple[str, list[int]]],
+               log=print) -> dict[str, Any]:
+    """`--evaluate-only`: held-out tau of the drafter in `--out` (trained by an earlier run, whose
+    card it updates), e.g. on another device or with the fast path the training run lacked."""
+    card_path = args.out / "card.json"
+    if not card_path.exists():
+        raise FileNotFoundError(f"{card_path}: --evaluate-only needs a drafter trained by this command")
+    card = json.loads(card_path.read_text())
+    block = int(card["drafter"]["block_size"])
+    t0 = time.perf_counter()
+    card["evaluation"] = evaluate(target, args.out, eval_prompts, args.eval_tokens, block,
+                                  args.eval_budget, cuda_graphs=not args.eager)
+    card["eval_tokens"], card["eval_budget"] = args.eval_tokens, args.eval_budget
+    card["eval_device"] = args.device
+    card.setdefault("notes", []).append(
+        f"evaluation re-run by --evaluate-only on {args.device} ({time.perf_counter() - t0:.0f} s)")
+    write_card(args.out, card)
+    log(f"evaluation {json.dumps(card['evaluation'])}")
     return card
 
 

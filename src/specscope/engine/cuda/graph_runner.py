@@ -12,7 +12,10 @@ milliseconds of Python and kernel launches), so the step is made a fixed sequenc
   gate/up MLP) are `torch.compile`d functions that take the layer's weights as arguments, so
   one compiled function serves all layers; argmax is inside the graph;
 - each (bucket, Q) is captured once as a CUDA graph; a step copies its inputs, replays, and
-  synchronises once to read the argmax back.
+  synchronises once to read the argmax back;
+- with `taps` (a drafter conditioned on the target's hidden states, DFlash), the graph also
+  writes the residual stream after each tapped layer into a static [bucket, Q, taps x hidden]
+  buffer, so that drafter's verify steps stay on the fast path.
 Batches are padded up to the bucket with entries that read block-table row 0 (no context) and
 write the pool's scratch slot. Work the graphs do not cover (prefill chunks longer than the node
 budget) runs on the eager path, which reads and writes the same pool.
@@ -37,7 +40,7 @@ from specscope.engine.model import Transformer
 from specscope.engine.runner import EagerRunner, Logits, Work
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-MAX_GRAPH_NODES = 32  # tokens per request in one captured forward (verify budget + root)
+MAX_GRAPH_NODES = 63  # tokens per request in one captured forward (verify budget + root): one int64 mask word
 _COMPILED: dict[tuple, tuple] = {}
 
 
@@ -133,9 +136,13 @@ class CudaGraphRunner:
     """Runner (engine/runner.py) for CUDA: graphs for decode (Q = 1) and verify (Q = node budget)."""
 
     def __init__(self, model: Transformer, kv: KVCache, *, max_batch: int, max_nodes: int = 1,
-                 compile: bool = True, gemv: bool = True, max_context: int | None = None):
+                 compile: bool = True, gemv: bool = True, max_context: int | None = None,
+                 taps: tuple[int, ...] = ()):
         if kv.device.type != "cuda":
             raise ValueError("CudaGraphRunner needs the KV pool on a CUDA device")
+        if taps and max(taps) >= len(model.layers) - 1:
+            raise ValueError(f"taps {taps}: the captured step can tap layers 0..{len(model.layers) - 2}")
+        self.taps = tuple(taps)
         self.model, self.kv, self.device = model, kv, kv.device
         self.eager = EagerRunner(model, kv)
         self.buckets = buckets_up_to(max_batch)
@@ -146,7 +153,8 @@ class CudaGraphRunner:
             kv.enable_device_table(self.buckets[-1] + 1, kv.pages_for(rows + max_nodes) + 1)
         self.table = kv.device_table.table
         self.layers = _TokenwiseLayers(model, compile, gemv and compile)
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor,
+                                                  torch.Tensor | None]] = {}
         self._pool = torch.cuda.graph_pool_handle()
         self._inputs = {q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long, device=self.device)
                         for q in self.node_counts}
@@ -163,7 +171,7 @@ class CudaGraphRunner:
         row[3 * q : 4 * q] = [1 << j for j in range(q)]  # each padding token sees itself only
         return row
 
-    def _step(self, inp: torch.Tensor, q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step(self, inp: torch.Tensor, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         b = inp.shape[0]
         tokens = inp[:, :q].reshape(-1)
         positions = inp[:, q : 2 * q].reshape(-1)
@@ -176,6 +184,7 @@ class CudaGraphRunner:
         x, cos, sin, qh, k, v = lay.first(tokens, positions, lay.embed, lay.inv_freq,
                                           lay.layers[0][0], lay.layers[0][1])
         n = len(lay.layers)
+        tapped: dict[int, torch.Tensor] = {}
         for i, (_, _, wo, ln2, wgu, wd) in enumerate(lay.layers):
             o = paged_attention(qh.unflatten(0, (b, q)), k.unflatten(0, (b, q)),
                                 v.unflatten(0, (b, q)), kv.k[i], kv.v[i], self.table, rows,
@@ -183,9 +192,12 @@ class CudaGraphRunner:
             if i + 1 < n:
                 nxt = lay.layers[i + 1]
                 x, qh, k, v = lay.middle(x, o, wo, ln2, wgu, wd, nxt[0], nxt[1], cos, sin)
+                if i in self.taps:  # x is now layer i's output (Transformer.forward_taps)
+                    tapped[i] = x
             else:
                 logits, top = lay.last(x, o, wo, ln2, wgu, wd, lay.final_norm, lay.head)
-        return logits.view(b, q, -1), top.view(b, q)
+        hidden = torch.cat([tapped[t] for t in self.taps], dim=-1).view(b, q, -1) if self.taps else None
+        return logits.view(b, q, -1), top.view(b, q), hidden
 
     def _graph(self, bucket: int, q: int):
         key = (bucket, q)
@@ -200,8 +212,8 @@ class CudaGraphRunner:
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
-                logits, top = self._step(inp, q)
-            self._graphs[key] = (graph, logits, top)
+                logits, top, hidden = self._step(inp, q)
+            self._graphs[key] = (graph, logits, top, hidden)
         return self._graphs[key]
 
     def warmup(self) -> None:
@@ -213,10 +225,32 @@ class CudaGraphRunner:
 
     # -- Runner -----------------------------------------------------------------------------
     def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+        replayed = self._replay(work)
+        if replayed is None:
+            return self.eager.forward(work, want_logits)
+        slots, logits, _ = replayed
+        return slots, logits
+
+    def forward_hidden(
+        self, work: Sequence[Work], taps: tuple[int, ...], want_logits: bool = True
+    ) -> tuple[list[list[int]], Logits | None, list[torch.Tensor]]:
+        """`forward` plus the tapped layers' outputs per request. The rows are views of the
+        graph's static buffer: valid until the next forward (the stepper and prefill read them
+        at once)."""
+        replayed = self._replay(work) if tuple(taps) == self.taps else None
+        if replayed is None:
+            return self.eager.forward_hidden(work, taps, want_logits)
+        slots, logits, hidden = replayed
+        assert hidden is not None or not taps
+        rows = [] if hidden is None else [hidden[r, : len(w.tokens)] for r, w in enumerate(work)]
+        return slots, logits, rows
+
+    def _replay(self, work: Sequence[Work]) -> tuple[list[list[int]], Logits, torch.Tensor | None] | None:
+        """One captured step over `work`, or None where no graph covers it (eager then)."""
         q_max = max(len(w.tokens) for w in work)
         q = next((n for n in self.node_counts if n >= q_max), None)
         if q is None or len(work) > self.buckets[-1]:
-            return self.eager.forward(work, want_logits)
+            return None
         bucket = next(b for b in self.buckets if b >= len(work))
         kv = self.kv
         self._copied[q].synchronize()
@@ -237,9 +271,10 @@ class CudaGraphRunner:
             row[4 * q + 1] = ctx
         # Rows just allocated may have added pages: publish them before the kernel reads.
         kv.sync_device_table([w.seq for w in work])
-        graph, logits, top = self._graph(bucket, q)
+        graph, logits, top, hidden = self._graph(bucket, q)
         self._inputs[q][:bucket].copy_(self._staging[q][:bucket], non_blocking=True)
         self._copied[q].record()
         graph.replay()
         b = len(work)
-        return slots, Logits(logits[:b], [len(w.tokens) for w in work], top[:b])
+        return (slots, Logits(logits[:b], [len(w.tokens) for w in work], top[:b]),
+                None if hidden is None else hidden[:b])

@@ -94,24 +94,19 @@ class DFlashDrafter:
                     f"context positions, the request has {len(req.tokens) - 1} cached")
             contexts.append(ctx)
         rows = [self._visible(c) for c in contexts]
-        c_max = max(rows)
-        layers = len(self.model.layers)
-        kvh, hd = self.model.config.num_kv_heads, self.model.config.head_dim
-        keys = [torch.zeros(len(live), c_max, kvh, hd, device=dev, dtype=dtype) for _ in range(layers)]
-        values = [torch.zeros_like(k) for k in keys]
-        visible = torch.zeros(len(live), c_max + b, dtype=torch.bool)
-        visible[:, c_max:] = True  # bidirectional inside the block
-        for r, (ctx, n) in enumerate(zip(contexts, rows, strict=True)):
-            visible[r, :n] = True
-            for layer in range(min(layers, len(ctx.keys))):
-                keys[layer][r, :n] = ctx.keys[layer][-n:] if n else ctx.keys[layer][:0]
-                values[layer][r, :n] = ctx.values[layer][-n:] if n else ctx.values[layer][:0]
+        if len(live) == 1 and contexts[0].keys and rows[0] > 0:
+            # One request (batch-1 serving): its rows as they are, no padding, no mask.
+            n = rows[0]
+            kv_rows = [(k[-n:][None], v[-n:][None])
+                       for k, v in zip(contexts[0].keys, contexts[0].values, strict=True)]
+            mask = None
+        else:
+            kv_rows, mask = self._padded_context(contexts, rows, dev, dtype)
         anchors = torch.tensor([int(requests[i].tokens[-1]) for i in live], device=dev)
         x = self.model.mask_embedding.to(dtype).expand(len(live), b, -1).clone()
         x[:, 0] = self.target.embed_tokens(anchors).to(dtype)
         positions = torch.tensor([[c.length + j for j in range(b)] for c in contexts], device=dev)
-        mask = None if bool(visible.all()) else visible[:, None, None, :].expand(-1, 1, b, -1).to(dev)
-        hidden = self.model.block_hidden(x, positions, list(zip(keys, values, strict=True)), mask)
+        hidden = self.model.block_hidden(x, positions, kv_rows, mask)
         depth = min(self.max_depth, max(requests[i].num_draft_tokens for i in live))
         head_in = hidden[:, 1 : 1 + depth].reshape(-1, hidden.shape[-1])  # 2-D: the fast matmul
         logits = self.target.lm_head(head_in.to(self.target.lm_head.weight.dtype))
@@ -124,6 +119,25 @@ class DFlashDrafter:
                               topk_tokens=top_ids[r, :k].astype(np.int64),
                               topk_logprobs=top_lp[r, :k].astype(np.float64))
         return drafts
+
+    def _padded_context(self, contexts: list[_Context], rows: list[int], dev: torch.device,
+                        dtype: torch.dtype) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+        """Several requests: their context rows left-aligned in [R, max rows] per layer, and the
+        attention mask (own rows + the whole block), or None when every row is visible."""
+        b, c_max = self.block_size, max(rows)
+        layers = len(self.model.layers)
+        kvh, hd = self.model.config.num_kv_heads, self.model.config.head_dim
+        keys = [torch.zeros(len(contexts), c_max, kvh, hd, device=dev, dtype=dtype) for _ in range(layers)]
+        values = [torch.zeros_like(k) for k in keys]
+        visible = torch.zeros(len(contexts), c_max + b, dtype=torch.bool)
+        visible[:, c_max:] = True  # bidirectional inside the block
+        for r, (ctx, n) in enumerate(zip(contexts, rows, strict=True)):
+            visible[r, :n] = True
+            for layer in range(min(layers, len(ctx.keys))):
+                keys[layer][r, :n] = ctx.keys[layer][-n:] if n else ctx.keys[layer][:0]
+                values[layer][r, :n] = ctx.values[layer][-n:] if n else ctx.values[layer][:0]
+        mask = None if bool(visible.all()) else visible[:, None, None, :].expand(-1, 1, b, -1).to(dev)
+        return list(zip(keys, values, strict=True)), mask
 
     def _visible(self, ctx: _Context) -> int:
         rows = ctx.keys[0].shape[0] if ctx.keys else 0

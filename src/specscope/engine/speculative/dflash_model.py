@@ -217,11 +217,12 @@ def save(model: DFlashDraftModel, folder: Path, dtype: torch.dtype = torch.bfloa
     return folder
 
 
-def load(folder: Path, device: torch.device | str = "cpu",
+def load(folder: Path | str, device: torch.device | str = "cpu",
          dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
     """A saved drafter; a clear ValueError for a config or tensor that does not fit."""
     from safetensors.torch import load_file
 
+    folder = Path(folder)
     try:
         raw = json.loads((folder / CONFIG_FILE).read_text())
         cfg = DFlashConfig(**raw)

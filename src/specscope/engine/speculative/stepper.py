@@ -86,7 +86,7 @@ class SpeculativeStepper:
             work.append(Work(r.seq, tree.tokens.tolist(), tree.positions(r.seq.context_len).tolist(),
                              None if is_chain else tree.attention_mask()))
         if self.target_taps:
-            slots, logits, hidden = runner.forward_hidden(work, self.target_taps)  # type: ignore[attr-defined]
+            slots, logits, hidden = runner.forward_hidden(work, self.target_taps)
         else:
             (slots, logits), hidden = runner.forward(work), []
         assert logits is not None
