@@ -42,7 +42,7 @@ def main() -> None:
     for _ in range(5):
         be.step_sync(ids)
     steps = [be.step_sync(ids).step_s * 1e3 for _ in range(50)]
-    graph, _, _ = runner._graph(runner.buckets[0] if args.batch == 1 else args.batch, 1)
+    graph = runner._graph(runner.buckets[0] if args.batch == 1 else args.batch, 1)[0]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(100):

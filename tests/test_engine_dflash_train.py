@@ -50,6 +50,10 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     card = train_dflash.run(_args(tmp_path / "d", tmp_path / "c"), tiny, PROMPTS, EVAL, logs.append)
     curve = [p["loss"] for p in card["training"]["curve"]]
     assert card["training"]["steps"] == 60 and len(curve) == 6
+    # Held-out loss at ten points of the run, on the evaluation prompts' own sequences.
+    held = card["training"]["validation"]
+    assert [v["step"] for v in held] == list(range(6, 61, 6))
+    assert all(v["loss"] > 0 and 1.0 <= v["expected_commit"] <= 5 for v in held)
     assert np.mean(curve[-2:]) < 0.8 * curve[0]
     out = tmp_path / "d"
     for name in ("config.json", "model.safetensors", "card.json", "DATA_CARD.md"):
@@ -63,6 +67,7 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     # The drafter learnt the target's (repetitive) greedy text: it drafts better than nothing.
     assert max(r["tau_tree"] for r in saved["evaluation"].values()) > 1.2
     assert "| step | loss |" in (out / "DATA_CARD.md").read_text()
+    assert "| step | held-out loss |" in (out / "DATA_CARD.md").read_text()
     # Only the drafter's own tensors are stored: no embedding or LM head.
     names = set(load_file(str(out / "model.safetensors")))
     assert not any("embed_tokens" in n or "lm_head" in n for n in names) and "fc.weight" in names

@@ -269,11 +269,38 @@ class TrainSettings:
     clip: float = 1.0
     seed: int = 0
     log_every: int = 10
+    validate_every: int = 0  # steps between held-out checks (0: ten over the run)
+
+
+def validation_point(draft: DFlashDraftModel, target: LoadedModel, held_out: list[Sample], anchors: int,
+                     gamma: float, seed: int = 0) -> dict[str, float]:
+    """Loss and per-slot accuracy on sequences training never saw (fixed anchors per sequence),
+    with the expected chain commit they imply: the training accuracy alone cannot tell a drafter
+    that learnt the target from one that memorised its training sequences."""
+    embed, lm_head = target.model.embed_tokens, target.model.lm_head
+    rng = np.random.default_rng(seed)
+    losses, accs = [], []
+    was_training = draft.training
+    draft.eval()
+    with torch.no_grad():
+        for sample in held_out:
+            picked = sample_anchors(sample, draft.config.block_size, anchors, rng)
+            if len(picked):
+                loss, acc = block_loss(draft, embed, lm_head, sample, picked, gamma)
+                losses.append(float(loss))
+                accs.append(acc.cpu().numpy())
+    draft.train(was_training)
+    if not accs:
+        return {}
+    acc = np.mean(accs, axis=0)
+    return {"loss": round(float(np.mean(losses)), 4), "slot1_acc": round(float(acc[0]), 4),
+            "expected_commit": round(expected_commit(acc), 3)}
 
 
 def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: TrainSettings,
-          log=print) -> dict[str, Any]:
-    """Train in place; returns the history (loss per logged step, per-slot accuracy, timing)."""
+          log=print, held_out: list[Sample] | None = None) -> dict[str, Any]:
+    """Train in place; returns the history (loss per logged step, per-slot accuracy, timing,
+    and the held-out loss/accuracy at regular steps when `held_out` sequences are given)."""
     embed, lm_head = target.model.embed_tokens, target.model.lm_head
     for p in target.model.parameters():
         p.requires_grad_(False)
@@ -315,6 +342,9 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
     step = 0
     window_loss: list[float] = []
     warm = max(1, int(st.warmup * total))
+    held = [s for s in held_out or [] if len(s.tokens) - s.prompt_len > draft.config.block_size]
+    every = st.validate_every or max(1, total // 10)
+    validation: list[dict[str, float]] = []
     while step < total:
         lr = st.lr * (step + 1) / warm if step < warm else \
             st.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
@@ -342,8 +372,13 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
             curve.append(point)
             log(f"train: {point} slot-1 acc (run mean) {acc_sum[0] / max(acc_n, 1):.3f}")
             window_loss = []
+        if held and (step % every == 0 or step == total):
+            vp = validation_point(draft, target, held, st.anchors, st.gamma)
+            validation.append({"step": step, **vp})
+            log(f"held-out: {validation[-1]}")
     draft.eval()
     return {"steps": step, "train_s": round(time.perf_counter() - t0, 1), "curve": curve,
+            "validation": validation,
             "slot_accuracy_run": [round(float(v), 4) for v in acc_sum / max(acc_n, 1)],
             "slot_accuracy_last": [round(float(v), 4) for v in np.mean(recent, axis=0)]}
 
@@ -412,6 +447,14 @@ def write_card(folder: Path, card: dict[str, Any]) -> None:
         "| step | loss | elapsed s |", "|---:|---:|---:|",
         *[f"| {p['step']} | {p['loss']} | {p['elapsed_s']} |" for p in t["curve"]], "",
     ]
+    if t.get("validation"):
+        lines += [
+            "Held-out sequences (the evaluation prompts' own responses, never trained on): a "
+            "training loss far below the held-out one is memorisation, not learning.", "",
+            "| step | held-out loss | slot-1 accuracy | expected chain commit |", "|---:|---:|---:|---:|",
+            *[f"| {v['step']} | {v.get('loss', '-')} | {v.get('slot1_acc', '-')} | "
+              f"{v.get('expected_commit', '-')} |" for v in t["validation"]], "",
+        ]
     if e:
         lines += [
             f"## Evaluation (held-out prompts: seeds {EVAL_SEED_OFFSET}+, greedy, "
@@ -499,13 +542,16 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
         return reevaluate(args, target, eval_prompts or [], log)
     data, data_stats = build_dataset(target, prompts, taps, args.response_tokens, args.gen_batch,
                                      args.cache_dir, log, cuda_graphs=not args.eager)
+    # The evaluation prompts' own responses and features: a held-out loss during training.
+    held_out = (build_dataset(target, eval_prompts, taps, args.response_tokens, args.gen_batch, None,
+                              log, cuda_graphs=not args.eager)[0] if eval_prompts else [])
     torch.manual_seed(args.seed)
     draft = DFlashDraftModel(cfg)
     draft.init_weights(args.seed, float(target.model.embed_tokens.weight.detach().float().std()))
     draft = draft.to(target.device)
     settings = TrainSettings(steps=args.steps, minutes=args.minutes, lr=args.lr, anchors=args.anchors,
                              seqs_per_step=args.seqs_per_step, gamma=args.gamma, seed=args.seed)
-    history = train(draft, target, data, settings, log)
+    history = train(draft, target, data, settings, log, held_out=held_out)
     cfg.training = {"steps": history["steps"], "seed": args.seed, "gamma": args.gamma,
                     "sequences": data_stats["sequences"]}
     save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
