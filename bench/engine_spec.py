@@ -9,8 +9,10 @@ Configurations (batch 1, greedy, each prompt decoded to --max-new-tokens):
   (`prompt_lookup_num_tokens`), and assisted generation (`assistant_model` = the same
   early-exit model as a separate LlamaForCausalLM sharing the weights).
 Prompt sets: code completion, chat (chat template), and edit (chat: "rewrite this code/text", whose
-answer copies the prompt: where n-gram lookup should pay off); `cat:CATEGORY` for held-out
-prompts of a workload category (the seeds train_dflash never trains on, e.g. cat:long-writing).
+answer copies the prompt: where n-gram lookup should pay off); `cat:CATEGORY` for prompts of a
+workload category rendered from seeds 1000+, the seeds train_dflash evaluates on (a category with
+little material renders the same prompts from other seeds too: train_dflash's card says how many
+of its evaluation prompts training never saw).
 tok/s = generated tokens / wall time of the generation (prefill included, same for all rows);
 mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
 rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.

@@ -14,7 +14,8 @@ The public recipe (SpecForge / the DFlash paper), scaled to what one command can
    its anchor and its own block (bidirectional), and minimises cross-entropy of slot k against
    the target's token at anchor+k, weighted exp(-(k-1)/gamma); AdamW, cosine schedule with
    warmup, gradient clipping; seeded, so the same arguments and step count give the same file;
-4. evaluation on held-out prompts (other seeds of the same categories): tau (tokens per verify
+4. evaluation on held-out prompts (other seeds of the same categories, minus any prompt training
+   saw: a category with little material renders repeats): tau (tokens per verify
    step) per category for chain and DDTree verification, and whether the output equals plain
    greedy decoding (it must: lossless);
 5. output: model.safetensors + config.json (the drafter), card.json + DATA_CARD.md (data,
