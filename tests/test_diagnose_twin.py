@@ -187,6 +187,11 @@ def test_draft_window_is_named(twin_server, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ids = finding_ids(obj)
     assert "draft_window" in ids, ids
+    # The twin states its window as SGLang does (server info), and the finding checks itself by it.
+    f = next(x for x in obj["findings"] if x["id"] == "draft_window")
+    stated = [e for e in f["evidence"] if e["label"] == "draft window the server states"]
+    assert stated and stated[0]["value"] == 2048, f["evidence"]
+    assert f["summary"].endswith("the drafter's window."), f["summary"]
 
 
 @pytest.mark.slow

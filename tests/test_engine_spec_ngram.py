@@ -40,3 +40,17 @@ def test_propose_batch_and_bad_config():
     assert [o.chain for o in out] == [[2, 1], []]
     with pytest.raises(ValueError):
         NgramDrafter(min_ngram=3, max_ngram=2)
+
+
+def test_the_engine_states_its_draft_window():
+    """Server info carries the drafter's window (SGLang's speculative_draft_window_size), which
+    diagnose checks a found acceptance cliff against."""
+    from specscope.engine.options import SpeculationOptions
+    from specscope.engine.speculative.stepper import SpeculativeStepper
+
+    windowed = SpeculativeStepper(NgramDrafter(draft_window=8),
+                                  SpeculationOptions(drafter="ngram", draft_window=8))
+    assert windowed.speculation().extra["draft_window"] == 8
+    unbounded = SpeculativeStepper(NgramDrafter(), SpeculationOptions(drafter="ngram"))
+    assert "draft_window" not in unbounded.speculation().extra
+

@@ -140,6 +140,7 @@ async def test_info_endpoints_and_tokenize(twin_server) -> None:
                 srv.app.state.ctx.scheduler.total_accept_tokens
                 / srv.app.state.ctx.scheduler.total_forward_ct)
             assert info["speculative_num_draft_tokens"] == 8
+            assert info["speculative_draft_window_size"] is None  # healthy: no window
         async with s.get(srv.url + "/health") as r:
             assert r.status == 200
 

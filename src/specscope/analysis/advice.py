@@ -36,6 +36,14 @@ def draft_window(flavor: str | None, window_tokens: float) -> str:
     )
 
 
+def context_cliff(window_tokens: float, stated_window: int) -> str:
+    """A drop at a context length the drafter's stated window does not explain."""
+    return (f"not the draft window setting (the server states {stated_window} tokens): compare "
+            f"acceptance by prompt category (--workload mixed) and by prompt length around "
+            f"{window_tokens:.0f} tokens; a drafter trained on shorter texts than that loses "
+            "acceptance there whatever its window")
+
+
 def speculation_overhead(flavor: str | None) -> str:
     return {
         "sglang": "disable speculation for this workload, or shrink the draft tree (fewer "

@@ -38,7 +38,7 @@ from specscope.analysis.acceptance import (
 )
 from specscope.analysis.decompose import Decomposition, Split, SplitCI
 from specscope.analysis.model import Evidence, Finding, FindingTest
-from specscope.analysis.speculation import SpeculationState
+from specscope.analysis.speculation import SpeculationState, stated_draft_window
 from specscope.analysis.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK, DriftTest, StepTimeFit
 
 if TYPE_CHECKING:  # the step columns diagnosis.py builds (imported for types only: no cycle)
@@ -390,6 +390,15 @@ def acceptance_decay(f: Facts) -> Claim | None:
 # drop.
 MIN_WINDOW = 0.10
 MIN_EARLY_STEPS = 3  # early steps a request needs to count in the across-request test
+# A window the server states (SGLang's speculative_draft_window_size, our engine's) explains a
+# cliff found within this many tokens of it (the change-point range widened by it).
+STATED_WINDOW_SLACK = 64
+STATED_WINDOW_SLACK_SHARE = 0.15
+
+
+def _stated_window_explains(stated: int, lo: float, hi: float) -> bool:
+    slack = max(STATED_WINDOW_SLACK, STATED_WINDOW_SLACK_SHARE * stated)
+    return lo - slack <= stated <= hi + slack
 
 
 def _window_within(f: Facts, at: float, before: float) -> sig.Test:
@@ -459,12 +468,22 @@ def draft_window(f: Facts) -> Claim | None:
         _ev("commit length above the window", w.after, "tokens/step", src_acc),
         *_cost_ev(f.window_cost, "commit length without the cliff / observed"),
     ]
+    drop = (f"Acceptance drops once the context exceeds ~{hi:.0f} tokens "
+            f"({w.before:.2f} -> {w.after:.2f} tokens/step)")
+    summary, next_ = f"{drop}: the drafter's window.", advice.draft_window(f.flavor, hi)
+    stated = stated_draft_window(f.server_info)
+    if stated is not None:
+        ev.append(_ev("draft window the server states", stated[0], "tokens", f"server info: {stated[1]}"))
+        if not _stated_window_explains(stated[0], lo, hi):
+            # The drop is measured; its cause is not the window the server runs with.
+            summary = (f"{drop}, but the server's draft window is {stated[0]} tokens: not the "
+                       "window; the text at that length is harder for this drafter.")
+            next_ = advice.context_cliff(hi, stated[0])
     return Claim(
         id="draft_window",
-        summary=f"Acceptance drops once the context exceeds ~{hi:.0f} tokens "
-        f"({w.before:.2f} -> {w.after:.2f} tokens/step): the drafter's window.",
+        summary=summary,
         evidence=ev,
-        next=advice.draft_window(f.flavor, hi),
+        next=next_,
         test=_window_test(f, w.at if w.at is not None else hi, w.before),
         factor=_family_factors(f).get("draft_window"),
         cap=0.99 if a.separable else 0.5,

@@ -68,6 +68,20 @@ def declared(server_info: dict[str, Any]) -> tuple[bool | None, str]:
     return None, ""
 
 
+#: Server-info keys that state the drafter's context window (SGLang's name, then its older alias).
+DRAFT_WINDOW_KEYS = ("speculative_draft_window_size", "speculative_dflash_draft_window_size")
+
+
+def stated_draft_window(server_info: dict[str, Any]) -> tuple[int, str] | None:
+    """(tokens, the key that said so) where the server states its drafter's window; None where
+    it states none (or null: no window)."""
+    for key in DRAFT_WINDOW_KEYS:
+        v = server_info.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            return int(v), key
+    return None
+
+
 def _fields_draft(f: ServerSpecFields) -> bool:
     if (f.proposed_drafts or 0) > 0 or (f.accepted_drafts or 0) > 0:
         return True

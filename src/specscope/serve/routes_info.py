@@ -44,6 +44,8 @@ def build_router(ctx: ServeContext) -> APIRouter:
             "context_length": info.max_context,
             "speculative_algorithm": info.spec_algorithm,
             "speculative_num_draft_tokens": info.num_draft_tokens or None,
+            # SGLang's name for the DFlash drafter's sliding window (None: unbounded / no drafter).
+            "speculative_draft_window_size": info.extra.get("draft_window"),
             "page_size": info.page_size,
             "stream_interval": ctx.stream_interval,
             "decode_log_interval": ctx.decode_log_interval,

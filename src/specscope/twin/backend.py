@@ -80,6 +80,8 @@ class TwinBackend:
             extra={
                 "backend": "twin",
                 "scenario": scenario.name,
+                # A DFlash server states its drafter window (SGLang's server args).
+                **({"draft_window": acc.window} if ndt and acc.window > 0 else {}),
                 "time_scale": scenario.time_scale,
                 "max_batch": scenario.max_batch,
                 "stream_interval": scenario.streaming.stream_interval,

@@ -58,7 +58,9 @@ class SpeculativeStepper:
             num_draft_tokens=cfg.max_nodes,
             extra={"drafter": self.drafter.name, "verify": cfg.verify,
                    "spec_depth": cfg.num_draft_tokens, "tree_budget": cfg.budget,
-                   "tree_kv": cfg.tree_kv},
+                   "tree_kv": cfg.tree_kv,
+                   # The drafter's context window, as SGLang states its own (server info).
+                   **({"draft_window": cfg.draft_window} if cfg.draft_window else {})},
         )
 
     def release(self, request_id: str) -> None:
