@@ -104,6 +104,21 @@ def test_repeated_prompts_are_trained_once_and_never_evaluated():
     assert stats == {"prompts_rendered": 3, "prompts_distinct": 2, "eval_rendered": 3, "eval_unseen": 1}
 
 
+def test_small_categories_give_distinct_prompts_and_evaluation_avoids_training():
+    # summarisation has 5 articles: seeds 0..4 render them as the workload does, later seeds
+    # re-cut a repeat at another offset of the same text (was: 5 distinct prompts of 12).
+    train = train_dflash.category_texts(["summarisation", "multi-turn"], 12, 0, 1200)
+    texts = [t for _, t in train]
+    assert len(set(texts)) == len(texts) == 24
+    from specscope.probe.workloads.categories import CATEGORIES
+
+    assert texts[0] == train_dflash._render(CATEGORIES["summarisation"](0), 1200)  # unchanged
+    held = train_dflash.category_texts(["summarisation", "multi-turn"], 4, train_dflash.EVAL_SEED_OFFSET,
+                                       1200, avoid=frozenset(texts))
+    assert len(held) == 8 and not {t for _, t in held} & set(texts)
+    assert all(len(t) <= 1200 + 400 for _, t in train + held)  # the cut still bounds a prompt
+
+
 def test_anchors_leave_a_full_block_and_weights_decay():
     sample = train_dflash.Sample("x", list(range(30)), 10, torch.zeros(30, 4))
     rng = np.random.default_rng(0)

@@ -68,29 +68,54 @@ class Sample:
 # -- data -----------------------------------------------------------------------------------------
 
 
-def category_prompts(loaded: LoadedModel, categories: list[str], per_category: int, first_seed: int,
-                     max_chars: int) -> list[tuple[str, list[int]]]:
-    """(category, prompt ids) from the shipped workload frames: head + as many whole units as
-    fit in `max_chars` + tail, as a chat turn (raw text for completion categories)."""
+def _render(frame: Any, max_chars: int, start: int = 0) -> str:
+    """head + as many whole units as fit in `max_chars` (from unit `start`, wrapping) + tail."""
+    units = list(frame.units[start:]) + list(frame.units[:start])
+    body, used = [], len(frame.head) + len(frame.tail)
+    for unit in units:
+        if body and used + len(unit) > max_chars:
+            break
+        body.append(unit)
+        used += len(unit)
+    return frame.head + "".join(body).rstrip() + ("\n" if not frame.strip else "") + frame.tail
+
+
+def category_texts(categories: list[str], per_category: int, first_seed: int,
+                   max_chars: int, avoid: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(category, prompt text) from the shipped workload frames. A category with little
+    material renders the same prompt again from another seed (5 articles make 5 summarisation
+    prompts): a repeat is re-cut at a seed-chosen unit offset, another window of the same real
+    text, so that more seeds give more distinct prompts (what `distinct_split` keeps). Texts in
+    `avoid` (the training prompts, for an evaluation set) count as already rendered."""
     from specscope.probe.workloads.categories import CATEGORIES
 
     out = []
     for cat in categories:
         if cat not in CATEGORIES:
             raise ValueError(f"unknown category {cat!r} (known: {', '.join(CATEGORIES)})")
+        rendered: set[str] = set(avoid)
         for seed in range(first_seed, first_seed + per_category):
             frame = CATEGORIES[cat](seed)
-            body, used = [], len(frame.head) + len(frame.tail)
-            for unit in frame.units:
-                if body and used + len(unit) > max_chars:
+            text = _render(frame, max_chars)
+            for attempt in range(1, 5):
+                if text not in rendered or len(frame.units) < 2:
                     break
-                body.append(unit)
-                used += len(unit)
-            text = frame.head + "".join(body).rstrip() + ("\n" if not frame.strip else "") + frame.tail
-            ids = (loaded.codec.encode(text) if cat in RAW_CATEGORIES
-                   else loaded.codec.chat_ids([{"role": "user", "content": text}]))
-            out.append((cat, ids))
+                text = _render(frame, max_chars, (seed * 7919 + attempt * 104729) % len(frame.units))
+            rendered.add(text)
+            out.append((cat, text))
     return out
+
+
+def encode_prompts(loaded: LoadedModel, texts: list[tuple[str, str]]) -> list[tuple[str, list[int]]]:
+    """(category, prompt ids): each text as a chat turn (raw text for completion categories)."""
+    return [(cat, loaded.codec.encode(text) if cat in RAW_CATEGORIES
+             else loaded.codec.chat_ids([{"role": "user", "content": text}])) for cat, text in texts]
+
+
+def category_prompts(loaded: LoadedModel, categories: list[str], per_category: int, first_seed: int,
+                     max_chars: int) -> list[tuple[str, list[int]]]:
+    """`category_texts`, encoded for the target."""
+    return encode_prompts(loaded, category_texts(categories, per_category, first_seed, max_chars))
 
 
 def generate(loaded: LoadedModel, prompts: list[list[int]], max_new: int, batch: int = 8,
@@ -531,9 +556,10 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
 
     categories = args.categories.split(",") if args.categories else list(CATEGORIES)
     if prompts is None:
-        prompts = category_prompts(target, categories, args.prompts_per_category, 0, args.prompt_chars)
-        eval_prompts = category_prompts(target, categories, args.eval_prompts, EVAL_SEED_OFFSET,
-                                        args.prompt_chars)
+        train_texts = category_texts(categories, args.prompts_per_category, 0, args.prompt_chars)
+        eval_texts = category_texts(categories, args.eval_prompts, EVAL_SEED_OFFSET, args.prompt_chars,
+                                    avoid=frozenset(t for _, t in train_texts))
+        prompts, eval_prompts = encode_prompts(target, train_texts), encode_prompts(target, eval_texts)
     prompts, eval_prompts, split_stats = distinct_split(prompts, eval_prompts or [])
     log(f"data: {split_stats}")
     cfg = DFlashConfig.for_target(target.name, target.config, num_layers=args.draft_layers,
