@@ -14,7 +14,6 @@ import torch
 from specscope.engine.backend import EngineBackend
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model
-from specscope.engine.model import Transformer
 from specscope.engine.options import EngineOptions
 from specscope.engine.runner import EagerRunner, Runner
 from specscope.engine.speculative.setup import make_stepper
@@ -42,28 +41,22 @@ def build_backend(options: EngineOptions | None = None, /, **flags: Any) -> Engi
     return assemble(loaded, kv, opts)
 
 
-def graphs_can_tap(model: Transformer, taps: tuple[int, ...]) -> bool:
-    """The captured step hands out the residual stream between layers, so it can tap every
-    layer but the last (whose output only the final norm and LM head read)."""
-    return not taps or max(taps) < len(model.layers) - 1
-
-
 def assemble(loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: bool = True) -> EngineBackend:
     """The backend for a loaded model and its KV cache: stepper from the speculation options,
     runner from the device (benches and tests build their cache, then call this)."""
     stepper: Stepper = PlainStepper() if opts.speculation is None else make_stepper(loaded, kv, opts.speculation)
-    runner: Runner
-    # A drafter conditioned on the target's hidden states reads them from every target forward
-    # (Runner.forward_hidden): the captured graphs return the tapped layers' outputs too.
-    if loaded.device.type == "cuda" and opts.cuda_graphs and graphs_can_tap(loaded.model, stepper.target_taps):
+    runner: Runner | None = None
+    if loaded.device.type == "cuda" and opts.cuda_graphs:
         from specscope.engine.cuda.graph_runner import CudaGraphRunner
 
-        graph_runner = CudaGraphRunner(loaded.model, kv, max_batch=opts.max_batch,
-                                       max_nodes=stepper.max_nodes, compile=opts.torch_compile,
-                                       gemv=opts.single_token_gemv, taps=stepper.target_taps)
-        if warmup:
-            graph_runner.warmup()
-        runner = graph_runner
-    else:
-        runner = EagerRunner(loaded.model, kv)
-    return EngineBackend(loaded, kv, stepper, runner=runner, max_batch=opts.max_batch, seed=opts.seed)
+        # A drafter conditioned on the target's hidden states reads them from every target
+        # forward (Runner.forward_hidden): the captured graphs return the tapped layers' too.
+        if CudaGraphRunner.can_tap(loaded.model, stepper.target_taps):
+            graph_runner = CudaGraphRunner(loaded.model, kv, max_batch=opts.max_batch,
+                                           max_nodes=stepper.max_nodes, compile=opts.torch_compile,
+                                           gemv=opts.single_token_gemv, taps=stepper.target_taps)
+            if warmup:
+                graph_runner.warmup()
+            runner = graph_runner
+    return EngineBackend(loaded, kv, stepper, runner=runner or EagerRunner(loaded.model, kv),
+                         max_batch=opts.max_batch, seed=opts.seed)

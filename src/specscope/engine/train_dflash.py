@@ -413,16 +413,21 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
 
 
 def evaluate(loaded: LoadedModel, drafter_dir: Path, prompts: list[tuple[str, list[int]]], tokens: int,
-             block_size: int, budget: int, cuda_graphs: bool = True) -> dict[str, dict[str, Any]]:
+             block_size: int, budget: int, cuda_graphs: bool = True,
+             references: list[list[int]] | None = None) -> dict[str, dict[str, Any]]:
     """Per category: tau (tokens per verify step) for chain (k = B-1) and DDTree, and whether
-    each equals plain greedy output (lossless)."""
+    each equals plain greedy output (lossless). `references`: the plain greedy responses of
+    `prompts` already generated (the held-out sequences, cut to `tokens`); else generated here."""
     out: dict[str, dict[str, Any]] = {}
     depth = block_size - 1
     modes = {"chain": {"verify": "chain", "num_draft_tokens": depth},
              "tree": {"verify": "tree", "num_draft_tokens": depth, "budget": budget}}
     for cat in dict.fromkeys(c for c, _ in prompts):
         ids = [p for c, p in prompts if c == cat]
-        plain, _ = generate(loaded, ids, tokens, batch=len(ids), cuda_graphs=cuda_graphs)
+        if references is not None:
+            plain = [r for (c, _), r in zip(prompts, references, strict=True) if c == cat]
+        else:
+            plain, _ = generate(loaded, ids, tokens, batch=len(ids), cuda_graphs=cuda_graphs)
         row: dict[str, Any] = {"prompts": len(ids), "tokens": sum(map(len, plain))}
         for mode, spec in modes.items():
             spec_out, steps = generate(loaded, ids, tokens, batch=1, cuda_graphs=cuda_graphs,
@@ -562,11 +567,11 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
         prompts, eval_prompts = encode_prompts(target, train_texts), encode_prompts(target, eval_texts)
     prompts, eval_prompts, split_stats = distinct_split(prompts, eval_prompts or [])
     log(f"data: {split_stats}")
+    if args.evaluate_only:
+        return reevaluate(args, target, eval_prompts, log)
     cfg = DFlashConfig.for_target(target.name, target.config, num_layers=args.draft_layers,
                                   block_size=args.block_size)
     taps = tuple(cfg.target_layer_ids)
-    if args.evaluate_only:
-        return reevaluate(args, target, eval_prompts or [], log)
     data, data_stats = build_dataset(target, prompts, taps, args.response_tokens, args.gen_batch,
                                      args.cache_dir, log, cuda_graphs=not args.eager)
     # The evaluation prompts' own responses and features: a held-out loss during training.
@@ -583,8 +588,13 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
                     "sequences": data_stats["sequences"]}
     save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
     dflash_model.save(draft, args.out, dtype=save_dtype)
+    # Greedy decoding's prefix property: the held-out responses cut to eval_tokens are what a
+    # plain run of eval_tokens would write, so evaluation need not generate them again.
+    references = ([s.tokens[s.prompt_len:][: args.eval_tokens] for s in held_out]
+                  if args.response_tokens >= args.eval_tokens else None)
     evaluation = (evaluate(target, args.out, eval_prompts, args.eval_tokens, args.block_size,
-                           args.eval_budget, cuda_graphs=not args.eager) if eval_prompts else {})
+                           args.eval_budget, cuda_graphs=not args.eager, references=references)
+                  if eval_prompts else {})
     command = "python -m specscope.engine.train_dflash " + " ".join(
         f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in sorted(vars(args).items())
         if v is not None and v is not False and k not in ("steps", "out", "cache_dir")) + f" --out {args.out}"

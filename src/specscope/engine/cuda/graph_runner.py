@@ -140,7 +140,7 @@ class CudaGraphRunner:
                  taps: tuple[int, ...] = ()):
         if kv.device.type != "cuda":
             raise ValueError("CudaGraphRunner needs the KV pool on a CUDA device")
-        if taps and max(taps) >= len(model.layers) - 1:
+        if not self.can_tap(model, taps):
             raise ValueError(f"taps {taps}: the captured step can tap layers 0..{len(model.layers) - 2}")
         self.taps = tuple(taps)
         self.model, self.kv, self.device = model, kv, kv.device
@@ -163,6 +163,12 @@ class CudaGraphRunner:
         self._pad = {q: self._pad_row(q) for q in self.node_counts}
         # Set after each input copy: the pinned staging block is rewritten only once it is done.
         self._copied = {q: torch.cuda.Event() for q in self.node_counts}
+
+    @staticmethod
+    def can_tap(model: Transformer, taps: tuple[int, ...]) -> bool:
+        """The captured step hands out the residual stream between layers, so it can tap every
+        layer but the last (whose output only the final norm and LM head read)."""
+        return not taps or max(taps) < len(model.layers) - 1
 
     # -- the captured function -------------------------------------------------------------
     def _pad_row(self, q: int) -> np.ndarray:
@@ -241,7 +247,6 @@ class CudaGraphRunner:
         if replayed is None:
             return self.eager.forward_hidden(work, taps, want_logits)
         slots, logits, hidden = replayed
-        assert hidden is not None or not taps
         rows = [] if hidden is None else [hidden[r, : len(w.tokens)] for r, w in enumerate(work)]
         return slots, logits, rows
 
