@@ -34,9 +34,13 @@ demo: setup
 	@echo "The story's regression (32 vs 138 tok/s), simulated with known truth:"
 	@echo "  $(VENV)/bin/specscope diagnose --backend twin --scenario seed-regression --quick"
 
+# Three pytest-xdist workers on this 2-core machine: most of the suite waits on servers (the twin's
+# simulated steps, real peers decoding on one thread); the modules that time a real server share
+# one lane and the rest yields the CPU to it (tests/conftest.py). TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 3
 test: setup peer-models peer-vllm browser
 	$(VENV)/bin/ruff check src tests bench
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench

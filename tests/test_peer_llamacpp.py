@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LLAMACPP_THREADS as THREADS
+from conftest import PEER_MODELS_DIR as MODELS_DIR
 from conftest import import_peer_module, metric_delta, peer_unavailable, scrape_prometheus
 
 import_peer_module("xllamacpp")
@@ -28,10 +30,6 @@ from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS_DIR = REPO / ".cache" / "peer-models"
-# One decode thread: with two, llama.cpp's spin barriers make a shared, busy machine ~20x slower.
-THREADS = 1
 # Repetitive text, so that n-gram lookup finds something to draft from (SmolLM2 keeps repeating it).
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
 N_PREDICT = 48

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from conftest import LLAMACPP_THREADS as THREADS
+from conftest import PEER_MODELS_DIR as MODELS_DIR
 from conftest import import_peer_module, peer_unavailable
 
 import_peer_module("xllamacpp")
@@ -31,9 +32,6 @@ from specscope.trace import load_run  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS_DIR = REPO / ".cache" / "peer-models"
-THREADS = 1  # see test_peer_llamacpp.py: two threads collapse on a busy machine
 AGREEMENT = 0.05
 # Code whose continuation repeats what came before, so that n-gram lookup finds drafts too.
 PROMPT = (

@@ -15,29 +15,21 @@ parametrized so that only one runs at a time (~5 GB each). Short shapes, real co
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
-from conftest import metric_delta, peer_unavailable, run_specscope, scrape_prometheus
+from conftest import VLLM_CPU_BIND, metric_delta, peer_unavailable, run_specscope, scrape_prometheus
 from specscope.peers.launcher import PeerServerError
 from specscope.peers.vllm import SPECS, VllmServer
-from specscope.peers.vllm_install import VllmInstallError, installed_peer
 from specscope.trace import load_run
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[1]
-ROOT = REPO / ".cache" / "peer-vllm"
 PROMPTS = REPO / "tests" / "fixtures" / "prompts"
 PROMPT_FILES = {"code": PROMPTS / "code_config.txt", "prose": PROMPTS / "prose_lighthouse.txt"}
 PROBE_MAX_TOKENS = 64
@@ -59,10 +51,6 @@ ITL = "vllm:inter_token_latency_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
 # Serving metrics against vLLM's own histograms: TPOT and the per-step latency within 5 %.
 SERVING_TOLERANCE = 0.05
-# vLLM's own choice (one compute thread on 2 cores): with both cores, the worker's OpenMP
-# barriers stall whenever the client or another process takes a core (plain decoding measured
-# 1.4-4.5 tok/s on a loaded machine, against 21-30 idle).
-CPU_BIND = "auto"
 
 
 @dataclass
@@ -139,20 +127,11 @@ def _show(label: str, figures: dict[str, Any]) -> None:
     print(f"\n[{label}] " + ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
-@pytest.fixture(scope="module")
-def peer_root() -> Path:
-    try:
-        installed_peer(ROOT)
-    except VllmInstallError as exc:
-        peer_unavailable(str(exc))
-    return ROOT
-
-
 @pytest.fixture(scope="module", params=SPECS)
-def server(request: pytest.FixtureRequest, peer_root: Path, tmp_path_factory) -> VllmServer:
+def server(request: pytest.FixtureRequest, vllm_peer_root: Path, tmp_path_factory) -> VllmServer:
     log = tmp_path_factory.mktemp(f"vllm-{request.param}") / "vllm-server.log"
     srv = VllmServer(
-        request.param, root=peer_root, enforce_eager=True, log_path=log, cpu_bind=CPU_BIND
+        request.param, root=vllm_peer_root, enforce_eager=True, log_path=log, cpu_bind=VLLM_CPU_BIND
     )
     try:
         srv.start()
@@ -343,57 +322,6 @@ def test_probe_report_compare_and_diagnose_agree_on_decode_tps(
     for name in ("report(diagnose run)", "compare b"):
         assert _rel(figures[name], diag["decode_tps"]) <= SAME_RUN_TOLERANCE, figures
     assert f"{stored['probe']:.1f}" in report_probe.stdout  # the terminal shows that number
-
-
-def test_missing_install_fails_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(VllmInstallError, match="make peer-vllm"):
-        VllmServer("ngram", root=tmp_path).start()
-    done = subprocess.run(
-        [sys.executable, "-m", "specscope.peers.vllm", "--root", str(tmp_path), "--", "true"],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert done.returncode == 2 and "make peer-vllm" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_launcher_serves_while_the_command_runs_then_stops_every_process(
-    peer_root: Path, tmp_path: Path
-) -> None:
-    """`python -m specscope.peers.vllm ... -- CMD {url} {log}`: ready before CMD, CMD's exit code,
-    the server and its EngineCore/worker children gone after (their process group is empty)."""
-    note, log, run_dir = tmp_path / "seen.txt", tmp_path / "vllm.log", tmp_path / "probe"
-    check = (
-        "import os, sys, urllib.request;"
-        "ok = urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=10).status == 200;"
-        "open(sys.argv[3], 'w').write(sys.argv[1]);"
-        "sys.exit(7 if ok and os.path.isfile(sys.argv[2]) else 3)"
-    )
-    started = time.monotonic()
-    # The documented one-liner shape: a real specscope command, then the exit-status check.
-    script = (
-        f"{sys.executable} -m specscope.cli probe {{url}} --prompt-tokens 32 --max-tokens 16 "
-        f"--json --out {run_dir} > {tmp_path / 'probe.json'} && "
-        f"{sys.executable} -c \"{check}\" {{url}} {{log}} {note}"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "specscope.peers.vllm", "--spec", "none", "--prefix-caching", "off",
-         "--enforce-eager", "--cpu-bind", CPU_BIND, "--root", str(peer_root), "--log", str(log), "--",
-         "bash", "-c", script],
-        capture_output=True, text=True, timeout=420, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    ready = next((ln for ln in done.stderr.splitlines() if "ready at" in ln), "")
-    print(f"\n[vllm launcher] whole run {time.monotonic() - started:.1f} s; {ready}")
-    assert done.returncode == 7, done.stderr[-2000:]
-    probe = json.loads((tmp_path / "probe.json").read_text())
-    assert probe["summary"]["ok"] == 1 and probe["flavor"] == "vllm"
-    assert "'enable_prefix_caching': False" in log.read_text()  # vLLM's "non-default args"
-    url = note.read_text().strip()
-    assert url.startswith("http://127.0.0.1:")
-    with pytest.raises((urllib.error.URLError, ConnectionError)):
-        urllib.request.urlopen(f"{url}/v1/models", timeout=5)
-    pgid = int(re.search(r"process group (\d+)", ready).group(1))  # type: ignore[union-attr]
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)  # the API server, its EngineCore and worker: all gone
 
 
 def _first_read_steps(trace) -> int:

@@ -5,10 +5,10 @@ drafts, and the first token comes from prefill, so steps + accepted == tokens - 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from conftest import PEER_MODELS_DIR as MODELS_DIR
 from conftest import import_peer_module, peer_unavailable
 
 import_peer_module("xllamacpp")
@@ -22,8 +22,6 @@ from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E
 from specscope.trace import load_run  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
-
-MODELS_DIR = Path(__file__).resolve().parents[1] / ".cache" / "peer-models"
 
 
 def test_probe_real_llamacpp_bursts_match_server_counts(tmp_path):

@@ -187,6 +187,9 @@ async def test_metrics_parse_and_count_what_was_served(twin_server) -> None:
         ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": -5}},
          "sampling_params.max_new_tokens"),
         ("/generate", {"text": "x", "sampling_params": {"wrong": 1}}, "sampling_params.wrong"),
+        ("/v1/completions", {"prompt": "x", "seed": 2**63}, "seed"),
+        ("/generate", {"text": "x", "sampling_params": {"sampling_seed": -(2**63) - 1}},
+         "sampling_params.sampling_seed"),
     ],
 )
 async def test_validation_errors_are_openai_style_400s(twin_url, path, body, param) -> None:
@@ -195,6 +198,16 @@ async def test_validation_errors_are_openai_style_400s(twin_url, path, body, par
     err = got["error"]
     assert set(err) == {"message", "type", "param", "code"}
     assert err["param"] == param and err["code"] == 400 and err["message"]
+
+
+async def test_a_negative_seed_is_served_and_repeatable(twin_url) -> None:
+    """A seed is a signed 64-bit integer (vLLM's protocol): -1 was a 500 (the twin's random
+    streams take non-negative entropy); now it is served, and the same seed gives the same text."""
+    body = {"prompt": "def add(a, b):", "max_tokens": 6, "seed": -1, "temperature": 1.0}
+    first, second = await _post(twin_url + "/v1/completions", body), await _post(
+        twin_url + "/v1/completions", body)
+    assert first[0] == second[0] == 200
+    assert first[1]["choices"][0]["text"] == second[1]["choices"][0]["text"]
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe", b""])

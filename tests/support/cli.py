@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def _sigint_default() -> None:
@@ -24,3 +27,35 @@ def start_cli(args: list[str], home: Path, *, new_session: bool = False) -> subp
     return subprocess.Popen([sys.executable, "-m", "specscope.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=new_session, preexec_fn=_sigint_default)
+
+
+def run_specscope(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """`specscope ARGS...` in a child process (this interpreter), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "specscope.cli", *args],
+        capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+@dataclass
+class CliResult:
+    """One finished `specscope COMMAND ...` child: exit status and both streams."""
+
+    command: str
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.stdout)
+
+    def require(self) -> dict[str, Any]:
+        """The parsed JSON of a run that exited 0 (else the failure, with its stderr's end)."""
+        assert self.rc == 0, f"specscope {self.command} exited {self.rc}: {self.stderr[-2000:]}"
+        return self.json
+
+
+def specscope_result(command: str, *args: str, timeout_s: float = 300.0) -> CliResult:
+    proc = run_specscope(command, *args, timeout_s=timeout_s)
+    return CliResult(command, proc.returncode, proc.stdout, proc.stderr)

@@ -495,7 +495,6 @@ class OneShotConnectionServer:
                         length = int(line.split(":", 1)[1])
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 await self._respond(writer, method, path, body)
-                self.answered.append(path)
             # One request per connection: a client that pools sends its next request here.
             with contextlib.suppress(TimeoutError, ConnectionError):
                 async with asyncio.timeout(self.linger_s):
@@ -524,6 +523,7 @@ class OneShotConnectionServer:
                 await writer.drain()
             ev = sse({"index": 0, "content": "", "stop": True, "stop_type": "limit",
                       "tokens_predicted": k, "timings": {"predicted_n": k}})
+            self.answered.append(path)  # before the last bytes: the client may return on them
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(ev), ev))
             await writer.drain()
             return
@@ -537,6 +537,7 @@ class OneShotConnectionServer:
             obj = answers.get(path)
         status = b"200 OK" if obj is not None else b"404 Not Found"
         raw = json.dumps(obj if obj is not None else {"error": "not found"}).encode()
+        self.answered.append(path)
         writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                      % (status, len(raw), raw))
         await writer.drain()

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect
 
 MAX_TOKENS_CEILING = 10_000_000
+# A sampling seed is a signed 64-bit integer, as in vLLM's OpenAI protocol; negative seeds are
+# valid (backends fold them into their generator's range), larger ones are refused with a 400.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 # A request body larger than this is refused (413) before it is read whole: a prompt of a
 # million tokens is ~4 MiB of text or ~7 MiB of token ids; more is a mistake or an attack.
 MAX_BODY_BYTES = 8 << 20
@@ -60,7 +63,7 @@ class _Sampling(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     ignore_eos: bool = False
     min_tokens: int | None = None
     logprobs: bool | int | None = None
@@ -117,7 +120,7 @@ class NativeSamplingParams(_Body):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     stream_interval: int | None = Field(None, ge=1)
-    sampling_seed: int | None = None
+    sampling_seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     n: int = Field(1, ge=1, le=1)
 
 

@@ -146,6 +146,7 @@ class TwinBackend:
         seed = params.seed if params.seed is not None else zlib.crc32(
             np.asarray(prompt_ids, dtype=np.int64).tobytes()
         )
+        seed %= 2**64  # a negative API seed is valid; SeedSequence takes non-negative entropy
         acc_rng, time_rng = request_rngs(sc, seed)
         token_rng = np.random.default_rng(np.random.SeedSequence([sc.seed, seed, 2]))
         span = max(1, params.max_tokens - 1)
