@@ -145,6 +145,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.nice(OTHER_LANES_NICE - os.nice(0))
 
 
+def llamacpp_servers(base: Path) -> Iterator[Any]:
+    """llama.cpp's server in each mode (none, draft, ngram), one after another, its log under
+    `base`; the peer models are made first (`make peer-models`), or it is `peer_unavailable`."""
+    from specscope.peers.llamacpp import MODES, LlamaCppServer
+    from specscope.peers.models import PeerModelError, ensure_peer_models
+
+    try:
+        ensure_peer_models(PEER_MODELS_DIR, log=lambda _line: None)
+    except PeerModelError as exc:
+        peer_unavailable(str(exc))
+    for mode in MODES:
+        log_path = base / f"{mode}-llama-server.log"
+        with LlamaCppServer(mode, models_dir=PEER_MODELS_DIR, log_path=log_path,
+                            threads=LLAMACPP_THREADS) as srv:
+            yield srv
+
+
 @pytest.fixture(scope="session")
 def vllm_peer_root() -> Path:
     """The vLLM peer's install (`make peer-vllm`); missing, it is `peer_unavailable`."""

@@ -21,15 +21,12 @@ from typing import Any
 
 import pytest
 
-from conftest import LLAMACPP_THREADS as THREADS
-from conftest import PEER_MODELS_DIR as MODELS_DIR
-from conftest import import_peer_module, peer_unavailable, scrape_prometheus
+from conftest import import_peer_module, llamacpp_servers, scrape_prometheus
 from support.cli import CliResult, specscope_result
 
 import_peer_module("xllamacpp")
 
-from specscope.peers.llamacpp import MODES, LlamaCppServer  # noqa: E402
-from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
+from specscope.peers.llamacpp import MODES  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -59,25 +56,19 @@ class ModeRun:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModeRun]:
-    try:
-        ensure_peer_models(MODELS_DIR, log=lambda _line: None)
-    except PeerModelError as exc:
-        peer_unavailable(str(exc))
     base = tmp_path_factory.mktemp("peer-cli")
     out: dict[str, ModeRun] = {}
-    for mode in MODES:
-        log_path = base / f"{mode}-llama-server.log"
-        with LlamaCppServer(mode, models_dir=MODELS_DIR, log_path=log_path, threads=THREADS) as srv:
-            probe_out = base / f"{mode}-probe"
-            before = scrape_prometheus(srv.url)
-            probe = specscope_result("probe", srv.url, *PROBE_ARGS, "--out", str(probe_out), "--json",
-                                     timeout_s=CLI_TIMEOUT_S)
-            after = scrape_prometheus(srv.url)
-            delta = {k: after[k] - before.get(k, 0.0) for k in after}
-            # The server log holds exactly the probe's requests.
-            logs = specscope_result("logs", str(log_path), "--format", "llamacpp", "--json",
-                                    timeout_s=CLI_TIMEOUT_S)
-            out[mode] = ModeRun(mode, srv.url, probe, probe_out, delta, logs)
+    for srv in llamacpp_servers(base):
+        probe_out = base / f"{srv.mode}-probe"
+        before = scrape_prometheus(srv.url)
+        probe = specscope_result("probe", srv.url, *PROBE_ARGS, "--out", str(probe_out), "--json",
+                                 timeout_s=CLI_TIMEOUT_S)
+        after = scrape_prometheus(srv.url)
+        delta = {k: after[k] - before.get(k, 0.0) for k in after}
+        # The server log holds exactly the probe's requests.
+        logs = specscope_result("logs", str(srv.log_path), "--format", "llamacpp", "--json",
+                                timeout_s=CLI_TIMEOUT_S)
+        out[srv.mode] = ModeRun(srv.mode, srv.url, probe, probe_out, delta, logs)
     return out
 
 

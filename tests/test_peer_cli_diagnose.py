@@ -16,15 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LLAMACPP_THREADS as THREADS
-from conftest import PEER_MODELS_DIR as MODELS_DIR
-from conftest import import_peer_module, peer_unavailable
+from conftest import import_peer_module, llamacpp_servers
 from support.cli import CliResult, specscope_result
 
 import_peer_module("xllamacpp")
 
-from specscope.peers.llamacpp import MODES, LlamaCppServer  # noqa: E402
-from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
+from specscope.peers.llamacpp import MODES  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -43,20 +40,14 @@ NOT_SHOWN_OUTCOMES = {"interval includes zero effect", "not significant", "below
 @pytest.fixture(scope="module")
 def diagnoses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CliResult]:
     """One `diagnose --quick --json` per mode, each against a server of its own."""
-    try:
-        ensure_peer_models(MODELS_DIR, log=lambda _line: None)
-    except PeerModelError as exc:
-        peer_unavailable(str(exc))
     base = tmp_path_factory.mktemp("peer-cli-diagnose")
-    out: dict[str, CliResult] = {}
-    for mode in MODES:
-        log_path = base / f"{mode}-llama-server.log"
-        with LlamaCppServer(mode, models_dir=MODELS_DIR, log_path=log_path, threads=THREADS) as srv:
-            out[mode] = specscope_result(
-                "diagnose", srv.url, *DIAGNOSE_ARGS, "--out", str(base / f"{mode}-diagnose"),
-                "--json", timeout_s=CLI_TIMEOUT_S,
-            )  # fmt: skip
-    return out
+    return {
+        srv.mode: specscope_result(
+            "diagnose", srv.url, *DIAGNOSE_ARGS, "--out", str(base / f"{srv.mode}-diagnose"),
+            "--json", timeout_s=CLI_TIMEOUT_S,
+        )
+        for srv in llamacpp_servers(base)
+    }
 
 
 @pytest.mark.parametrize("mode", MODES)
