@@ -17,7 +17,7 @@ Scenario for timing-sensitive tests: fixed acceptance, steps of ~30 ms, no drift
 Real peers (llama.cpp, vLLM) are the only evidence from real servers, so they must not drop out
 unseen: `peer_unavailable(reason)` skips where a developer lacks one, but fails the run in CI
 (`CI=true`); `import_peer_module(name)` is `pytest.importorskip` with the same rule.
-`scrape_prometheus(url)` reads a peer's /metrics; `run_specscope(...)` runs the CLI as a user would.
+`scrape_prometheus(url)` reads a peer's /metrics; tests/support/cli.py runs the CLI as a user would.
 
 `make test` runs the suite on several pytest-xdist workers, one module per worker at a time (a
 module's servers start once); the modules that time a real server (TIMED_PEER_MODULES) share one
@@ -31,14 +31,16 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from specscope.serve.runner import ServerHandle
 from specscope.twin.model import Scenario, load_scenario
 from specscope.twin.server import start_twin_server
-from support.cli import run_specscope  # noqa: F401  (tests import it from here)
+
+if TYPE_CHECKING:
+    from specscope.peers.llamacpp import LlamaCppServer
 
 
 def in_ci() -> bool:
@@ -145,7 +147,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.nice(OTHER_LANES_NICE - os.nice(0))
 
 
-def llamacpp_servers(base: Path) -> Iterator[Any]:
+def llamacpp_servers(base: Path) -> Iterator[LlamaCppServer]:
     """llama.cpp's server in each mode (none, draft, ngram), one after another, its log under
     `base`; the peer models are made first (`make peer-models`), or it is `peer_unavailable`."""
     from specscope.peers.llamacpp import MODES, LlamaCppServer

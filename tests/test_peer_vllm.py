@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from conftest import VLLM_CPU_BIND, metric_delta, peer_unavailable, run_specscope, scrape_prometheus
+from conftest import VLLM_CPU_BIND, metric_delta, peer_unavailable, scrape_prometheus
 from specscope.peers.launcher import PeerServerError
 from specscope.peers.vllm import SPECS, VllmServer
 from specscope.trace import load_run
+from support.cli import run_specscope
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow, pytest.mark.timeout(900)]
 
