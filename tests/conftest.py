@@ -20,8 +20,8 @@ unseen: `peer_unavailable(reason)` skips where a developer lacks one, but fails 
 `scrape_prometheus(url)` reads a peer's /metrics; tests/support/cli.py runs the CLI as a user would.
 
 `make test` runs the suite on several pytest-xdist workers, one module per worker at a time (a
-module's servers start once); the modules that time a real server (TIMED_PEER_MODULES) share one
-lane, one after another, and the other lanes yield the CPU to it.
+module's servers start once); the modules that time a real server or compare two runs' speed
+(TIMED_MODULES) share one lane, one after another, and the other lanes yield the CPU to it.
 """
 
 from __future__ import annotations
@@ -87,14 +87,16 @@ def metric_delta(before: dict[str, float], after: dict[str, float], name: str) -
     return metric_total(after, name) - metric_total(before, name)
 
 
-# The modules that compare our client's timing with a real server's own counts (one burst of
-# events per verify step, TPOT within a few %). On two cores, two of them side by side merge
-# events and fail, so under xdist they share one lane, one module after another.
-TIMED_PEER_MODULES = frozenset({
+# The modules whose verdicts rest on timing a niced, starved process cannot give: those that
+# compare our client's timing with a real server's own counts (one burst of events per verify
+# step, TPOT within a few %; on two cores, two of them side by side merge events and fail), and
+# the diagnosis against a baseline run (a tps ratio between two runs, one after the other). Under
+# xdist they share one lane, one module after another.
+TIMED_MODULES = frozenset({
     "tests/test_peer_cli.py", "tests/test_peer_serving.py", "tests/test_peer_vllm.py",
-    "tests/test_probe_peer.py",
+    "tests/test_probe_peer.py", "tests/test_diagnose_baseline.py",
 })
-TIMED_PEER_LANE = "timed-peer"
+TIMED_LANE = "timed"
 # How much lower the rest of the suite runs beside that lane (a nice level).
 OTHER_LANES_NICE = 10
 REPO = Path(__file__).resolve().parents[1]
@@ -114,34 +116,34 @@ def _module(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The timed-peer modules first (the order inside a module kept), so that under xdist one
+    """The timed modules first (the order inside a module kept), so that under xdist one
     worker takes their lane before it runs anything else and the longest work starts at once."""
-    items.sort(key=lambda item: _module(item.nodeid) not in TIMED_PEER_MODULES)  # stable
+    items.sort(key=lambda item: _module(item.nodeid) not in TIMED_MODULES)  # stable
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist leaves it unknown
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadfile` with the timed-peer modules as one unit of work (xdist's own
+    """`--dist loadfile` with the timed modules as one unit of work (xdist's own
     `xdist_group` marks do not group on pytest 9.2, which no longer reads `item._nodeid`)."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class TimedPeerLaneScheduling(LoadFileScheduling):
+    class TimedLaneScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
-            return TIMED_PEER_LANE if module in TIMED_PEER_MODULES else module
+            return TIMED_LANE if module in TIMED_MODULES else module
 
     config.option.loadscopereorder = False  # keep the collection order: the lane first
-    return TimedPeerLaneScheduling(config, log)
+    return TimedLaneScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures, module-scoped servers included
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under xdist, a worker about to run anything but the timed-peer lane lowers its priority
+    """Under xdist, a worker about to run anything but the timed lane lowers its priority
     (and that of the servers and CLIs it starts), so that the lane's server and client get a core
     when they need one. Niceness only goes up: a worker that has yielded stays so."""
-    if "PYTEST_XDIST_WORKER" not in os.environ or _module(item.nodeid) in TIMED_PEER_MODULES:
+    if "PYTEST_XDIST_WORKER" not in os.environ or _module(item.nodeid) in TIMED_MODULES:
         return
     if os.nice(0) < OTHER_LANES_NICE:
         os.nice(OTHER_LANES_NICE - os.nice(0))

@@ -5,41 +5,19 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import time
-from pathlib import Path
 
 from specscope.twin.model import load_scenario
 from support.cli import start_cli
-from test_diagnose_twin import cli, specscope
-
-WAIT_S = 90
-
-
-def _start(args: list[str], home: Path) -> subprocess.Popen:
-    return start_cli(args, home)
-
-
-def _wait_for_requests(run_dir: Path, n: int, proc: subprocess.Popen) -> None:
-    """Until the run dir holds n finished requests (bounded by WAIT_S)."""
-    deadline = time.monotonic() + WAIT_S
-    path = run_dir / "requests.jsonl"
-    while time.monotonic() < deadline:
-        if path.is_file() and len(path.read_text().splitlines()) >= n:
-            return
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"no {n} requests within {WAIT_S} s")
+from support.diagnose import WAIT_S, cli, specscope, wait_for_requests
 
 
 def test_ctrl_c_keeps_what_was_measured_and_reports_partial(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0)
     run_dir = tmp_path / "run"
-    proc = _start(["diagnose", srv.url, "--out", str(run_dir), "--prompt-tokens", "512",
-                   "--max-tokens", "1500"], tmp_path)
+    proc = start_cli(["diagnose", srv.url, "--out", str(run_dir), "--prompt-tokens", "512",
+                      "--max-tokens", "1500"], tmp_path)
     try:
-        _wait_for_requests(run_dir, 2, proc)  # calibration + the full generation
+        wait_for_requests(run_dir, 2, proc)  # calibration + the full generation
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=WAIT_S)
     finally:
@@ -60,10 +38,10 @@ def test_ctrl_c_keeps_what_was_measured_and_reports_partial(twin_server, tmp_pat
 def test_server_dying_mid_run_reports_what_was_measured_plus_errors(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0)
     run_dir = tmp_path / "run"
-    proc = _start(["diagnose", srv.url, "--json", "--out", str(run_dir), "--prompt-tokens", "512",
-                   "--max-tokens", "1500"], tmp_path)
+    proc = start_cli(["diagnose", srv.url, "--json", "--out", str(run_dir),
+                      "--prompt-tokens", "512", "--max-tokens", "1500"], tmp_path)
     try:
-        _wait_for_requests(run_dir, 2, proc)
+        wait_for_requests(run_dir, 2, proc)
         srv.stop()
         out, err = proc.communicate(timeout=WAIT_S)
     finally:

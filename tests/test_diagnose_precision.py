@@ -12,8 +12,8 @@ import time
 import pytest
 
 from specscope.analysis import precision as pr
-from test_diagnose_partial import WAIT_S, _start, _wait_for_requests
-from test_diagnose_twin import diagnose_json, specscope
+from support.cli import start_cli
+from support.diagnose import WAIT_S, diagnose_json, specscope, wait_for_requests
 
 ARGS = ("--backend", "twin", "--scenario", "healthy", "--time-scale", "0.3", "--quick",
         "--prompt-tokens", "256", "--max-tokens", "200")
@@ -61,12 +61,12 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
 
 def test_ctrl_c_during_the_repeats_keeps_them_and_says_so(tmp_path):
     out = tmp_path / "run"
-    proc = _start(["diagnose", "--out", str(out), *ARGS, "--precision", "0.001",
-                   "--time-scale", "1.0"], tmp_path)
+    proc = start_cli(["diagnose", "--out", str(out), *ARGS, "--precision", "0.001",
+                      "--time-scale", "1.0"], tmp_path)
     try:
         steps = _planned_steps(out, proc)
         plan_requests = 1 + sum(st["repeat"] * st["concurrency"] for st in steps)
-        _wait_for_requests(out, plan_requests + 2, proc)  # two repeats done: the loop runs
+        wait_for_requests(out, plan_requests + 2, proc)  # two repeats done: the loop runs
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT_S)
     finally:

@@ -5,23 +5,13 @@ number of requests) and by the subprocess timeout; time_scale keeps the twin fas
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
-from specscope.cli import app
+from support.diagnose import check_contract, cli, diagnose_json, finding_ids, parse_page
 
-CONTRACT_KEYS = ("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s", "findings",
-                 "attribution", "run_dir")
-FINDING_KEYS = ("id", "summary", "confidence", "factor", "evidence", "next")
 HOSTILE = "<script>alert(1)</script>"
-TIMEOUT_S = 240
 
 # The long twin diagnoses keep the --precision repeats on (the default path) but bounded: what
 # these tests check is decided by the plan's measurements, not by the extra repeats.
@@ -29,76 +19,6 @@ REPEAT_BUDGET_S = "6"
 # A finding test needs the main experiments only: the mix's first category (the default's main
 # prompts) without the seven-request workload mix, which the seed-regression test keeps.
 MAIN_ONLY = ("--workload", "long-writing", "--budget-s", REPEAT_BUDGET_S)
-
-
-def specscope(*args: str, home: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
-    return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
-
-
-def cli(*args: str, home: Path) -> Result:
-    """The CLI in this process: for checks of exit codes and messages, which a subprocess
-    proves no better and pays an interpreter start-up (~4 s of imports) for. An exception
-    other than the exit itself is a traceback a user would see."""
-    res = CliRunner().invoke(app, list(args), env={"SPECSCOPE_HOME": str(home), "COLUMNS": "120"})
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res
-
-
-def diagnose_json(url: str | None, out: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
-    args = ["diagnose", *([url] if url else []), "--json", "--out", str(out), *extra]
-    proc = specscope(*args, home=out.parent)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    obj = json.loads(proc.stdout)  # exactly one JSON object on stdout
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return obj, proc
-
-
-def finding_ids(obj: dict) -> list[str]:
-    return [f["id"] for f in obj["findings"]]
-
-
-class _Page(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: set[str] = set()
-        self.scripts = 0
-        self.text: list[str] = []
-        self._script = False
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if "id" in a:
-            self.ids.add(a["id"])
-        if tag == "script":
-            self.scripts += 1
-            self._script = True
-
-    def handle_endtag(self, tag):
-        if tag == "script":
-            self._script = False
-
-    def handle_data(self, data):
-        if not self._script:
-            self.text.append(data)
-
-
-def parse_page(path: Path) -> _Page:
-    page = _Page()
-    page.feed(path.read_text(encoding="utf-8"))
-    page.close()
-    return page
-
-
-def check_contract(obj: dict) -> None:
-    for key in CONTRACT_KEYS:
-        assert key in obj, key
-    for f in obj["findings"]:
-        for key in FINDING_KEYS:
-            assert key in f, (f["id"], key)
-        assert 0.0 <= f["confidence"] <= 1.0
-        assert f["evidence"], f["id"]  # a finding is only reported with its evidence
 
 
 @pytest.mark.slow
@@ -192,46 +112,6 @@ def test_draft_window_is_named(twin_server, tmp_path):
     stated = [e for e in f["evidence"] if e["label"] == "draft window the server states"]
     assert stated and stated[0]["value"] == 2048, f["evidence"]
     assert f["summary"].endswith("the drafter's window."), f["summary"]
-
-
-@pytest.mark.slow
-def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_server, tmp_path):
-    base_srv = twin_server("speculation-overhead:baseline", time_scale=0.35)
-    spec_srv = twin_server("speculation-overhead", time_scale=0.35)
-    # The verdict rests on the full generations' tps (the precision repeats): a token budget, not
-    # MAIN_ONLY's seconds, so that a loaded machine does not leave fewer of them (CI, beside the
-    # timed-peer lane: 2 per run, and the 23% slowdown read q 0.059, not significant).
-    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300", "--workload",
-             "long-writing", "--budget-tokens", "900")
-    base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
-    assert proc_a.returncode == 0, proc_a.stderr[-3000:]
-    # no drafter on the plain server: nothing to blame on acceptance, and it says so
-    assert not {"acceptance_low", "speculation_overhead"} & set(finding_ids(base)), finding_ids(base)
-    stored = json.loads((Path(base["run_dir"]) / "analysis.json").read_text())
-    assert any("speculation is off" in n for n in stored["notes"]), stored["notes"]
-    obj, proc_b = diagnose_json(spec_srv.url, tmp_path / "spec", *shape, "--baseline", base["run_dir"])
-    assert proc_b.returncode == 0, proc_b.stderr[-3000:]
-    check_contract(obj)
-    assert "speculation_overhead" in finding_ids(obj)
-    at = obj["attribution"]
-    assert at is not None and at["acceptance_factor"] and at["step_time_factor"]
-    # the plain baseline commits 1 token/step: speculation wins on acceptance, loses on step time
-    assert at["acceptance_factor"] < 1.0 < at["step_time_factor"]
-    assert "plot-baseline_vs_observed" in parse_page(Path(obj["run_dir"]) / "report.html").ids
-
-    cmp = cli("compare", base["run_dir"], obj["run_dir"], "--json", home=tmp_path)
-    assert cmp.exit_code == 0, cmp.stderr
-    c = json.loads(cmp.stdout)
-    for key in ("tps_ratio", "acceptance_factor", "step_time_factor", "findings"):
-        assert key in c
-    assert c["tps_ratio"] > 1.0  # the speculative run is slower
-    assert "speculation_overhead" in {f["id"] for f in c["findings"]}, c["findings"]
-    assert c["acceptance_factor"] * c["step_time_factor"] == pytest.approx(c["tps_ratio"], rel=1e-6)
-    gate = cli("compare", base["run_dir"], obj["run_dir"], "--fail-if-slower", "10%", home=tmp_path)
-    assert gate.exit_code == 1, gate.stdout + gate.stderr
-    assert cli("compare", obj["run_dir"], base["run_dir"], "--fail-if-slower", "10%",
-               home=tmp_path).exit_code == 0
-    assert cli("compare", base["run_dir"], str(tmp_path / "nope"), home=tmp_path).exit_code == 2
 
 
 def test_server_strings_are_escaped_in_the_written_report(twin_server, tmp_path):

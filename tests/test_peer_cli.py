@@ -6,7 +6,7 @@ probe runs against it with `/metrics` scraped around it, then `logs` reads the s
 checks: the probe completes without errors; the client's mean commit length (per-token events
 grouped into verify steps by burst clustering) agrees with what the server counted; without
 speculation it is 1; the log reader finds what the server logged. Burst clustering times events,
-so this module is in the timed-peer lane (tests/conftest.py); `diagnose` and `compare` against
+so this module is in the timed lane (tests/conftest.py); `diagnose` and `compare` against
 the same servers are in tests/test_peer_cli_diagnose.py.
 
 Bounded: short prompts and generations, every subprocess with a timeout.

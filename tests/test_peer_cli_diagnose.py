@@ -5,7 +5,7 @@ speculation finding; comparing the draft-model run with the plain one splits the
 acceptance x step time and says whether speculation helps here.
 
 Nothing here is timed against the server's own counts (the commit lengths compared are ~1 against
-~7), so under xdist this module runs beside the timed-peer lane (tests/conftest.py), not in it;
+~7), so under xdist this module runs beside the timed lane (tests/conftest.py), not in it;
 the probe's checks against the server's counters are in tests/test_peer_cli.py.
 """
 

@@ -2,7 +2,7 @@
 failure when the peer is not installed.
 
 Apart from tests/test_peer_vllm.py because nothing here is timed against vLLM's counts: under
-xdist this module runs beside the timed-peer lane (tests/conftest.py), not in it.
+xdist this module runs beside the timed lane (tests/conftest.py), not in it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specscope.report import ReportContext, write_html
+from support.diagnose import diagnose_json
 from support.reports import PLOT_KEYS, full_analysis, hostile_info
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -50,8 +51,6 @@ def test_plots_render_in_headless_chromium(tmp_path):
 
 def test_a_real_diagnosis_report_renders(twin_server, tmp_path):
     """The report a real `specscope diagnose` run wrote (twin behind HTTP), not a hand-made one."""
-    from test_diagnose_twin import diagnose_json
-
     srv = twin_server("healthy", time_scale=1.0)
     obj, proc = diagnose_json(srv.url, tmp_path / "run", "--quick", "--prompt-tokens", "256",
                               "--max-tokens", "300", "--budget-s", "6")

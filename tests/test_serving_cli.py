@@ -47,11 +47,20 @@ def test_probe_json_has_serving_and_goodput(twin_server, fast_scenario, tmp_path
     assert run["tpot_s"]["mean"] == pytest.approx(1 / out["summary"]["decode_tps"], rel=0.25)
     g = run["goodput"]
     assert g["slo_s"] == {"ttft": 30.0, "tpot": 1.0, "step": 5.0}
-    assert g["good_requests"] == 4 and g["share"] == 1.0 and g["good_rps"] > 0
+    # SLOs far above anything these requests take: every measured value meets its SLO, so a
+    # request misses only where one of its values could not be measured (a client starved beside
+    # a busy suite reads a whole request's events in one go: no step gap, no TPOT to time), and
+    # the goodput names those. Idle, all four are measured and good.
+    unmeasured = g["unmeasured_by_metric"]
+    for k in ("ttft", "tpot", "step"):
+        assert g["met_by_metric"][k] + unmeasured.get(k, 0) == 4, (k, g)
+    most_missed = max(unmeasured.values(), default=0)
+    assert 4 - sum(unmeasured.values()) <= g["good_requests"] <= 4 - most_missed, g
+    assert g["good_requests"] >= 1 and g["share"] == g["good_requests"] / 4 and g["good_rps"] > 0
     # recorded with the run, so `report` reproduces the goodput
     assert load_run(tmp_path / "run").info.args["slo"] == {"ttft": 30.0, "tpot": 1.0, "step": 5.0}
     _, analysis = load_analysis(tmp_path / "run")
-    assert analysis.serving["run"]["goodput"]["good_requests"] == 4
+    assert analysis.serving["run"]["goodput"] == g
     strict = _probe(srv.url, tmp_path / "run2", "--slo", "tpot=1us")
     assert json.loads(strict.stdout)["serving"]["run"]["goodput"]["share"] == 0.0
 
