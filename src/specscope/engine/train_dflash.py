@@ -52,6 +52,10 @@ from specscope.engine.runner import EagerRunner, Work
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel
 
+# The one import of the measuring side from the engine: an offline tool's training prompts are
+# the workload categories' real texts (nothing the served engine imports; ARCHITECTURE §2).
+from specscope.probe.workloads.categories import CATEGORIES
+
 #: Chat-style categories get the target's chat template; completion continues raw text.
 RAW_CATEGORIES = ("code-completion",)
 EVAL_SEED_OFFSET = 1000  # held-out prompts: other seeds of the same categories
@@ -87,8 +91,6 @@ def category_texts(categories: list[str], per_category: int, first_seed: int,
     prompts): a repeat is re-cut at a seed-chosen unit offset, another window of the same real
     text, so that more seeds give more distinct prompts (what `distinct_split` keeps). Texts in
     `avoid` (the training prompts, for an evaluation set) count as already rendered."""
-    from specscope.probe.workloads.categories import CATEGORIES
-
     out = []
     for cat in categories:
         if cat not in CATEGORIES:
@@ -557,8 +559,6 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
         torch.set_float32_matmul_precision("high")  # the fp32 drafter's matmuls on tensor cores (TF32)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
     target = target or load_model(args.target, device=args.device, dtype=dtype)
-    from specscope.probe.workloads.categories import CATEGORIES
-
     categories = args.categories.split(",") if args.categories else list(CATEGORIES)
     if prompts is None:
         train_texts = category_texts(categories, args.prompts_per_category, 0, args.prompt_chars)
