@@ -1,6 +1,7 @@
 """What every real peer server shares: a child process in its own process group, a log file, a
 bounded wait until an HTTP readiness URL answers 200, a one-line failure with the log's tail, a
-stop that takes its whole process tree down, and "run this command while it serves".
+stop that takes its whole process tree down, a watchdog that takes it down when the process that
+started it dies without stopping it (killed, or a crash), and "run this command while it serves".
 
 A peer (llama.cpp, vLLM) subclasses `PeerServer` and says how to spawn itself (`_spawn`) and how
 it learns its URL (`_discover_url`: read from the child, or known up front from a free port).
@@ -25,6 +26,36 @@ from types import TracebackType
 from typing import IO, Self
 
 LOG_TAIL_LINES = 5
+# How long a stop waits for the group to leave after SIGTERM before SIGKILL.
+STOP_GRACE_S = 15.0
+
+# The watchdog: its stdin is a pipe whose only write end this process holds. A clean stop writes
+# a byte first (nothing to do); end of file with nothing read means this process is gone, so the
+# server's group is terminated as stop() would. Its own session: a Ctrl-C to the terminal's group
+# must not take the watchdog before the stop it would have covered.
+_WATCHDOG = """
+import os, signal, sys, time
+pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+if sys.stdin.buffer.read(1):
+    sys.exit(0)
+def alive():
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        sys.exit(0)
+    deadline = time.monotonic() + grace
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+"""
 
 
 class PeerServerError(RuntimeError):
@@ -80,6 +111,7 @@ class PeerServer:
         self.url = ""
         self.startup_s: float | None = None
         self._proc: subprocess.Popen[str] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def process(self) -> subprocess.Popen[str] | None:
@@ -136,6 +168,7 @@ class PeerServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("w") as log:
             self._proc = self._spawn(log)
+        self._watchdog = _start_watchdog(self._proc.pid)
         self.url = self._discover_url(deadline)
         self._wait_ready(deadline)
         self.startup_s = time.monotonic() - started
@@ -157,9 +190,12 @@ class PeerServer:
             f"; last log lines: {tail}" if tail else ""
         )
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self, timeout_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the process group (server and its workers), then SIGKILL after a grace."""
         proc, self._proc = self._proc, None
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            _stand_down(watchdog)  # before the group goes: its id must not be signalled once free
         if proc is not None:
             _terminate_group(proc, timeout_s)
             if proc.stdout is not None:
@@ -167,6 +203,28 @@ class PeerServer:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+
+
+def _start_watchdog(pgid: int) -> subprocess.Popen[bytes]:
+    """A small process that terminates group `pgid` once this process is gone (see _WATCHDOG)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pgid), str(STOP_GRACE_S)], stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
+def _stand_down(watchdog: subprocess.Popen[bytes]) -> None:
+    """A clean stop: the watchdog reads its byte and exits without touching the group."""
+    assert watchdog.stdin is not None
+    with contextlib.suppress(OSError):  # a watchdog that died already has nothing to read
+        watchdog.stdin.write(b"s")
+    with contextlib.suppress(OSError):
+        watchdog.stdin.close()
+    try:
+        watchdog.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
