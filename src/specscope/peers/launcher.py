@@ -29,33 +29,10 @@ LOG_TAIL_LINES = 5
 # How long a stop waits for the group to leave after SIGTERM before SIGKILL.
 STOP_GRACE_S = 15.0
 
-# The watchdog: its stdin is a pipe whose only write end this process holds. A clean stop writes
-# a byte first (nothing to do); end of file with nothing read means this process is gone, so the
-# server's group is terminated as stop() would. Its own session: a Ctrl-C to the terminal's group
-# must not take the watchdog before the stop it would have covered.
-_WATCHDOG = """
-import os, signal, sys, time
-pgid, grace = int(sys.argv[1]), float(sys.argv[2])
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-if sys.stdin.buffer.read(1):
-    sys.exit(0)
-def alive():
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        sys.exit(0)
-    deadline = time.monotonic() + grace
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-"""
+# The watchdog (`watch_group` in a child interpreter): its stdin is a pipe whose only write end
+# this process holds. A clean stop writes a byte first (nothing to do); end of file with nothing
+# read means this process is gone, so the server's group is terminated as stop() would.
+_WATCHDOG = "import sys; from specscope.peers.launcher import watch_group; watch_group(sys.argv[1:])"
 
 
 class PeerServerError(RuntimeError):
@@ -242,6 +219,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _wait_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _group_alive(pgid)
+
+
 def _terminate_group(proc: subprocess.Popen[str], timeout_s: float) -> None:
     pgid = proc.pid  # start_new_session: the child's pid is its group's id
     _signal_group(pgid, signal.SIGTERM)
@@ -251,10 +235,21 @@ def _terminate_group(proc: subprocess.Popen[str], timeout_s: float) -> None:
         _signal_group(pgid, signal.SIGKILL)
         proc.wait(timeout=timeout_s)
     # Workers can outlive their leader by a moment (or for good, if they ignore SIGTERM).
-    deadline = time.monotonic() + timeout_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _group_alive(pgid):
+    if not _wait_gone(pgid, timeout_s):
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def watch_group(argv: Sequence[str]) -> None:
+    """The watchdog's body (argv: PGID GRACE_S): block on stdin; a stand-down byte ends it,
+    end of file (its starter gone) terminates the group, SIGKILL after the grace. Ctrl-C is
+    ignored: the terminal's Ctrl-C must not take the watchdog before the stop it covers (it has
+    a session of its own, so it gets none anyway unless sent to it)."""
+    pgid, grace_s = int(argv[0]), float(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.stdin.buffer.read(1):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    if not _wait_gone(pgid, grace_s):
         _signal_group(pgid, signal.SIGKILL)
 
 
