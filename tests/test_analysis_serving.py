@@ -51,6 +51,16 @@ def test_request_latencies_exclude_ttft_and_stream_tail():
     assert out["decode_tps_per_request"]["mean"] == pytest.approx(1 / 0.016)
 
 
+
+def test_tpot_of_a_late_first_read_is_the_rate_after_it():
+    """vLLM's TPOT is (last token - first token) / (n - 1) on the server. The client that read
+    tokens 1-3 together (late) knows the rate only after that read: 40 ms a token, not the
+    38.7 ms that (last read - first read) / (n - 1) would say."""
+    tr = trace([1] * 62, step_ms=[0.0, 0.0] + [40.0] * 60, ttft_ms=180.0)
+    assert tpot_s(tr) == pytest.approx(0.040)
+    on_time = trace([1] * 62, step_ms=40.0, ttft_ms=100.0)
+    assert tpot_s(on_time) == pytest.approx(0.040)
+
 def test_per_step_and_per_token_latencies_differ_by_the_commit_length():
     commits = [5, 1, 3, 5, 2, 4]
     gaps = [50.0, 20.0, 40.0, 55.0, 30.0, 45.0]

@@ -4,8 +4,9 @@ store all get these figures from `headline()`, so one run prints one tokens/s ev
 shares its rule for server log records: telemetry.commit).
 
 decode tps is token-weighted over the requests' decode windows (tokens after each request's
-first token-bearing chunk over the time from that chunk to its last, `RequestTrace.decode_window`):
-chunking cannot move it, and prefill never leaks into it.
+first read that carried tokens over the time from that read to its last token-bearing chunk,
+`RequestTrace.decode_window`): chunking cannot move it, a client late for the first token does
+not speed it up, and prefill never leaks into it.
 
 Commit length (tokens per verify step over ALL steps, drafted or not) has ONE precedence; the
 first that applies wins and `mean_commit_len_source` names it:
@@ -157,14 +158,14 @@ def _prometheus(records: Sequence[SpecRecord]) -> tuple[float, float, float | No
 
 
 def _chunk_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
-    """(tokens, chunks, seconds) units over token-bearing chunks after each request's first: the
-    decode window cut into requests or blocks of consecutive chunks, whatever the steps are."""
+    """(tokens, chunks, seconds) units over each request's decode window (its token-bearing
+    chunks after the first read): cut into requests or blocks of consecutive chunks, whatever
+    the steps are."""
     k: list[float] = []
     s: list[float] = []
     rid: list[int] = []
     for q in reqs:
-        tc = [c for c in q.trace.chunks if c.n_tokens > 0]
-        for a, b in itertools.pairwise(tc):
+        for a, b in itertools.pairwise(q.trace.decode_chunks()[0]):
             k.append(float(b.n_tokens))
             s.append((b.t_ns - a.t_ns) / 1e9)
             rid.append(q.trace.index)

@@ -162,13 +162,17 @@ def _token_chunks(trace: RequestTrace) -> list[tuple[int, int]]:
 
 def tpot_s(trace: RequestTrace) -> float | None:
     """(last token chunk - first token chunk) / (output tokens - 1): TTFT and the end of the
-    stream after the last token are excluded, as vLLM's per-request TPOT does."""
-    chunks = _token_chunks(trace)
+    stream after the last token are excluded, as vLLM's per-request TPOT does. Where the client
+    read the first token late, together with the next ones (`RequestTrace.decode_chunks`), the
+    window starts at that read and leaves its later tokens out too: their times are unknown."""
+    chunks, before = trace.decode_chunks()
     n = trace.completion_tokens if trace.completion_tokens is not None else trace.tokens_received
-    if len(chunks) < 2 or n is None or n < 2:
+    if len(chunks) < 2 or n is None:
         return None
-    seconds = (chunks[-1][0] - chunks[0][0]) / 1e9
-    return seconds / (n - 1) if seconds > 0 else None
+    first_event_tokens = next(c.n_tokens for c in trace.chunks if c.n_tokens > 0)
+    tokens = n - 1 - (before - first_event_tokens)
+    seconds = (chunks[-1].t_ns - chunks[0].t_ns) / 1e9
+    return seconds / tokens if seconds > 0 and tokens > 0 else None
 
 
 def request_metrics(trace: RequestTrace, steps: Sequence[Step], concurrency: int) -> RequestMetrics:
