@@ -30,8 +30,9 @@ from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E
 
 pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
 
-# Repetitive text, so that n-gram lookup finds something to draft from (SmolLM2 keeps repeating it).
-PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
+# Real code that repeats itself as code does (one getter after another), so that n-gram lookup
+# finds something to draft from: SmolLM2 goes on writing getters of the same shape.
+PROMPT = (Path(__file__).parent / "fixtures" / "prompts" / "code_config.txt").read_text()
 N_PREDICT = 48
 
 
@@ -107,7 +108,7 @@ def test_stream_sends_one_event_per_token(server: LlamaCppServer) -> None:
     req = urllib.request.Request(
         f"{server.url}/completion",
         data=json.dumps(
-            {"prompt": PROMPT, "n_predict": 24, "temperature": 0, "ignore_eos": True,
+            {"prompt": PROMPT, "n_predict": N_PREDICT, "temperature": 0, "ignore_eos": True,
              "stream": True, "timings_per_token": True}
         ).encode(),
         headers={"Content-Type": "application/json"},
@@ -123,7 +124,7 @@ def test_stream_sends_one_event_per_token(server: LlamaCppServer) -> None:
     token_events = [e for e in events if e.get("content")]
     final = events[-1]
     assert final["stop"] is True
-    assert len(token_events) == final["timings"]["predicted_n"] == 24
+    assert len(token_events) == final["timings"]["predicted_n"] == N_PREDICT
     if server.mode != "none":
         assert "draft_n" in final["timings"]
 
