@@ -332,11 +332,16 @@ def _first_read_steps(trace) -> int:
     return sum(1 for t in events[1:] if t == events[0]) if events else 0
 
 
+def _steps_hidden_at_most(trace) -> int:
+    """Steps that could hide in multi-token events (each step commits at least one token)."""
+    return sum(c.n_tokens - 1 for c in trace.chunks if c.n_tokens > 1)
+
+
 def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> None:
     """TPOT (decode time per output token, TTFT excluded) against vLLM's
     request_time_per_output_token, and the inter-step latency against its inter_token_latency,
-    which vLLM observes once per output event: one per engine step, however many tokens the
-    step committed. The client's timed steps are those events, so the counts are equal."""
+    which vLLM observes once per engine step, however many tokens the step committed. The
+    client's timed steps are the stream's events: one per step unless vLLM merged some."""
     for name, p in probes.items():
         run = p.result["serving"]["run"]
         t = p.truth
@@ -350,6 +355,17 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
         assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
         assert run["requests_with_timed_steps"] == PROBE_REPEAT
         # a step whose event came in the same read as the first token cannot be timed
-        untimed = sum(_first_read_steps(tr) for tr in load_run(p.out).requests)
-        assert run["inter_step_latency_s"]["n"] == t.steps - untimed
+        traces = load_run(p.out).requests
+        untimed = sum(_first_read_steps(tr) for tr in traces)
+        # vLLM's API server merges the outputs of steps its stream has not sent yet into one
+        # event (seen on a busy machine: one 2-token event in a plain run, 125 timed steps for
+        # 126); its inter-token count has every step. A merged event holds at least one token
+        # per step, so at most (tokens - 1) steps hide in an event; with nothing drafted (one
+        # token a step) exactly that many.
+        hidden = sum(_steps_hidden_at_most(tr) for tr in traces)
+        n = run["inter_step_latency_s"]["n"]
+        if t.drafts == 0:
+            assert n == t.steps - untimed - hidden, (n, t.steps, untimed, hidden)
+        else:
+            assert t.steps - untimed - hidden <= n <= t.steps - untimed, (n, t.steps, untimed)
         assert _rel(run["inter_step_latency_s"]["mean"], t.step_s) <= SERVING_TOLERANCE

@@ -3,6 +3,7 @@ info endpoints, /metrics, validation."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import urllib.error
 import urllib.request
@@ -102,7 +103,12 @@ async def test_native_generate_meta_info_matches_truth(twin_server) -> None:
     final = chunks[-1]["meta_info"]
     truth = srv.backend.truth(final["id"])
     steps = truth["steps"]
-    assert final["spec_verify_ct"] == len(steps) == len(chunks)  # one chunk per verify step
+    assert final["spec_verify_ct"] == len(steps)
+    # one chunk per verify step, or several steps in one where they piled up while the handler
+    # was busy (0.2 ms steps on a loaded machine; serve/streaming.py coalesces as SGLang does):
+    # every chunk's count is where some step ended
+    ends = set(itertools.accumulate(s["commit_len"] for s in steps))
+    assert set(counts) <= ends and len(chunks) <= len(steps), (counts, sorted(ends))
     assert final["spec_accept_length"] == pytest.approx(120 / len(steps))
     hist = [0] * 8
     for s in steps:
