@@ -17,42 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specscope.peers.launcher import PeerServer, PeerServerError, free_port, run_command
-
-SERVER = textwrap.dedent(
-    """
-    import http.server, subprocess, sys
-    port, mode = int(sys.argv[1]), sys.argv[2]
-    print("starting stand-in", flush=True)
-    if mode == "die":
-        print("fatal: cannot load the model", file=sys.stderr, flush=True)
-        sys.exit(3)
-    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    print(f"worker {worker.pid}", flush=True)
-    if mode == "hang":
-        worker.wait()
-    http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler).serve_forever()
-    """
-)
-
-
-class StandIn(PeerServer):
-    name = "stand-in"
-    ready_path = "/"
-
-    def __init__(self, mode: str, tmp: Path, **kw) -> None:
-        super().__init__(label=mode, log_path=kw.pop("log_path", None), **kw)
-        self.mode, self.tmp, self.port = mode, tmp, free_port()
-
-    def _spawn(self, log) -> subprocess.Popen[str]:
-        script = self.tmp / "server.py"
-        script.write_text(SERVER)
-        argv = [sys.executable, str(script), str(self.port), self.mode]
-        return self._popen(argv, log)
-
-    def _discover_url(self, deadline: float) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
+from specscope.peers.launcher import PeerServerError, run_command
+from support.standin import StandIn, worker_pid
 
 # A parent that starts the stand-in and is then killed without stopping it (SIGKILL: no finally,
 # no atexit), as a test run killed by its timeout or a user's `kill -9` would be.
@@ -61,7 +27,7 @@ PARENT = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from test_peer_launcher import StandIn
+    from support.standin import StandIn
     tmp = Path(sys.argv[1])
     srv = StandIn("serve", tmp, start_timeout_s=30, log_path=tmp / "server.log")
     srv.start()
@@ -92,11 +58,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _worker_pid(log: Path) -> int:
-    line = next(ln for ln in log.read_text().splitlines() if ln.startswith("worker "))
-    return int(line.split()[1])
-
-
 def test_ready_on_entry_and_the_whole_process_group_gone_on_exit(tmp_path: Path) -> None:
     with StandIn("serve", tmp_path, start_timeout_s=30) as srv:
         with urllib.request.urlopen(f"{srv.url}/", timeout=5) as response:
@@ -104,7 +65,7 @@ def test_ready_on_entry_and_the_whole_process_group_gone_on_exit(tmp_path: Path)
         assert srv.startup_s is not None and srv.startup_s > 0
         leader = srv.process
         assert leader is not None
-        worker, log = _worker_pid(srv.log_path), srv.log_path
+        worker, log = worker_pid(srv.log_path), srv.log_path
         os.kill(worker, 0)  # alive while serving
     assert leader.returncode is not None
     with pytest.raises(ProcessLookupError):
@@ -154,7 +115,7 @@ def test_a_server_whose_starter_is_killed_goes_with_it(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         leader = int(parent.stdout.readline())
-        worker = _worker_pid(tmp_path / "server.log")
+        worker = worker_pid(tmp_path / "server.log")
         assert _running(leader) and _running(worker)
     finally:
         parent.send_signal(signal.SIGKILL)

@@ -325,13 +325,6 @@ def test_probe_report_compare_and_diagnose_agree_on_decode_tps(
     assert f"{stored['probe']:.1f}" in report_probe.stdout  # the terminal shows that number
 
 
-def _first_read_steps(trace) -> int:
-    """Step events that arrived in the same read as the first token (vLLM writes one event per
-    step; a late first read delivers the first token and the next steps together)."""
-    events = [c.t_ns for c in trace.chunks if c.n_tokens > 0]
-    return sum(1 for t in events[1:] if t == events[0]) if events else 0
-
-
 def _steps_hidden_at_most(trace) -> int:
     """Steps that could hide in multi-token events (each step commits at least one token)."""
     return sum(c.n_tokens - 1 for c in trace.chunks if c.n_tokens > 1)
@@ -356,7 +349,7 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
         assert run["requests_with_timed_steps"] == PROBE_REPEAT
         # a step whose event came in the same read as the first token cannot be timed
         traces = load_run(p.out).requests
-        untimed = sum(_first_read_steps(tr) for tr in traces)
+        untimed = sum(len(tr.reads()[0]) - 1 for tr in traces if tr.reads())
         # vLLM's API server merges the outputs of steps its stream has not sent yet into one
         # event (seen on a busy machine: one 2-token event in a plain run, 125 timed steps for
         # 126); its inter-token count has every step. A merged event holds at least one token

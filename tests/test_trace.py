@@ -56,16 +56,17 @@ def test_a_late_first_read_starts_the_decode_window_at_that_read():
     at 180 ms. Their times are unknown, so the window starts at the read and leaves them out;
     counting them as decoded after it read 60 tokens in 2.4 s instead of 61 in 2.44 s."""
     late = [(180_000_000, 1)] * 3 + [(180_000_000 + 40_000_000 * k, 1) for k in range(1, 61)]
-    chunks, before = _trace(0, late).decode_chunks()
-    assert before == 3 and len(chunks) == 61 and chunks[0].t_ns == 180_000_000
+    first_read, events = _trace(0, late).reads()[0], _trace(0, late).decode_events()
+    before = sum(n for _, n in first_read)
+    assert before == 3 and len(events) == 61 and events[0][0] == 180_000_000
     tokens, seconds = _trace(0, late).decode_window()
     assert tokens == 60 and seconds == pytest.approx(2.4) and tokens / seconds == pytest.approx(25)
     # on time, the first read is the first event alone: the window starts at it, as before
     on_time = [(100_000_000 + 40_000_000 * k, 1) for k in range(63)]
-    assert _trace(0, on_time).decode_chunks()[1] == 1
+    assert _trace(0, on_time).reads()[0] == [(100_000_000, 1)]
     assert _trace(0, on_time).decode_window() == (62, pytest.approx(2.48))
     # one event that commits several tokens (a speculative step) is one read's one event
-    assert _trace(0, [(100, 4), (200, 3)]).decode_chunks()[1] == 4
+    assert _trace(0, [(100, 4), (200, 3)]).reads()[0] == [(100, 4)]
     # everything in one read: no window to time
     assert _trace(0, [(100, 1), (100, 1)]).decode_window() is None
 

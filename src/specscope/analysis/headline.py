@@ -165,9 +165,9 @@ def _chunk_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
     s: list[float] = []
     rid: list[int] = []
     for q in reqs:
-        for a, b in itertools.pairwise(q.trace.decode_chunks()[0]):
-            k.append(float(b.n_tokens))
-            s.append((b.t_ns - a.t_ns) / 1e9)
+        for (t_a, _), (t_b, n_b) in itertools.pairwise(q.trace.decode_events()):
+            k.append(float(n_b))
+            s.append((t_b - t_a) / 1e9)
             rid.append(q.trace.index)
     return unit_rows(k, s, rid)
 

@@ -156,27 +156,22 @@ class RequestMetrics:
         return all(v is not None and v <= slo[k] for k, v in zip(slo, values, strict=True))
 
 
-def _token_chunks(trace: RequestTrace) -> list[tuple[int, int]]:
-    return [(c.t_ns, c.n_tokens) for c in trace.chunks if c.n_tokens > 0]
-
-
 def tpot_s(trace: RequestTrace) -> float | None:
     """(last token chunk - first token chunk) / (output tokens - 1): TTFT and the end of the
     stream after the last token are excluded, as vLLM's per-request TPOT does. Where the client
-    read the first token late, together with the next ones (`RequestTrace.decode_chunks`), the
+    read the first token late, together with the next ones (`RequestTrace.decode_events`), the
     window starts at that read and leaves its later tokens out too: their times are unknown."""
-    chunks, before = trace.decode_chunks()
+    reads = trace.reads()
     n = trace.completion_tokens if trace.completion_tokens is not None else trace.tokens_received
-    if len(chunks) < 2 or n is None:
+    if len(reads) < 2 or n is None:
         return None
-    first_event_tokens = next(c.n_tokens for c in trace.chunks if c.n_tokens > 0)
-    tokens = n - 1 - (before - first_event_tokens)
-    seconds = (chunks[-1].t_ns - chunks[0].t_ns) / 1e9
+    tokens = n - 1 - sum(k for _, k in reads[0][1:])
+    seconds = (reads[-1][-1][0] - reads[0][0][0]) / 1e9
     return seconds / tokens if seconds > 0 and tokens > 0 else None
 
 
 def request_metrics(trace: RequestTrace, steps: Sequence[Step], concurrency: int) -> RequestMetrics:
-    chunks = _token_chunks(trace)
+    chunks = trace.token_events()
     gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(chunks)]
     n = trace.completion_tokens if trace.completion_tokens is not None else trace.tokens_received
     timed = [s for s in steps if s.commit_len > 0 and s.step_s > 0 and math.isfinite(s.step_s)]

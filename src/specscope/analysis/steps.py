@@ -94,21 +94,6 @@ def _context(prompt: int | None, pos: int) -> int | None:
     return None if prompt is None else prompt + pos
 
 
-def _token_events(trace: RequestTrace) -> list[tuple[int, int]]:
-    return [(c.t_ns, c.n_tokens) for c in trace.chunks if c.n_tokens > 0]
-
-
-def _reads(events: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """Events grouped by the read that delivered them (same stamp = same read)."""
-    reads: list[list[tuple[int, int]]] = []
-    for ev in events:
-        if reads and reads[-1][0][0] == ev[0]:
-            reads[-1].append(ev)
-        else:
-            reads.append([ev])
-    return reads
-
-
 def _is_per_token(trace: RequestTrace, events: list[tuple[int, int]]) -> bool:
     """Whether the stream sends one event per token (so a step's tokens must be grouped into
     bursts) rather than one chunk per step. Every chunk carrying one token is either per-token
@@ -307,7 +292,7 @@ def _burst_steps(
 def _client(
     trace: RequestTrace, max_commit_len: int | None, prompt: int | None
 ) -> StepReconstruction:
-    events = _token_events(trace)
+    events = trace.token_events()
     if len(events) < 2:
         return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
     idx = trace.index
@@ -330,7 +315,7 @@ def _client(
         return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold,
                                   notes=[how] if how else [])
 
-    reads = _reads(events)
+    reads = trace.reads()
     if len(reads) < 2:
         return StepReconstruction([], False, "none", "all tokens arrived in one read")
     steps = _chunk_steps(reads, prompt, idx)
@@ -391,7 +376,7 @@ def _server(
     lengths; times from the client chunks when their count matches, else the decode window
     spread evenly (then `timed_by_client` is False)."""
     commits = list(check.commits)
-    events = _token_events(trace)
+    events = trace.token_events()
     first_tokens = events[0][1] if events else 1
     same_count = client.method in ("chunk", "burst") and len(client.steps) == len(commits)
     steps: list[Step] = []

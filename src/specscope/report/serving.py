@@ -122,8 +122,8 @@ GLOSSARY: tuple[Term, ...] = (
          "≈ `prompt_ms` (prefill only: no queue, no network)", "TTFT / first chunk latency (same)"),
     Term("`tpot_s`", "(last token chunk − first token chunk) / (output tokens − 1): decode time "
          "per token, TTFT excluded (a first read late enough to hold later tokens starts the "
-         "window, its later tokens left out)", "ITL, `inter_token_latency` (same, but to the last response, "
-         "which may be a usage chunk)",
+         "window, its later tokens left out)",
+         "ITL, `inter_token_latency` (same, but to the last response, which may be a usage chunk)",
          "`inter_token_latency_ms` (same); its `time_per_output_token_ms` **includes TTFT** "
          "((last − start) / tokens)", "TPOT (same, excl. 1st token)",
          "`request_time_per_output_token_seconds` (same, engine timestamps)",

@@ -143,37 +143,46 @@ class RequestTrace(_Model):
     def tokens_received(self) -> int:
         return sum(c.n_tokens for c in self.chunks)
 
-    def decode_chunks(self) -> tuple[list[Chunk], int]:
-        """(the decode window's token-bearing chunks, the tokens received before its start).
+    def token_events(self) -> list[tuple[int, int]]:
+        """(t_ns, n_tokens) of every chunk that carried tokens, in arrival order."""
+        return [(c.t_ns, c.n_tokens) for c in self.chunks if c.n_tokens > 0]
 
-        The window starts at the first READ that carried tokens (events of one socket read share
-        its timestamp), at that read's last event: a client late for the first token finds the
-        next ones in the same read, and counting them as decoded after it would make decode
-        faster than it was (a loaded machine against vLLM: 3 one-token events in the first read,
-        decode tps +2.5% over vLLM's own inter-token latency). On time, the first read is the
-        first event alone and this is the first token-bearing chunk.
+    def reads(self) -> list[list[tuple[int, int]]]:
+        """The token events grouped by the socket read that delivered them: the client stamps
+        every event of one read with that read's time, so the same stamp is the same read."""
+        reads: list[list[tuple[int, int]]] = []
+        for ev in self.token_events():
+            if reads and reads[-1][0][0] == ev[0]:
+                reads[-1].append(ev)
+            else:
+                reads.append([ev])
+        return reads
+
+    def decode_events(self) -> list[tuple[int, int]]:
+        """The token events of the decode window: from the first read's last event on.
+
+        The window starts at the first READ that carried tokens, not at its first event: a
+        client late for the first token finds the next ones in the same read, and counting them
+        as decoded after it would make decode faster than it was (a loaded machine against
+        vLLM: 3 one-token events in the first read, decode tps +2.5% over vLLM's own inter-token
+        latency). On time, the first read is the first event alone.
         """
-        token_chunks = [c for c in self.chunks if c.n_tokens > 0]
-        if not token_chunks:
-            return [], 0
-        start = 0
-        while start + 1 < len(token_chunks) and token_chunks[start + 1].t_ns == token_chunks[0].t_ns:
-            start += 1
-        return token_chunks[start:], sum(c.n_tokens for c in token_chunks[: start + 1])
+        reads = self.reads()
+        return [reads[0][-1], *(ev for r in reads[1:] for ev in r)] if reads else []
 
     def decode_window(self) -> tuple[int, float] | None:
         """(tokens after the first read that carried tokens, seconds from it to the last).
 
         This is the token-weighted decode window of the probe contract: prefill and the first
-        step are excluded so that TTFT does not leak into decode tps (`decode_chunks`: where
+        step are excluded so that TTFT does not leak into decode tps (`decode_events`: where
         the window starts).
         """
-        chunks, before = self.decode_chunks()
-        if len(chunks) < 2:
+        reads = self.reads()
+        if len(reads) < 2:
             return None
         total = self.completion_tokens if self.completion_tokens is not None else self.tokens_received
-        tokens = total - before
-        seconds = (chunks[-1].t_ns - chunks[0].t_ns) / 1e9
+        tokens = total - sum(n for _, n in reads[0])
+        seconds = (reads[-1][-1][0] - reads[0][0][0]) / 1e9
         if tokens <= 0 or seconds <= 0:
             return None
         return tokens, seconds
