@@ -64,6 +64,9 @@ def test_quick_diagnose_completes(diagnoses: dict[str, CliResult], mode: str) ->
         # No drafter at all (no timings.draft_n, spec counters at 0): blaming one is wrong.
         ids = {f["id"] for f in result["findings"]}
         assert not ids & {"acceptance_low", "speculation_overhead"}, ids
+        assert result["speculation"] == "off", result["speculation_reason"]
+    if mode == "draft":
+        assert result["speculation"] == "on", result["speculation_reason"]
 
 
 def test_compare_says_whether_the_draft_model_helps(diagnoses: dict[str, CliResult]) -> None:

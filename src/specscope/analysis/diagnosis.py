@@ -92,12 +92,13 @@ def analyze(
     _headline_fields(out, m.head)
     out.precision = precision_summary(run.info.precision, out.decode_tps, out.decode_tps_ci,
                                       m.head.requests if m.head is not None else 0)
+    speculation = fx.speculation(m, telemetry)
+    out.speculation, out.speculation_reason = speculation.label, speculation.reason
     if not m.ok:
         out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
         return out
     out.e2e_s = _median([r.e2e_s for r in m.main])
 
-    speculation = fx.speculation(m, telemetry)
     if speculation.off:
         out.notes.append(f"{speculation.reason}: no drafter, so acceptance findings do not apply")
     table, mt = step_tables(m)
@@ -195,6 +196,9 @@ def _no_finding_reason(f: Facts) -> str:
         )
     if f.speculation is not None and f.speculation.off:
         parts.append(f"{f.speculation.reason} (nothing to accept, so no acceptance finding)")
+    elif f.speculation is None or f.speculation.on is None:
+        why = f.speculation.reason if f.speculation is not None else "not decided"
+        parts.append(f"whether the server drafts is unknown ({why}): no drafter finding")
     else:
         parts.append("acceptance is steady (no decay, no window cliff)")
     if f.drift is not None:

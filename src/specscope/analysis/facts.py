@@ -16,7 +16,7 @@ from specscope.analysis import steptime as stm
 from specscope.analysis.findings import TwoPoint
 from specscope.analysis.measure import Measured, StepTable, concurrency_of, prompt_len
 from specscope.analysis.model import Attribution, Interval
-from specscope.analysis.speculation import SpeculationState, speculation_state
+from specscope.analysis.speculation import SpeculationState, state_of_requests
 from specscope.telemetry.records import SpecRecord
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run
@@ -28,10 +28,8 @@ EARLY_START = 128  # "the first tokens": acceptance before any decay, for the de
 def speculation(m: Measured, telemetry: list[SpecRecord] | None) -> SpeculationState:
     """On / off / unknown for this run, from its reliable client steps, the server's
     per-request fields, its info endpoint and any telemetry records."""
-    commits = [float(s.commit_len) for s in m.reliable_steps(m.ok)]
-    return speculation_state(
-        m.run.info.server_info, commits, (r.server_spec for r in m.ok), telemetry or ()
-    )
+    return state_of_requests(m.run.info.server_info, m.ok, [m.recs[r.index] for r in m.ok],
+                             telemetry or ())
 
 
 @dataclass(frozen=True)

@@ -169,14 +169,18 @@ class Claim:
 
 
 def _plain_baseline(f: Facts) -> bool:
-    return f.baseline is not None and (
-        (f.baseline.mean_commit_len or 0) <= PLAIN_BASELINE_COMMIT
-        or (f.baseline_speculation is not None and f.baseline_speculation.off)
-    )
+    """The baseline run is plain decoding: its speculation state is off, or it is not known to
+    be on and its steps commit ~1 token."""
+    if f.baseline is None:
+        return False
+    state = f.baseline_speculation
+    if state is not None and state.on is not None:
+        return state.off
+    return (f.baseline.mean_commit_len or 0) <= PLAIN_BASELINE_COMMIT
 
 
-def _spec_off(f: Facts) -> bool:
-    return f.speculation is not None and f.speculation.off
+def _spec_on(f: Facts) -> bool:
+    return f.speculation is not None and f.speculation.on is True
 
 
 def _src_steps(f: Facts) -> str:
@@ -491,6 +495,18 @@ def draft_window(f: Facts) -> Claim | None:
 
 
 # --- speculation_overhead ----------------------------------------------------------------------
+def _overhead_summary(split: Split, spec_tps: float | None, plain_tps: float | None) -> str:
+    """The slowdown in the model's terms: tps ratio = step cost ratio / tokens-per-step ratio."""
+    ratio, step_cost = split.tps_ratio, split.step_time_factor
+    more_tokens = 1.0 / split.acceptance_factor if split.acceptance_factor else float("nan")
+    rates = f"{spec_tps or 0:.1f} vs {plain_tps or 0:.1f} tok/s plain"
+    if ratio >= 1:
+        return (f"Speculation makes this server {ratio:.2f}x slower ({rates}): each verify step "
+                f"costs {step_cost:.2f}x a plain step and commits {more_tokens:.2f}x more tokens.")
+    return (f"Speculation makes this server {1 / ratio:.2f}x faster ({rates}): each verify step "
+            f"costs {step_cost:.2f}x a plain step and commits {more_tokens:.2f}x more tokens.")
+
+
 # Against a plain baseline: slower by >= 5% (bootstrap interval of the tps ratio). Without one:
 # under 1.5 tokens/step speculation wins only if a verify step costs < 1.5 plain steps, which a
 # multi-token verify plus drafting rarely does; that step cost is not measured, so the claim is a
@@ -500,10 +516,17 @@ OVERHEAD_COMMIT = 1.5
 
 
 def speculation_overhead(f: Facts) -> Claim | None:
-    if _spec_off(f):
-        return None
     h = f.headline
     L = h.mean_commit_len if h else None
+    if _plain_baseline(f) and (f.split is None or h is None):
+        # a plain baseline is always tested against; without a split the test says why not
+        return Claim(
+            id="speculation_overhead",
+            summary="Speculation against plain decoding: not testable (no decode split).",
+            evidence=[], next=advice.speculation_overhead(f.flavor),
+            test=sig.untestable("tps ratio plain/speculative: the baseline or this run has no "
+                                "usable decode window", MIN_OVERHEAD, "x"),
+        )
     if _plain_baseline(f) and f.split is not None and h is not None:
         method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
         lr = sig.log_ratio_from_ci(f.split.tps_ratio, f.split_ci.tps_ratio) if f.split_ci else None
@@ -521,9 +544,7 @@ def speculation_overhead(f: Facts) -> Claim | None:
         )
         return Claim(
             id="speculation_overhead",
-            summary=f"Speculation is slower than plain decoding here: "
-            f"{h.decode_tps:.1f} vs {f.baseline.decode_tps:.1f} tok/s; each verify step "
-            f"costs {f.split.step_time_factor:.2f}x a plain step but commits only {L:.2f} tokens.",
+            summary=_overhead_summary(f.split, h.decode_tps, f.baseline.decode_tps),
             evidence=[
                 _ev("decode tps with speculation", h.decode_tps, "tok/s", _src_steps(f)),
                 _ev("decode tps plain (baseline)", f.baseline.decode_tps, "tok/s", "baseline run"),
@@ -534,8 +555,7 @@ def speculation_overhead(f: Facts) -> Claim | None:
             test=test,
             factor=_family_factors(f).get("speculation_overhead"),
         )
-    spec_on = f.speculation is not None and f.speculation.on is True
-    if L is None or L >= OVERHEAD_COMMIT or _plain_baseline(f) or not spec_on:
+    if L is None or L >= OVERHEAD_COMMIT or _plain_baseline(f):
         return None
     return Claim(
         id="speculation_overhead",
@@ -565,7 +585,7 @@ LOW_COMMIT_ABSOLUTE = 2.0
 def acceptance_low(f: Facts) -> Claim | None:
     h = f.headline
     L = h.mean_commit_len if h else None
-    if L is None or _plain_baseline(f) or _spec_off(f):
+    if L is None or _plain_baseline(f):
         return None
     if f.split is not None and f.baseline is not None:
         residual = _family_factors(f).get("acceptance_low")
@@ -937,7 +957,7 @@ def draft_coverage(f: Facts) -> Claim | None:
     would reach if those steps had committed the drafted steps' mean (step time held fixed:
     tps x L_drafted / L)."""
     h = f.headline
-    if _spec_off(f) or f.drafted_steps is None or not f.verify_steps or h is None:
+    if f.drafted_steps is None or not f.verify_steps or h is None:
         return None
     L, per, tps = h.mean_commit_len, f.per_drafted_step, h.decode_tps
     if not (L and per and tps):
@@ -994,6 +1014,12 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+#: Claims about a drafter: made only where the run's speculation state is on (evidence that
+#: drafts exist), never against a plain server or one whose state is unknown.
+NEEDS_SPECULATION: frozenset[Rule] = frozenset(
+    {acceptance_decay, draft_window, speculation_overhead, acceptance_low, draft_coverage})
+
+
 @dataclass(frozen=True)
 class Decisions:
     findings: list[Finding]  # reported, ranked
@@ -1042,7 +1068,8 @@ def _why_not(c: Claim, q: float) -> str:
 def decide(f: Facts) -> Decisions:
     """Every rule's claim, its test, the false-discovery control over the tested ids, and the
     reported findings ranked (validity first, then confidence x |log cost|)."""
-    claims = [c for c in (rule(f) for rule in RULES) if c is not None]
+    rules = [r for r in RULES if _spec_on(f) or r not in NEEDS_SPECULATION]
+    claims = [c for c in (rule(f) for rule in rules) if c is not None]
     tested = [c for c in claims if c.test is not None]
     qs = dict(zip((c.id for c in tested), sig.bh([c.test.p for c in tested]), strict=True))
     found: list[Finding] = []

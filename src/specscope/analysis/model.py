@@ -126,6 +126,10 @@ class Analysis(BaseModel):
     # stopped_by, ... (analysis.precision.summary); None when the run had no target
     precision: dict[str, Any] | None = None
     steps_reliable: bool | None = None  # False when chunks coalesce steps
+    # whether the server drafts at all (analysis.speculation): "on" | "off" | "unknown", and the
+    # evidence that decided it, in one sentence; drafter findings are made only when "on"
+    speculation: str | None = None
+    speculation_reason: str | None = None
     requests: int = 0
     errors: int = 0
     findings: list[Finding] = Field(default_factory=list)  # ranked, most important first

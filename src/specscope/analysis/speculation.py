@@ -26,8 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specscope.analysis.steps import StepReconstruction
 from specscope.telemetry.records import SpecRecord
-from specscope.trace.model import ServerSpecFields
+from specscope.trace.model import RequestTrace, ServerSpecFields
 
 # Fewer one-token steps than this say too little to call speculation off from the data alone.
 MIN_STEPS_FOR_OFF = 8
@@ -44,6 +45,11 @@ class SpeculationState:
     @property
     def off(self) -> bool:
         return self.on is False
+
+    @property
+    def label(self) -> str:
+        """The state as the JSON contract spells it: on | off | unknown."""
+        return "unknown" if self.on is None else ("on" if self.on else "off")
 
 
 def declared(server_info: dict[str, Any]) -> tuple[bool | None, str]:
@@ -109,7 +115,7 @@ def _record_drafts(r: SpecRecord) -> bool:
 def speculation_state(
     server_info: dict[str, Any],
     client_commits: Sequence[float],
-    server_fields: Iterable[ServerSpecFields | None],
+    server_fields: Sequence[ServerSpecFields | None],
     telemetry: Iterable[SpecRecord] = (),
 ) -> SpeculationState:
     """`client_commits`: commit lengths of the reliable client steps (unreliable ones say
@@ -127,6 +133,12 @@ def speculation_state(
         return SpeculationState(True, why)
     if said is False:
         return SpeculationState(False, f"speculation is off ({why}); every step commits one token")
+    reported = [f for f in server_fields if f is not None and f.proposed_drafts is not None]
+    if reported and all(f.proposed_drafts == 0 for f in reported):
+        sources = ", ".join(sorted({f.source for f in reported if f.source})) or "per-request fields"
+        return SpeculationState(
+            False, f"speculation looks off: the server's per-request fields ({sources}) report no "
+            f"draft in any of {len(reported)} requests")
     if len(client_commits) >= MIN_STEPS_FOR_OFF:
         return SpeculationState(
             False,
@@ -136,3 +148,17 @@ def speculation_state(
             "would tell)",
         )
     return SpeculationState(None, "too few reliable steps and no server figure to tell")
+
+
+def state_of_requests(
+    server_info: dict[str, Any],
+    traces: Sequence[RequestTrace],
+    recs: Sequence[StepReconstruction],
+    telemetry: Iterable[SpecRecord] = (),
+) -> SpeculationState:
+    """The state of a run from its successful requests (`recs` aligned with `traces`): their
+    reliable steps' commit lengths and their per-request server fields; what `diagnose` and
+    `probe` both state."""
+    ok = [(t, r) for t, r in zip(traces, recs, strict=True) if t.ok]
+    commits = [float(s.commit_len) for _, r in ok if r.reliable for s in r.steps]
+    return speculation_state(server_info, commits, [t.server_spec for t, _ in ok], telemetry)

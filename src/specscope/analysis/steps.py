@@ -99,7 +99,9 @@ def _is_per_token(trace: RequestTrace, events: list[tuple[int, int]]) -> bool:
     bursts) rather than one chunk per step. Every chunk carrying one token is either per-token
     streaming of multi-token steps or plain decoding (one token per step); without a sign that
     steps committed several tokens, each chunk is a step: grouping plain decoding's tokens by
-    gap would invent bursts wherever a loaded client read two steps at once."""
+    gap would invent bursts wherever a loaded client read two steps at once. A stream whose
+    tokens are counted by events (llama.cpp) is per-token by protocol; whether its bursts are
+    steps is decided on the bursts themselves (`_client`)."""
     if trace.token_count_source == "events":
         return True
     body = events[:-1] if len(events) > 2 else events  # a final event may carry the remainder
@@ -112,6 +114,8 @@ def _multi_token_steps(trace: RequestTrace) -> bool:
     if f is None:
         return False
     tokens = trace.completion_tokens or 0
+    if f.decode_steps is not None:  # counts the steps after the first token exactly
+        return tokens - 1 > f.decode_steps
     return bool(
         (f.accepted_drafts or 0) > 0
         or (f.accept_length or 0) > 1.0
@@ -119,6 +123,13 @@ def _multi_token_steps(trace: RequestTrace) -> bool:
         or (f.accept_histogram and sum(f.accept_histogram[1:]) > 0)
         or (f.verify_ct and tokens > f.verify_ct)
     )
+
+
+def _drafted_nothing(trace: RequestTrace) -> bool:
+    """The server's own fields say this request drafted nothing (0 drafts proposed), so every
+    step committed one token."""
+    f = trace.server_spec
+    return f is not None and f.proposed_drafts == 0 and not f.accepted_drafts
 
 
 def _multiple_of_base(gaps: list[float]) -> float | None:
@@ -159,6 +170,17 @@ def _late_reads(reads: list[list[tuple[int, int]]], gaps: list[float]) -> bool:
     per_event = sum(g for g, _ in shared) / sum(k for _, k in shared)
     sub_step = sum(1 for g in single if g < 0.1 * typical)
     return per_event >= LATE_READ_SHARE * typical and sub_step <= len(shared)
+
+
+def _bursts_are_late_reads(steps: list[Step], threshold: float) -> bool:
+    """Whether the multi-token bursts are late reads of one-token steps: `_late_reads` on the
+    bursts, each burst's gap being its step time. One step's k tokens take one step's time (a
+    gap per token ~1/k of a single token's); k steps read late took k steps' time."""
+    if threshold <= 0 or not any(s.commit_len > 1 for s in steps):
+        return False
+    first: list[tuple[int, int]] = [(0, 1)]  # the prefill burst: only its place matters
+    bursts = [first, *([(s.t_end_ns, 1)] * s.commit_len for s in steps)]
+    return _late_reads(bursts, [s.step_s for s in steps])
 
 
 def _chunk_steps(
@@ -289,6 +311,17 @@ def _burst_steps(
     return steps, threshold, not ambiguous, why, counted
 
 
+def _event_steps(trace: RequestTrace, prompt: int | None, reason: str, note: str = ""
+                 ) -> StepReconstruction:
+    """Per-token events where every step committed one token: each event a step, events of one
+    read timed by an even split of its gap (`_chunk_steps`)."""
+    reads = trace.reads()
+    if len(reads) < 2:
+        return StepReconstruction([], False, "none", "all tokens arrived in one read")
+    steps = _chunk_steps(reads, prompt, trace.index)
+    return StepReconstruction(steps, True, "chunk", reason, notes=[note] if note else [])
+
+
 def _client(
     trace: RequestTrace, max_commit_len: int | None, prompt: int | None
 ) -> StepReconstruction:
@@ -296,11 +329,24 @@ def _client(
     if len(events) < 2:
         return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
     idx = trace.index
+    if _is_per_token(trace, events) and _drafted_nothing(trace):
+        return _event_steps(trace, prompt, f"the server reports no drafts in this request "
+                            f"({trace.server_spec.source}): each token event is a step")
     if _is_per_token(trace, events):
         counted = trace.server_spec.decode_steps if trace.server_spec else None
         steps, threshold, ok, why, how = _burst_steps(
             events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, idx, counted
         )
+        if not _multi_token_steps(trace) and _bursts_are_late_reads(steps, threshold):
+            # nothing from the server says a step committed several tokens, and the bursts took
+            # as long per token as the single tokens did: a loaded client read separate steps
+            # together (plain decoding read late), not one step's tokens
+            mean = sum(s.commit_len for s in steps) / len(steps)
+            return _event_steps(
+                trace, prompt, "each token event is a step: the multi-token bursts took as long "
+                "per token as single tokens did (late reads of separate steps)",
+                note=f"{len(steps)} bursts at {threshold * 1e3:.2f} ms would have made "
+                f"{mean:.2f} tokens a step")
         reasons = [why] if why else []
         if max_commit_len is not None:
             big = [s.commit_len for s in steps if s.commit_len > max_commit_len]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from specscope.analysis.headline import headline
+from specscope.analysis.speculation import state_of_requests
 from specscope.analysis.steps import StepReconstruction, reconstruct_steps
 from specscope.analysis.workload_summary import workload_keys
 from specscope.trace.model import RequestTrace
@@ -34,9 +35,11 @@ def summarize(
     *,
     max_commit_len: int | None = None,
     reconstructions: Sequence[StepReconstruction] | None = None,
+    server_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Summary of a probe run. `reconstructions` (aligned with `traces`) may be passed in when
-    the caller already computed them."""
+    the caller already computed them; `server_info` (the server's info endpoint) is evidence for
+    the speculation state."""
     ok = [t for t in traces if t.ok]
     failed = [t for t in traces if not t.ok]
     recs = (
@@ -78,6 +81,7 @@ def summarize(
             "per_step_data": any(f.per_step_accepted for f in spec),
         }
 
+    speculation = state_of_requests(server_info or {}, traces, recs)
     reasons = Counter(r.reason for r in ok_recs if not r.reliable)
     checks = Counter(r.cross_check for r in ok_recs if r.cross_check)
     return {
@@ -89,6 +93,8 @@ def summarize(
         "ttft_s_p99": _round(_pct(ttfts, 99)),
         "e2e_s_p50": _round(_pct(e2es, 50)),
         "e2e_s_p99": _round(_pct(e2es, 99)),
+        "speculation": speculation.label,
+        "speculation_reason": speculation.reason,
         "decode_tps": _round(head.decode_tps),
         "decode_tps_p50": _round(_pct(per_req_tps, 50)),
         "completion_tokens": sum(t.completion_tokens or 0 for t in ok),

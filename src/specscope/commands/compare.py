@@ -60,6 +60,10 @@ def compare(
         print_json(d)
     else:
         out_console.print(Text(f"A {run_a}: {fmt(cmp.tps_a, 1)} tok/s   B {run_b}: {fmt(cmp.tps_b, 1)} tok/s"))
+        for side, an in (("A", cmp.a), ("B", cmp.b)):
+            if an is not None and an.speculation:
+                out_console.print(Text(f"speculation {side}: {an.speculation} "
+                                       f"({an.speculation_reason})"))
         out_console.print(Text(f"tps ratio A/B {fmt(cmp.tps_ratio, 3)} = acceptance factor "
                                f"{fmt(cmp.acceptance_factor, 3)} × step-time factor "
                                f"{fmt(cmp.step_time_factor, 3)}"))

@@ -133,6 +133,8 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "ttft_s": analysis.ttft_s,
         "mean_commit_len": analysis.mean_commit_len,
         "mean_step_s": analysis.mean_step_s,
+        "speculation": analysis.speculation,
+        "speculation_reason": analysis.speculation_reason,
         **{k: getattr(analysis, k) for k in HEADLINE_KEYS},
         "findings": [
             {"id": f.id, "summary": f.summary, "confidence": f.confidence, "factor": f.factor,
@@ -207,6 +209,7 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
         print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
                                      "attribution", "breakeven", "run_dir", "serving",
                                      "precision")), "findings": [],
+                    "speculation": "unknown", "speculation_reason": "nothing was measured",
                     "error": message})
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 

@@ -153,6 +153,8 @@ def _render(o: ProbeOutcome) -> None:
     t.add_row("mean step time", f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
               + fmt_ci(s.get("mean_step_s_ci"), 2, 1e3, "ms")
               + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else ""))
+    if s.get("speculation"):
+        t.add_row("speculation", untrusted(f"{s['speculation']}: {s['speculation_reason']}"))
     t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
     t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
     why = chunks_vs_steps_note(s)

@@ -224,7 +224,7 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
                 info.precision = repeats.closed(interrupted=interrupted, stopped_reason=None)
             writer.close(status, reason)  # type: ignore[arg-type]
         traces = sorted(measured, key=lambda t: t.index)
-        summary = summarize(traces, max_commit_len=max_commit_len)
+        summary = summarize(traces, max_commit_len=max_commit_len, server_info=info.server_info)
         serving = serving_metrics(traces, run_concurrency=o.concurrency, slo=o.slo,
                                   max_commit_len=max_commit_len)
         try:

@@ -146,6 +146,11 @@ def from_vllm_metrics(metrics: Any) -> ServerSpecFields | None:
 def from_llamacpp_timings(timings: Any) -> ServerSpecFields | None:
     """llama.cpp `timings.draft_n` / `draft_n_accepted` (present only when drafting happened).
 
+    Timings with `predicted_n` and no `draft_n` are the server saying that this request drafted
+    nothing (a plain server, or n-gram lookup that found nothing to draft): 0 drafts proposed and
+    accepted, every step one token. Older llama.cpp builds did not report drafts in `timings` at
+    all; against those the client's bursts decide, as they do without timings.
+
     With `predicted_n` too, the request's verify steps and tokens per step follow, counting the
     steps where nothing was drafted (n-gram speculation often drafts nothing; llama.cpp's own
     `mean len` and `1 + accepted/drafts` leave those steps out and overstate what a client
@@ -153,11 +158,15 @@ def from_llamacpp_timings(timings: Any) -> ServerSpecFields | None:
     (telemetry.llamacpp.all_steps_commit_len). This is the figure the client's step
     reconstruction is cross-checked against.
     """
-    if not isinstance(timings, dict) or "draft_n" not in timings:
+    if not isinstance(timings, dict):
         return None
-    drafted = _int(timings.get("draft_n"))
-    accepted = _int(timings.get("draft_n_accepted"))
     predicted = _int(timings.get("predicted_n"))
+    if "draft_n" in timings:
+        drafted, accepted = _int(timings.get("draft_n")), _int(timings.get("draft_n_accepted"))
+    elif predicted is not None:
+        drafted = accepted = 0
+    else:
+        return None
     rate = accepted / drafted if drafted and accepted is not None else None
     verify_ct = accept_length = None
     if predicted is not None and accepted is not None:

@@ -85,6 +85,9 @@ def _headline(ctx: ReportContext) -> str:
             f" (commit length from {_e(a.commit_len_source or 'unknown')}"
             f"{'' if a.steps_reliable is not False else '; client-side steps unreliable'})</p>"
         )
+    if a.speculation:
+        decomposition += (f"<p>Speculation {_e(a.speculation)}: "
+                          f"{_e(a.speculation_reason or '')}.</p>")
     if a.interval_method:
         decomposition += f"<p>Intervals: {_e(a.interval_method)}.</p>"
     if (reached := precision_line(a.precision)) is not None:

@@ -50,6 +50,8 @@ def render_markdown(ctx: ReportContext) -> str:
             f"| mean commit length | {fmt(a.mean_commit_len, 2)}{fmt_ci(a.mean_commit_len_ci, 2)} |",
             *([f"| per drafted step | {md_escape(d)} |"] if (d := drafted_line(a)) else []),
             f"| mean step time | {fmt_ms(a.mean_step_s)}{fmt_ci(a.mean_step_s_ci, 1, 1e3, 'ms')} |",
+            *([f"| speculation | {md_escape(a.speculation)}: {md_escape(a.speculation_reason)} |"]
+              if a.speculation else []),
             f"| requests (errors) | {a.requests} ({a.errors}) |", ""]
     if a.interval_method:
         out += [f"Intervals: {md_escape(a.interval_method)}.", ""]

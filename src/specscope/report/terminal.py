@@ -49,6 +49,8 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
     if (drafted := drafted_line(a)) is not None:
         add_row("per drafted step", drafted)
     add_row("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms"))
+    if a.speculation:
+        add_row("speculation", f"{a.speculation}: {a.speculation_reason}")
     if a.mean_commit_len and a.mean_step_s:
         add_row("decomposition", f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
                      f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s")

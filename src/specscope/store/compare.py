@@ -86,6 +86,11 @@ class Comparison:
             "acceptance_factor": self.acceptance_factor,
             "step_time_factor": self.step_time_factor,
             "slower_by": self.slower_by(),
+            # whether each side drafts at all (analysis.speculation), and the evidence
+            "speculation_a": self.a.speculation if self.a else None,
+            "speculation_reason_a": self.a.speculation_reason if self.a else None,
+            "speculation_b": self.b.speculation if self.b else None,
+            "speculation_reason_b": self.b.speculation_reason if self.b else None,
             "findings": [f.model_dump(mode="json") for f in self.findings],
             "new_findings": self.new_findings,
             "resolved_findings": self.resolved_findings,
