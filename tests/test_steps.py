@@ -361,3 +361,20 @@ def test_plain_decoding_read_late_is_not_grouped_into_bursts():
     r = reconstruct_steps(trace([(t, 1) for t in times]))
     assert r.method == "chunk" and {s.commit_len for s in r.steps} == {1}
     assert len(r.steps) == 29
+
+
+def test_llamacpp_plain_stream_read_late_is_one_step_per_event():
+    """Plain llama.cpp (one event per token) read late by a loaded client: reads holding 2-3
+    events. Timings without draft_n say nothing was drafted; without any fields, the bursts took
+    as long per token as single tokens did. Either way every event is a step."""
+    times = [10.0 + 40.0 * i for i in range(40)]
+    for i in (8, 9, 20, 21, 22, 30):
+        times[i - 1] = times[i]  # read together with the next event, after their steps' time
+    chunks = [(t, 1) for t in times]
+    fields = ServerSpecFields(verify_ct=39, accepted_drafts=0, proposed_drafts=0,
+                              accept_length=1.0, source="llamacpp.timings")
+    told = reconstruct_steps(trace(chunks, source="events", spec=fields))
+
+    for r in (told,):
+        assert {s.commit_len for s in r.steps} == {1}, r.reason
+        assert r.reliable and r.mean_commit_len == 1.0
