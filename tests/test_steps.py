@@ -365,8 +365,7 @@ def test_plain_decoding_read_late_is_not_grouped_into_bursts():
 
 def test_llamacpp_plain_stream_read_late_is_one_step_per_event():
     """Plain llama.cpp (one event per token) read late by a loaded client: reads holding 2-3
-    events. Timings without draft_n say nothing was drafted; without any fields, the bursts took
-    as long per token as single tokens did. Either way every event is a step."""
+    events. Timings without draft_n say nothing was drafted: every event is a step."""
     times = [10.0 + 40.0 * i for i in range(40)]
     for i in (8, 9, 20, 21, 22, 30):
         times[i - 1] = times[i]  # read together with the next event, after their steps' time

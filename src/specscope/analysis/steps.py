@@ -322,6 +322,42 @@ def _event_steps(trace: RequestTrace, prompt: int | None, reason: str, note: str
     return StepReconstruction(steps, True, "chunk", reason, notes=[note] if note else [])
 
 
+def _per_token_client(trace: RequestTrace, events: list[tuple[int, int]],
+                      max_commit_len: int | None, prompt: int | None) -> StepReconstruction:
+    """One event per token: each event a step where the server says nothing was drafted or the
+    bursts are late reads; otherwise the bursts are the steps."""
+    if _drafted_nothing(trace):
+        return _event_steps(trace, prompt, f"the server reports no drafts in this request "
+                            f"({trace.server_spec.source}): each token event is a step")
+    counted = trace.server_spec.decode_steps if trace.server_spec else None
+    steps, threshold, ok, why, how = _burst_steps(
+        events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, trace.index, counted
+    )
+    if not _multi_token_steps(trace) and _bursts_are_late_reads(steps, threshold):
+        # nothing from the server says a step committed several tokens, and the bursts took
+        # as long per token as the single tokens did: a loaded client read separate steps
+        # together (plain decoding read late), not one step's tokens
+        mean = sum(s.commit_len for s in steps) / len(steps)
+        return _event_steps(
+            trace, prompt, "each token event is a step: the multi-token bursts took as long "
+            "per token as single tokens did (late reads of separate steps)",
+            note=f"{len(steps)} bursts at {threshold * 1e3:.2f} ms would have made "
+            f"{mean:.2f} tokens a step")
+    reasons = [why] if why else []
+    if max_commit_len is not None:
+        big = [s.commit_len for s in steps if s.commit_len > max_commit_len]
+        if big:
+            ok = False
+            reasons.append(
+                f"a burst of {max(big)} tokens exceeds the max commit length {max_commit_len}"
+            )
+    reason = "; ".join(reasons) or (
+        f"per-token events grouped into bursts (threshold {threshold * 1e3:.2f} ms)"
+    )
+    return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold,
+                              notes=[how] if how else [])
+
+
 def _client(
     trace: RequestTrace, max_commit_len: int | None, prompt: int | None
 ) -> StepReconstruction:
@@ -329,37 +365,8 @@ def _client(
     if len(events) < 2:
         return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
     idx = trace.index
-    if _is_per_token(trace, events) and _drafted_nothing(trace):
-        return _event_steps(trace, prompt, f"the server reports no drafts in this request "
-                            f"({trace.server_spec.source}): each token event is a step")
     if _is_per_token(trace, events):
-        counted = trace.server_spec.decode_steps if trace.server_spec else None
-        steps, threshold, ok, why, how = _burst_steps(
-            events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, idx, counted
-        )
-        if not _multi_token_steps(trace) and _bursts_are_late_reads(steps, threshold):
-            # nothing from the server says a step committed several tokens, and the bursts took
-            # as long per token as the single tokens did: a loaded client read separate steps
-            # together (plain decoding read late), not one step's tokens
-            mean = sum(s.commit_len for s in steps) / len(steps)
-            return _event_steps(
-                trace, prompt, "each token event is a step: the multi-token bursts took as long "
-                "per token as single tokens did (late reads of separate steps)",
-                note=f"{len(steps)} bursts at {threshold * 1e3:.2f} ms would have made "
-                f"{mean:.2f} tokens a step")
-        reasons = [why] if why else []
-        if max_commit_len is not None:
-            big = [s.commit_len for s in steps if s.commit_len > max_commit_len]
-            if big:
-                ok = False
-                reasons.append(
-                    f"a burst of {max(big)} tokens exceeds the max commit length {max_commit_len}"
-                )
-        reason = "; ".join(reasons) or (
-            f"per-token events grouped into bursts (threshold {threshold * 1e3:.2f} ms)"
-        )
-        return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold,
-                                  notes=[how] if how else [])
+        return _per_token_client(trace, events, max_commit_len, prompt)
 
     reads = trace.reads()
     if len(reads) < 2:
