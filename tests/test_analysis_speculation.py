@@ -79,6 +79,26 @@ def test_next_advice_names_the_servers_own_flags(overhead, plain, flavor, presen
     assert present in f.next and absent not in f.next, f.next
 
 
+def test_no_drafter_finding_while_the_state_is_unknown(overhead, plain, monkeypatch):
+    """The same overhead run, once its evidence cannot tell whether the server drafts: no
+    acceptance, decay, window, overhead or coverage claim is even tested, and the run says
+    why nothing was found."""
+    from specscope.analysis import facts
+    from specscope.analysis.findings import NEEDS_SPECULATION
+    from specscope.analysis.speculation import SpeculationState
+
+    known = analyze(_run(overhead, 8), baseline=_run(plain, 9))
+    assert _ids(known) & ACCEPTANCE_IDS, _ids(known)
+    unknown = SpeculationState(None, "too few reliable steps and no server figure to tell")
+    monkeypatch.setattr(facts, "speculation", lambda m, telemetry: unknown)
+    an = analyze(_run(overhead, 8), baseline=_run(plain, 9))
+    gated = {r.__name__ for r in NEEDS_SPECULATION}
+    assert an.speculation == "unknown"
+    assert not _ids(an) & gated and not {t.id for t in an.finding_tests} & gated, _ids(an)
+    if not an.findings:
+        assert "unknown" in an.no_finding_reason or "tell" in an.no_finding_reason
+
+
 def test_speculation_state_rules():
     assert declared({"speculative_num_draft_tokens": None}) == (
         False, "server info: speculative_num_draft_tokens=None")

@@ -76,6 +76,9 @@ def test_compare_says_whether_the_draft_model_helps(diagnoses: dict[str, CliResu
     tps_ratio = result["tps_ratio"]
     acceptance = result["acceptance_factor"]
     step_time = result["step_time_factor"]
+    # Each side's speculation state: the plain server (a) drafts nothing, the draft model's (b) does.
+    assert result["speculation_a"] == "off", result["speculation_reason_a"]
+    assert result["speculation_b"] == "on", result["speculation_reason_b"]
     for value in (tps_ratio, acceptance, step_time):
         assert value is not None and math.isfinite(value) and value > 0
     # The two factors split the ratio exactly (ARCHITECTURE §1).

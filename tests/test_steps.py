@@ -372,8 +372,22 @@ def test_llamacpp_plain_stream_read_late_is_one_step_per_event():
     chunks = [(t, 1) for t in times]
     fields = ServerSpecFields(verify_ct=39, accepted_drafts=0, proposed_drafts=0,
                               accept_length=1.0, source="llamacpp.timings")
-    told = reconstruct_steps(trace(chunks, source="events", spec=fields))
+    r = reconstruct_steps(trace(chunks, source="events", spec=fields))
+    assert {s.commit_len for s in r.steps} == {1}, r.reason
+    assert r.reliable and r.mean_commit_len == 1.0
 
-    for r in (told,):
-        assert {s.commit_len for s in r.steps} == {1}, r.reason
-        assert r.reliable and r.mean_commit_len == 1.0
+
+def test_bursts_that_took_a_step_per_token_are_late_reads_without_server_fields():
+    """Plain decoding read late, nothing from the server: a read holding two events came two
+    steps' time after the read before it (80 ms at 40 ms a step), so it is two steps read
+    together, not one step's two tokens; those take one step's time (`per_token`)."""
+    times = [10.0 + 40.0 * i for i in range(40)]
+    for i in (8, 16, 22, 30):
+        times[i - 1] = times[i]
+    late = reconstruct_steps(trace([(t, 1) for t in times], source="events"))
+    assert late.method == "chunk" and {s.commit_len for s in late.steps} == {1}, late.reason
+    assert "late reads" in late.reason and late.mean_commit_len == 1.0
+    spec = reconstruct_steps(trace(per_token([1, 2, 1, 1, 3, 1, 2, 1] * 4, step_ms=40.0,
+                                             intra_ms=(0.2, 0.0, 0.1)),
+                                   source="events"))
+    assert spec.method == "burst" and spec.mean_commit_len > 1.3, spec.reason
