@@ -34,16 +34,25 @@ def row(name: str, axis: str, outs: list[Outcome], per_run: float) -> tuple[str,
     truth = res[0].truth
     head = f"{name:<20} {axis:<11}"
     if truth is None:
-        said = float(np.mean([r.says_none and o.estimate is not None
-                              for r, o in zip(res, outs, strict=True)]))
-        return (f"{head} {'none':>7} {len(res):>4} {'-':>8} {'-':>9} {'-':>7} {said:>8.0%} "
-                f"{per_run:>6.2f}", said >= TARGET)
+        said = float(
+            np.mean(
+                [r.says_none and o.estimate is not None for r, o in zip(res, outs, strict=True)]
+            )
+        )
+        return (
+            f"{head} {'none':>7} {len(res):>4} {'-':>8} {'-':>9} {'-':>7} {said:>8.0%} "
+            f"{per_run:>6.2f}",
+            said >= TARGET,
+        )
     pts = [r.point for r in res if r.point is not None]
     within = float(np.mean([r.within_20pct for r in res]))
     covered = float(np.mean([r.covered for r in res]))
     med = float(np.median(pts)) if pts else float("nan")
-    return (f"{head} {truth:>7.2f} {len(res):>4} {med:>8.2f} {within:>9.0%} {covered:>7.0%} "
-            f"{'-':>8} {per_run:>6.2f}", within >= TARGET and covered >= TARGET)
+    return (
+        f"{head} {truth:>7.2f} {len(res):>4} {med:>8.2f} {within:>9.0%} {covered:>7.0%} "
+        f"{'-':>8} {per_run:>6.2f}",
+        within >= TARGET and covered >= TARGET,
+    )
 
 
 def drafts_row(name: str, outs: list[Outcome]) -> tuple[str, bool]:
@@ -60,8 +69,11 @@ def drafts_row(name: str, outs: list[Outcome]) -> tuple[str, bool]:
     covered = float(np.mean([r.covered for r in res]))
     right = float(np.mean([r.right_choice for r in res]))
     ok = len(res) == len(outs) and within >= TARGET and right >= TARGET
-    return (f"{name:<20} {'drafts':<11} {truth:>7} {len(res):>4} {med:>+8.0%} {within:>9.0%} "
-            f"{covered:>7.0%} {'-':>8} {'':>6} right K' {right:.0%}", ok)
+    return (
+        f"{name:<20} {'drafts':<11} {truth:>7} {len(res):>4} {med:>+8.0%} {within:>9.0%} "
+        f"{covered:>7.0%} {'-':>8} {'':>6} right K' {right:.0%}",
+        ok,
+    )
 
 
 def main() -> int:
@@ -69,8 +81,10 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--scenario", action="append", choices=SCENARIOS)
     args = ap.parse_args()
-    print(f"{'scenario':<20} {'axis':<11} {'truth':>7} {'runs':>4} {'median':>8} {'within20%':>9} "
-          f"{'covered':>7} {'no-cross':>8} {'s/run':>6}")
+    print(
+        f"{'scenario':<20} {'axis':<11} {'truth':>7} {'runs':>4} {'median':>8} {'within20%':>9} "
+        f"{'covered':>7} {'no-cross':>8} {'s/run':>6}"
+    )
     failed = False
     for name in args.scenario or SCENARIOS:
         t0 = time.perf_counter()

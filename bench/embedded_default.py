@@ -29,15 +29,31 @@ from specscope.serve.runner import run_server
 CONFIGS: list[tuple[str, dict]] = [
     ("plain", {"drafter": "none"}),
     ("ngram chain k=4", {"drafter": "ngram", "verify": "chain", "num_draft_tokens": 4}),
-    ("ngram tree k=4 (embedded default)", {"drafter": "ngram", "verify": "tree", "num_draft_tokens": 4}),
+    (
+        "ngram tree k=4 (embedded default)",
+        {"drafter": "ngram", "verify": "tree", "num_draft_tokens": 4},
+    ),
     ("plain (again)", {"drafter": "none"}),
 ]
 
 
 def probe(url: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "specscope.cli", "probe", url, "--prompt-tokens",
-           str(args.prompt_tokens), "--max-tokens", str(args.max_tokens), "--repeat",
-           str(args.repeat), "--json", "--out", str(Path(args.runs) / f"probe-{time.time_ns()}")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specscope.cli",
+        "probe",
+        url,
+        "--prompt-tokens",
+        str(args.prompt_tokens),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--repeat",
+        str(args.repeat),
+        "--json",
+        "--out",
+        str(Path(args.runs) / f"probe-{time.time_ns()}"),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if out.returncode != 0:
         raise SystemExit(f"probe failed ({out.returncode}): {out.stderr[-500:]}")
@@ -45,28 +61,38 @@ def probe(url: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--runs", default="/tmp/specscope-bench-embedded", help="probe run dirs go here")
+    ap.add_argument(
+        "--runs", default="/tmp/specscope-bench-embedded", help="probe run dirs go here"
+    )
     args = ap.parse_args()
     rows = []
     for name, options in CONFIGS:
-        handle = run_server(build_backend(device=args.device, **options),
-                            ServeOptions(log_to_stderr=False))
+        handle = run_server(
+            build_backend(device=args.device, **options), ServeOptions(log_to_stderr=False)
+        )
         try:
             s = probe(handle.url, args)
         finally:
             handle.stop()
         rows.append((name, s))
-        print(f"  {name:36s} {s['decode_tps']:7.1f} tok/s  commit {s['mean_commit_len'] or 0:5.2f}  "
-              f"step {1e3 * (s['mean_step_s'] or 0):6.1f} ms  errors {s['errors']}", flush=True)
+        print(
+            f"  {name:36s} {s['decode_tps']:7.1f} tok/s  commit {s['mean_commit_len'] or 0:5.2f}  "
+            f"step {1e3 * (s['mean_step_s'] or 0):6.1f} ms  errors {s['errors']}",
+            flush=True,
+        )
     plain = [s["decode_tps"] for name, s in rows if name.startswith("plain")]
     anchor = sum(plain) / len(plain)
-    print(f"\nanchor: plain decoding {anchor:.1f} tok/s (mean of the two plain rows: "
-          f"{', '.join(f'{p:.1f}' for p in plain)})")
+    print(
+        f"\nanchor: plain decoding {anchor:.1f} tok/s (mean of the two plain rows: "
+        f"{', '.join(f'{p:.1f}' for p in plain)})"
+    )
     for name, s in rows:
         if not name.startswith("plain"):
             print(f"{name:36s} ratio to plain {s['decode_tps'] / anchor:5.2f}x")

@@ -89,27 +89,47 @@ def hf_steps(hf, prompts: list[list[int]], steps: int, device: torch.device) -> 
 
     ids = torch.tensor(prompts, device=device)
     with torch.inference_mode():
-        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps + 1,
-                    min_new_tokens=steps + 1, do_sample=False, pad_token_id=0,
-                    logits_processor=transformers.LogitsProcessorList([Stamp()]))
+        hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=steps + 1,
+            min_new_tokens=steps + 1,
+            do_sample=False,
+            pad_token_id=0,
+            logits_processor=transformers.LogitsProcessorList([Stamp()]),
+        )
     return [b - a for a, b in itertools.pairwise(stamps)]  # the first stamp ends prefill
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--random-weights", action="store_true", help="SmolLM2 architecture, random weights")
+    ap.add_argument(
+        "--random-weights", action="store_true", help="SmolLM2 architecture, random weights"
+    )
     ap.add_argument("--batches", default=None, help="comma list (cuda 1,32,256; cpu 1,4)")
-    ap.add_argument("--contexts", default=None, help="comma list (cuda 256,2048,8192; cpu 256,1024)")
-    ap.add_argument("--steps", type=int, default=None, help="decode steps per point (cpu 8, cuda 32)")
+    ap.add_argument(
+        "--contexts", default=None, help="comma list (cuda 256,2048,8192; cpu 256,1024)"
+    )
+    ap.add_argument(
+        "--steps", type=int, default=None, help="decode steps per point (cpu 8, cuda 32)"
+    )
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--kv-alloc", default="contiguous", choices=["contiguous", "scattered"])
-    ap.add_argument("--eager", action="store_true", help="engine without CUDA graphs / paged kernel")
+    ap.add_argument(
+        "--eager", action="store_true", help="engine without CUDA graphs / paged kernel"
+    )
     ap.add_argument("--no-compile", action="store_true", help="CUDA graphs without torch.compile")
     ap.add_argument("--no-gemv", action="store_true", help="cuBLAS matmuls for one-token steps too")
-    ap.add_argument("--hf-max-tokens", type=int, default=1 << 19,
-                    help="skip transformers where batch x context exceeds this (its prefill and cache)")
+    ap.add_argument(
+        "--hf-max-tokens",
+        type=int,
+        default=1 << 19,
+        help="skip transformers where batch x context exceeds this (its prefill and cache)",
+    )
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (a busy box: 1)")
@@ -118,52 +138,92 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     cuda = args.device == "cuda"
     batches = [int(x) for x in (args.batches or ("1,32,256" if cuda else "1,4")).split(",")]
-    contexts = [int(x) for x in (args.contexts or ("256,2048,8192" if cuda else "256,1024")).split(",")]
+    contexts = [
+        int(x) for x in (args.contexts or ("256,2048,8192" if cuda else "256,1024")).split(",")
+    ]
     steps = args.steps or (32 if cuda else 8)
-    lm = random_model(device=args.device) if args.random_weights else load_model(args.model, args.device)
+    lm = (
+        random_model(device=args.device)
+        if args.random_weights
+        else load_model(args.model, args.device)
+    )
     weights = "random (SmolLM2 architecture)" if args.random_weights else lm.name
     cfg = lm.config
     rows = max(batches) * (max(contexts) + steps + 2 * args.page_size + 4)
-    kv = KVCache.for_model(cfg, pool_tokens=rows, page_size=args.page_size, policy=args.kv_alloc,
-                           dtype=lm.dtype, device=lm.device)
+    kv = KVCache.for_model(
+        cfg,
+        pool_tokens=rows,
+        page_size=args.page_size,
+        policy=args.kv_alloc,
+        dtype=lm.dtype,
+        device=lm.device,
+    )
     t0 = time.perf_counter()
-    opts = EngineOptions(device=args.device, page_size=args.page_size, kv_alloc=args.kv_alloc,
-                         max_batch=max(batches), cuda_graphs=not args.eager,
-                         torch_compile=not args.no_compile, single_token_gemv=not args.no_gemv)
+    opts = EngineOptions(
+        device=args.device,
+        page_size=args.page_size,
+        kv_alloc=args.kv_alloc,
+        max_batch=max(batches),
+        cuda_graphs=not args.eager,
+        torch_compile=not args.no_compile,
+        single_token_gemv=not args.no_gemv,
+    )
     backend = assemble(lm, kv, opts)
     setup_s = time.perf_counter() - t0
     bandwidth = copy_bandwidth(lm.device)
-    print(f"device={lm.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}) dtype={lm.dtype} "
-          f"weights={weights} engine path={backend.info.extra['fast_path']} page={args.page_size} "
-          f"{args.kv_alloc} steps/point={steps} torch={torch.__version__} setup={setup_s:.1f}s "
-          f"copy bandwidth={bandwidth / 1e9:.0f} GB/s", flush=True)
+    print(
+        f"device={lm.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}) dtype={lm.dtype} "
+        f"weights={weights} engine path={backend.info.extra['fast_path']} page={args.page_size} "
+        f"{args.kv_alloc} steps/point={steps} torch={torch.__version__} setup={setup_s:.1f}s "
+        f"copy bandwidth={bandwidth / 1e9:.0f} GB/s",
+        flush=True,
+    )
     hf = None if args.skip_hf else hf_llama_from(lm)
     gen = torch.Generator().manual_seed(0)
     engine_steps(backend, 1, [[5] * 32], 3)  # warm-up outside the timings
     if hf is not None:
         hf_steps(hf, [[5] * 32], 3, lm.device)
-    print(f"{'batch':>5} {'ctx':>5} | {'engine ms':>9} {'tok/s':>9} | {'hf ms':>8} {'tok/s':>8} | "
-          f"{'floor ms':>8} {'tok/s':>9} | {'eng/hf':>6} {'floor/eng':>9}")
+    print(
+        f"{'batch':>5} {'ctx':>5} | {'engine ms':>9} {'tok/s':>9} | {'hf ms':>8} {'tok/s':>8} | "
+        f"{'floor ms':>8} {'tok/s':>9} | {'eng/hf':>6} {'floor/eng':>9}"
+    )
     out = []
     for batch, wanted in itertools.product(batches, contexts):
         ctx = min(wanted, backend.max_context - steps - 2)  # the context the last step sees
-        prompts = [torch.randint(100, cfg.vocab_size, (ctx,), generator=gen).tolist() for _ in range(batch)]
+        prompts = [
+            torch.randint(100, cfg.vocab_size, (ctx,), generator=gen).tolist() for _ in range(batch)
+        ]
         ours = statistics.median(engine_steps(backend, batch, prompts, steps))
         theirs = None
         if hf is not None and batch * ctx <= args.hf_max_tokens:
             theirs = statistics.median(hf_steps(hf, prompts, min(steps, 16), lm.device))
         floor = floor_s(lm, batch, ctx, bandwidth)
-        row = {"batch": batch, "context": ctx, "engine_step_ms": ours * 1e3, "engine_tok_s": batch / ours,
-               "hf_step_ms": theirs * 1e3 if theirs else None, "hf_tok_s": batch / theirs if theirs else None,
-               "floor_step_ms": floor * 1e3, "floor_tok_s": batch / floor}
+        row = {
+            "batch": batch,
+            "context": ctx,
+            "engine_step_ms": ours * 1e3,
+            "engine_tok_s": batch / ours,
+            "hf_step_ms": theirs * 1e3 if theirs else None,
+            "hf_tok_s": batch / theirs if theirs else None,
+            "floor_step_ms": floor * 1e3,
+            "floor_tok_s": batch / floor,
+        }
         out.append(row)
-        hf_cols = (f"{row['hf_step_ms']:>8.2f} {row['hf_tok_s']:>8.0f}" if theirs else f"{'skipped':>8} {'':>8}")
+        hf_cols = (
+            f"{row['hf_step_ms']:>8.2f} {row['hf_tok_s']:>8.0f}"
+            if theirs
+            else f"{'skipped':>8} {'':>8}"
+        )
         ratio = f"{theirs / ours:>6.1f}" if theirs else f"{'':>6}"
-        print(f"{batch:>5} {ctx:>5} | {row['engine_step_ms']:>9.3f} {row['engine_tok_s']:>9.0f} | {hf_cols} | "
-              f"{row['floor_step_ms']:>8.3f} {row['floor_tok_s']:>9.0f} | {ratio} {ours / floor:>9.1f}",
-              flush=True)
+        print(
+            f"{batch:>5} {ctx:>5} | {row['engine_step_ms']:>9.3f} {row['engine_tok_s']:>9.0f} | {hf_cols} | "
+            f"{row['floor_step_ms']:>8.3f} {row['floor_tok_s']:>9.0f} | {ratio} {ours / floor:>9.1f}",
+            flush=True,
+        )
     if args.json:
-        args.json.write_text(json.dumps({"device": str(lm.device), "weights": weights, "rows": out}, indent=1))
+        args.json.write_text(
+            json.dumps({"device": str(lm.device), "weights": weights, "rows": out}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -32,11 +32,32 @@ from specscope.engine.options import EngineOptions, SpeculationOptions
 from specscope.engine.runner import EagerRunner, Work
 
 SPECS = [
-    ("ngram chain k=4", SpeculationOptions(drafter="ngram", verify="chain", num_draft_tokens=4, ngram_min=1), 16, "contiguous"),
-    ("ngram tree B=16", SpeculationOptions(drafter="ngram", verify="tree", budget=16, ngram_min=1), 16, "scattered"),
-    ("ngram tree B=8 inplace", SpeculationOptions(drafter="ngram", verify="tree", budget=8, ngram_min=1,
-                                                  tree_kv="inplace"), 1, "scattered"),
-    ("layers:2 tree B=12", SpeculationOptions(drafter="layers:2", verify="tree", budget=12), 16, "contiguous"),
+    (
+        "ngram chain k=4",
+        SpeculationOptions(drafter="ngram", verify="chain", num_draft_tokens=4, ngram_min=1),
+        16,
+        "contiguous",
+    ),
+    (
+        "ngram tree B=16",
+        SpeculationOptions(drafter="ngram", verify="tree", budget=16, ngram_min=1),
+        16,
+        "scattered",
+    ),
+    (
+        "ngram tree B=8 inplace",
+        SpeculationOptions(
+            drafter="ngram", verify="tree", budget=8, ngram_min=1, tree_kv="inplace"
+        ),
+        1,
+        "scattered",
+    ),
+    (
+        "layers:2 tree B=12",
+        SpeculationOptions(drafter="layers:2", verify="tree", budget=12),
+        16,
+        "contiguous",
+    ),
 ]
 
 
@@ -50,10 +71,26 @@ def prompts_for(vocab: int, n: int) -> list[list[int]]:
 
 
 def decode(lm, spec, page, policy, prompts, max_tokens, cuda_graphs=True):
-    kv = KVCache.for_model(lm.config, pool_tokens=8192 // page * page, page_size=page, policy=policy,
-                           dtype=lm.dtype, device=lm.device)
-    be = assemble(lm, kv, EngineOptions(device=lm.device.type, page_size=page, kv_alloc=policy,
-                                        max_batch=len(prompts), speculation=spec, cuda_graphs=cuda_graphs))
+    kv = KVCache.for_model(
+        lm.config,
+        pool_tokens=8192 // page * page,
+        page_size=page,
+        policy=policy,
+        dtype=lm.dtype,
+        device=lm.device,
+    )
+    be = assemble(
+        lm,
+        kv,
+        EngineOptions(
+            device=lm.device.type,
+            page_size=page,
+            kv_alloc=policy,
+            max_batch=len(prompts),
+            speculation=spec,
+            cuda_graphs=cuda_graphs,
+        ),
+    )
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     ids = [f"r{i}" for i in range(len(prompts))]
     be.prefill_many_sync([(r, p, params) for r, p in zip(ids, prompts, strict=True)])
@@ -74,10 +111,23 @@ def decode(lm, spec, page, policy, prompts, max_tokens, cuda_graphs=True):
 
 def fast_vs_eager(lm) -> bool:
     """Same KV state, same new tokens: the graph runner's logits against the eager runner's."""
-    kv = KVCache.for_model(lm.config, pool_tokens=4096, page_size=16, policy="scattered",
-                           dtype=lm.dtype, device=lm.device)
-    be = assemble(lm, kv, EngineOptions(device="cuda", max_batch=4,
-                                        speculation=SpeculationOptions(drafter="ngram", verify="tree", budget=8)))
+    kv = KVCache.for_model(
+        lm.config,
+        pool_tokens=4096,
+        page_size=16,
+        policy="scattered",
+        dtype=lm.dtype,
+        device=lm.device,
+    )
+    be = assemble(
+        lm,
+        kv,
+        EngineOptions(
+            device="cuda",
+            max_batch=4,
+            speculation=SpeculationOptions(drafter="ngram", verify="tree", budget=8),
+        ),
+    )
     eager = EagerRunner(lm.model, kv)
     prompts = prompts_for(lm.config.vocab_size, 3)
     params = SamplingParams(max_tokens=8, ignore_eos=True)
@@ -86,9 +136,16 @@ def fast_vs_eager(lm) -> bool:
     mask = np.tril(np.ones((5, 5), dtype=bool))
     mask[2, 1] = mask[3, 1] = mask[4, 1] = False  # two branches under the root
     ok = True
-    for name, work in [("decode", [Work(s, [7]) for s in seqs]),
-                       ("tree verify", [Work(s, [7, 8, 9, 10, 11], [s.context_len + d for d in (0, 1, 1, 2, 3)], mask)
-                                        for s in seqs])]:
+    for name, work in [
+        ("decode", [Work(s, [7]) for s in seqs]),
+        (
+            "tree verify",
+            [
+                Work(s, [7, 8, 9, 10, 11], [s.context_len + d for d in (0, 1, 1, 2, 3)], mask)
+                for s in seqs
+            ],
+        ),
+    ]:
         results = []
         for runner in (be.runner, eager):
             _, logits = runner.forward(work)
@@ -100,15 +157,21 @@ def fast_vs_eager(lm) -> bool:
         agree = results[0][1] == results[1][1]
         tol = 1e-3 if lm.dtype == torch.float32 else 0.1
         ok &= diff <= tol * max(1.0, scale) and (agree or lm.dtype != torch.float32)
-        print(f"fast vs eager, {name}: max |diff| {diff:.2e} (logit scale {scale:.1f}), argmax equal: {agree}")
+        print(
+            f"fast vs eager, {name}: max |diff| {diff:.2e} (logit scale {scale:.1f}), argmax equal: {agree}"
+        )
     return ok
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--random-weights", action="store_true", help="SmolLM2 architecture, random weights")
+    ap.add_argument(
+        "--random-weights", action="store_true", help="SmolLM2 architecture, random weights"
+    )
     ap.add_argument("--tiny", action="store_true", help="a tiny random model (fast, any device)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=4)
@@ -129,7 +192,9 @@ def main() -> None:
         plain, _ = decode(lm, None, 16, "contiguous", prompts, args.max_tokens)
         for label, spec, page, policy in SPECS:
             got, longest = decode(lm, spec, page, policy, prompts, args.max_tokens)
-            same = sum(a == b for g, p in zip(got, plain, strict=True) for a, b in zip(g, p, strict=False))
+            same = sum(
+                a == b for g, p in zip(got, plain, strict=True) for a, b in zip(g, p, strict=False)
+            )
             total = sum(len(p) for p in plain)
             exact = got == plain
             line = f"{label:<24} page {page:>2} {policy:<10}: identical {exact}, {same}/{total} tokens, longest commit {longest}"

@@ -49,7 +49,7 @@ CODE_PROMPTS = [
     "def add(a, b):\n    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n\n\n"
     "def multiply(a, b):\n    return a * b\n\n\ndef divide(a, b):\n",
     "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-    "    def __repr__(self):\n        return f\"Point({self.x}, {self.y})\"\n\n"
+    '    def __repr__(self):\n        return f"Point({self.x}, {self.y})"\n\n'
     "class Point3D:\n    def __init__(self, x, y, z):\n",
     "for i in range(10):\n    print(i)\nfor j in range(20):\n    print(j)\nfor k in range(30):\n",
 ]
@@ -82,14 +82,16 @@ def engine_backend(lm: LoadedModel, rows: int, spec: dict) -> EngineBackend:
     """One backend per configuration (on CUDA: its graphs captured once), reused for every
     prompt: batch 1, page 16 contiguous."""
     page = 16
-    kv = KVCache.for_model(lm.config, pool_tokens=rows + page, page_size=page, dtype=lm.dtype,
-                           device=lm.device)
+    kv = KVCache.for_model(
+        lm.config, pool_tokens=rows + page, page_size=page, dtype=lm.dtype, device=lm.device
+    )
     opts = EngineOptions.from_flags(device=lm.device.type, page_size=page, max_batch=1, **spec)
     return assemble(lm, kv, opts)
 
 
-def engine_run(backend: EngineBackend, prompts: list[list[int]], new_tokens: int,
-               stop_at_eos: bool = False) -> dict:
+def engine_run(
+    backend: EngineBackend, prompts: list[list[int]], new_tokens: int, stop_at_eos: bool = False
+) -> dict:
     lm = backend.lm
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=not stop_at_eos)
     tokens = steps = 0
@@ -112,26 +114,47 @@ def engine_run(backend: EngineBackend, prompts: list[list[int]], new_tokens: int
         backend.release(f"r{i}")
         tokens += len(out)
         outputs.append(out)
-    return {"tok_s": tokens / secs, "commit": tokens / max(steps, 1), "tokens": tokens, "secs": secs,
-            "steps": steps, "split": {k: round(v / max(steps, 1) * 1e3, 2) for k, v in split.items()},
-            "outputs": outputs}
+    return {
+        "tok_s": tokens / secs,
+        "commit": tokens / max(steps, 1),
+        "tokens": tokens,
+        "secs": secs,
+        "steps": steps,
+        "split": {k: round(v / max(steps, 1) * 1e3, 2) for k, v in split.items()},
+        "outputs": outputs,
+    }
 
 
 def pool(a: dict, b: dict) -> dict:
     """Two rounds of the same configuration as one (total tokens / total time)."""
     tokens, secs, steps = a["tokens"] + b["tokens"], a["secs"] + b["secs"], a["steps"] + b["steps"]
-    split = {k: round((a["split"].get(k, 0) * a["steps"] + b["split"].get(k, 0) * b["steps"]) / steps, 2)
-             for k in set(a["split"]) | set(b["split"])}
-    return {"tok_s": tokens / secs, "commit": tokens / max(steps, 1), "tokens": tokens, "secs": secs,
-            "steps": steps, "split": split, "outputs": a["outputs"]}
+    split = {
+        k: round((a["split"].get(k, 0) * a["steps"] + b["split"].get(k, 0) * b["steps"]) / steps, 2)
+        for k in set(a["split"]) | set(b["split"])
+    }
+    return {
+        "tok_s": tokens / secs,
+        "commit": tokens / max(steps, 1),
+        "tokens": tokens,
+        "secs": secs,
+        "steps": steps,
+        "split": split,
+        "outputs": a["outputs"],
+    }
 
 
 def hf_models(lm: LoadedModel, draft_layers: int):
     return hf_llama_from(lm), hf_llama_from(lm, num_layers=draft_layers)
 
 
-def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, stop_at_eos: bool = False,
-           **kw) -> dict:
+def hf_run(
+    hf,
+    prompts: list[list[int]],
+    new_tokens: int,
+    device: torch.device,
+    stop_at_eos: bool = False,
+    **kw,
+) -> dict:
     tokens, secs = 0, 0.0
     outputs = []
     for prompt in prompts:
@@ -139,45 +162,79 @@ def hf_run(hf, prompts: list[list[int]], new_tokens: int, device: torch.device, 
         sync(device)
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                              min_new_tokens=None if stop_at_eos else new_tokens, do_sample=False,
-                              pad_token_id=0, **kw)
+            out = hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                min_new_tokens=None if stop_at_eos else new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+                **kw,
+            )
         sync(device)
         secs += time.perf_counter() - t0
-        gen = out[0, len(prompt):].tolist()
+        gen = out[0, len(prompt) :].tolist()
         tokens += len(gen)
         outputs.append(gen)
     return {"tok_s": tokens / secs, "tokens": tokens, "outputs": outputs}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--random-weights", action="store_true", help="same architecture, random weights (speed only)")
+    ap.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="same architecture, random weights (speed only)",
+    )
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--stop-at-eos", action="store_true",
-                    help="end each answer at the model's end-of-turn token (default: always --max-new-tokens, "
-                         "past the answer's end, where a chat model starts an unrelated turn)")
+    ap.add_argument(
+        "--stop-at-eos",
+        action="store_true",
+        help="end each answer at the model's end-of-turn token (default: always --max-new-tokens, "
+        "past the answer's end, where a chat model starts an unrelated turn)",
+    )
     ap.add_argument("--prompts", type=int, default=2, help="prompts per set (<= 3)")
     ap.add_argument("--num-draft-tokens", type=int, default=4)
     ap.add_argument("--tree-depth", type=int, default=6)
     ap.add_argument("--budgets", default="4,16,64")
     ap.add_argument("--draft-layers", type=int, default=8)
-    ap.add_argument("--ngram-min", type=int, default=3, help="shortest n-gram the lookup drafter matches")
-    ap.add_argument("--configs", default="", help="only run configurations whose name contains one of these (comma list)")
+    ap.add_argument(
+        "--ngram-min", type=int, default=3, help="shortest n-gram the lookup drafter matches"
+    )
+    ap.add_argument(
+        "--configs",
+        default="",
+        help="only run configurations whose name contains one of these (comma list)",
+    )
     ap.add_argument("--sets", default="code,chat,edit")
     ap.add_argument("--skip-hf", action="store_true")
-    ap.add_argument("--hf-prompts", type=int, default=0, help="prompts per set for transformers (0 = all)")
-    ap.add_argument("--skip-self", action="store_true", help="skip the self-drafting row (slow by design)")
+    ap.add_argument(
+        "--hf-prompts", type=int, default=0, help="prompts per set for transformers (0 = all)"
+    )
+    ap.add_argument(
+        "--skip-self", action="store_true", help="skip the self-drafting row (slow by design)"
+    )
     ap.add_argument("--repeats", type=int, default=2, help="rounds over the engine configurations")
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)"
+    )
     ap.add_argument("--json", default=None, help="also write the results here")
-    ap.add_argument("--dflash", default=None, help="DFlash drafter (a folder or a shipped name) to add")
-    ap.add_argument("--eager", action="store_true",
-                    help="CUDA: every engine configuration on the eager path (as the DFlash drafter runs)")
-    ap.add_argument("--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)")
+    ap.add_argument(
+        "--dflash", default=None, help="DFlash drafter (a folder or a shipped name) to add"
+    )
+    ap.add_argument(
+        "--eager",
+        action="store_true",
+        help="CUDA: every engine configuration on the eager path (as the DFlash drafter runs)",
+    )
+    ap.add_argument(
+        "--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)"
+    )
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -196,16 +253,26 @@ def main() -> None:
             g = torch.Generator().manual_seed(len(text))
             base = torch.randint(0, lm.config.vocab_size, (24,), generator=g).tolist()
             return (base * 4)[: max(16, len(text) // 4)]
-        return text_lm.codec.chat_ids([{"role": "user", "content": text}]) if chat else text_lm.codec.encode(text)
+        return (
+            text_lm.codec.chat_ids([{"role": "user", "content": text}])
+            if chat
+            else text_lm.codec.encode(text)
+        )
 
-    sets = {"code": [encode(p, False) for p in CODE_PROMPTS[: args.prompts]],
-            "chat": [encode(p, True) for p in CHAT_PROMPTS[: args.prompts]],
-            "edit": [encode(p, True) for p in EDIT_PROMPTS[: args.prompts]]}
+    sets = {
+        "code": [encode(p, False) for p in CODE_PROMPTS[: args.prompts]],
+        "chat": [encode(p, True) for p in CHAT_PROMPTS[: args.prompts]],
+        "edit": [encode(p, True) for p in EDIT_PROMPTS[: args.prompts]],
+    }
     for name in [s for s in args.sets.split(",") if s.startswith("cat:")]:
         if text_lm is None:
             ap.error(f"{name}: category prompts need real weights (a tokenizer)")
-        sets[name] = [p for _, p in category_prompts(text_lm, [name.removeprefix("cat:")], args.prompts,
-                                                     EVAL_SEED_OFFSET, 700)]
+        sets[name] = [
+            p
+            for _, p in category_prompts(
+                text_lm, [name.removeprefix("cat:")], args.prompts, EVAL_SEED_OFFSET, 700
+            )
+        ]
     k, depth = args.num_draft_tokens, args.tree_depth
     draft = f"layers:{args.draft_layers}"
     ng = {"drafter": "ngram", "ngram_min": args.ngram_min}
@@ -213,23 +280,49 @@ def main() -> None:
         ("engine plain", {}),
         (f"engine ngram chain k={k}", {**ng, "verify": "chain", "num_draft_tokens": k}),
         (f"engine ngram chain k={2 * k}", {**ng, "verify": "chain", "num_draft_tokens": 2 * k}),
-        (f"engine ngram tree k={k} B={4 * k}", {**ng, "verify": "tree", "num_draft_tokens": k, "budget": 4 * k}),
-        (f"engine model({draft}) chain k={k}", {"drafter": draft, "verify": "chain", "num_draft_tokens": k}),
+        (
+            f"engine ngram tree k={k} B={4 * k}",
+            {**ng, "verify": "tree", "num_draft_tokens": k, "budget": 4 * k},
+        ),
+        (
+            f"engine model({draft}) chain k={k}",
+            {"drafter": draft, "verify": "chain", "num_draft_tokens": k},
+        ),
     ]
     if not args.skip_self:
-        configs.append((f"engine model(self) chain k={k}", {"drafter": "model:" + args.model, "verify": "chain",
-                                                             "num_draft_tokens": k}))
+        configs.append(
+            (
+                f"engine model(self) chain k={k}",
+                {"drafter": "model:" + args.model, "verify": "chain", "num_draft_tokens": k},
+            )
+        )
     for b in [int(x) for x in args.budgets.split(",") if x]:
-        configs.append((f"engine model({draft}) tree d={depth} B={b}",
-                        {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b}))
+        configs.append(
+            (
+                f"engine model({draft}) tree d={depth} B={b}",
+                {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b},
+            )
+        )
     if args.dflash is not None:
         dflash = f"dflash:{args.dflash}"
-        configs.append((f"engine dflash chain k={args.dflash_depth}",
-                        {"drafter": dflash, "verify": "chain", "num_draft_tokens": args.dflash_depth}))
+        configs.append(
+            (
+                f"engine dflash chain k={args.dflash_depth}",
+                {"drafter": dflash, "verify": "chain", "num_draft_tokens": args.dflash_depth},
+            )
+        )
         for b in [int(x) for x in args.budgets.split(",") if x]:
-            configs.append((f"engine dflash tree d={args.dflash_depth} B={b}",
-                            {"drafter": dflash, "verify": "tree", "num_draft_tokens": args.dflash_depth,
-                             "budget": b}))
+            configs.append(
+                (
+                    f"engine dflash tree d={args.dflash_depth} B={b}",
+                    {
+                        "drafter": dflash,
+                        "verify": "tree",
+                        "num_draft_tokens": args.dflash_depth,
+                        "budget": b,
+                    },
+                )
+            )
     if args.random_weights and not args.skip_self:  # model:PATH would load real weights
         configs = [c for c in configs if "self" not in c[0]]
     if args.configs:
@@ -240,9 +333,11 @@ def main() -> None:
         hf, hf_draft = hf_models(lm, args.draft_layers)
 
     results: dict[str, dict[str, dict]] = {}
-    print(f"device={args.device} model={lm.name} dtype={lm.dtype} weights={'random' if args.random_weights else 'real'} "
-          f"new_tokens={args.max_new_tokens} prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
-          file=sys.stderr)
+    print(
+        f"device={args.device} model={lm.name} dtype={lm.dtype} weights={'random' if args.random_weights else 'real'} "
+        f"new_tokens={args.max_new_tokens} prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
+        file=sys.stderr,
+    )
     rows = max(len(p) for ps in sets.values() for p in ps) + args.max_new_tokens + 80
     eager = {"cuda_graphs": False} if args.eager else {}
     backends = {name: engine_backend(lm, rows, {**spec, **eager}) for name, spec in configs}
@@ -259,29 +354,38 @@ def main() -> None:
                     r = pool(rows[name], r)
                 rows[name] = r
         for name, r in rows.items():
-            print(f"  {set_name:4s} {name:40s} {r['tok_s']:7.1f} tok/s commit {r['commit']:.2f} "
-                  f"ms/step {r['split']}", file=sys.stderr)
+            print(
+                f"  {set_name:4s} {name:40s} {r['tok_s']:7.1f} tok/s commit {r['commit']:.2f} "
+                f"ms/step {r['split']}",
+                file=sys.stderr,
+            )
         if hf is not None:
             hf_prompts = prompts[: args.hf_prompts or None]
             eos = args.stop_at_eos
             rows["hf plain"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos)
-            rows[f"hf prompt lookup k={k}"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos,
-                                                     prompt_lookup_num_tokens=k)
-            rows[f"hf assisted ({draft})"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos,
-                                                    assistant_model=hf_draft)
+            rows[f"hf prompt lookup k={k}"] = hf_run(
+                hf, hf_prompts, args.max_new_tokens, lm.device, eos, prompt_lookup_num_tokens=k
+            )
+            rows[f"hf assisted ({draft})"] = hf_run(
+                hf, hf_prompts, args.max_new_tokens, lm.device, eos, assistant_model=hf_draft
+            )
         results[set_name] = rows
 
     for set_name, rows in results.items():
         base_e = rows["engine plain"]["tok_s"]
         base_h = rows.get("hf plain", {}).get("tok_s")
         ref = rows["engine plain"]["outputs"]
-        print(f"\n[{set_name}] {'configuration':42s} {'tok/s':>8s} {'commit':>7s} {'vs plain':>9s} {'vs hf plain':>11s} same-as-plain")
+        print(
+            f"\n[{set_name}] {'configuration':42s} {'tok/s':>8s} {'commit':>7s} {'vs plain':>9s} {'vs hf plain':>11s} same-as-plain"
+        )
         for name, r in rows.items():
             base = base_h if name.startswith("hf") else base_e
             vs_hf = f"{r['tok_s'] / base_h:10.2f}x" if base_h else "         -"
             commit = f"{r['commit']:7.2f}" if "commit" in r else "      -"
             same = "yes" if r["outputs"] == ref[: len(r["outputs"])] else "no"
-            print(f"[{set_name}] {name:42s} {r['tok_s']:8.1f} {commit} {r['tok_s'] / base:8.2f}x {vs_hf} {same}")
+            print(
+                f"[{set_name}] {name:42s} {r['tok_s']:8.1f} {commit} {r['tok_s'] / base:8.2f}x {vs_hf} {same}"
+            )
     if args.json:
         for rows in results.values():
             for r in rows.values():

@@ -30,10 +30,16 @@ def main() -> None:
     ap.add_argument("--no-gemv", action="store_true", help="cuBLAS matmuls at one token too")
     args = ap.parse_args()
     lm = random_model(device="cuda")
-    kv = KVCache.for_model(lm.config, pool_tokens=args.batch * (args.context + 300), page_size=16,
-                           dtype=lm.dtype, device=lm.device)
-    runner = CudaGraphRunner(lm.model, kv, max_batch=args.batch, compile=not args.no_compile,
-                             gemv=not args.no_gemv)
+    kv = KVCache.for_model(
+        lm.config,
+        pool_tokens=args.batch * (args.context + 300),
+        page_size=16,
+        dtype=lm.dtype,
+        device=lm.device,
+    )
+    runner = CudaGraphRunner(
+        lm.model, kv, max_batch=args.batch, compile=not args.no_compile, gemv=not args.no_gemv
+    )
     runner.warmup()
     be = EngineBackend(lm, kv, runner=runner, max_batch=args.batch)
     ids = [f"r{i}" for i in range(args.batch)]
@@ -50,8 +56,10 @@ def main() -> None:
     end.record()
     torch.cuda.synchronize()
     replay_ms = start.elapsed_time(end) / 100
-    print(f"batch {args.batch} ctx {args.context} compile={not args.no_compile} gemv={not args.no_gemv}: step "
-          f"{statistics.median(steps):.3f} ms median, graph replay alone {replay_ms:.3f} ms")
+    print(
+        f"batch {args.batch} ctx {args.context} compile={not args.no_compile} gemv={not args.no_gemv}: step "
+        f"{statistics.median(steps):.3f} ms median, graph replay alone {replay_ms:.3f} ms"
+    )
     inp = runner._inputs[1][: runner.buckets[0] if args.batch == 1 else args.batch]
     from torch.profiler import ProfilerActivity, profile
 
@@ -69,7 +77,9 @@ def main() -> None:
         by_name.setdefault(e.name[:70], []).append(e.device_time)
     rows = sorted(by_name.items(), key=lambda kv_: -sum(kv_[1]))
     for name, times in rows[:22]:
-        print(f"  {len(times):>4} x {statistics.mean(times):7.2f} us = {sum(times) / 1e3:6.3f} ms  {name}")
+        print(
+            f"  {len(times):>4} x {statistics.mean(times):7.2f} us = {sum(times) / 1e3:6.3f} ms  {name}"
+        )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     scenarios = {n: load_scenario(n) for n in scenario_names()}
     quick = not args.full
-    cases = pw.null_cases(scenarios, seeds=range(args.null_seeds), quick=quick) + \
-        pw.effect_cases(scenarios, seeds=range(args.effect_seeds), quick=quick)
+    cases = pw.null_cases(scenarios, seeds=range(args.null_seeds), quick=quick) + pw.effect_cases(
+        scenarios, seeds=range(args.effect_seeds), quick=quick
+    )
     t0 = time.perf_counter()
     outs: list[pw.PowerOutcome] = []
     for case in cases:
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, k / len(judged) if judged else 0.0)
         print(f"  {fid:22} {_rate(k, len(judged))}")
     cs = [o for o in nulls if pw.is_right(o, "context_scaling")]
-    print(f"  (context_scaling, true there: found {_rate(sum('context_scaling' in o.reported for o in cs), len(cs))})")
+    print(
+        f"  (context_scaling, true there: found {_rate(sum('context_scaling' in o.reported for o in cs), len(cs))})"
+    )
 
     print("\ndetection of true effects, goal >= 90% for the stated ones (*)")
     by_case: dict[str, list[pw.PowerOutcome]] = defaultdict(list)
@@ -97,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
                 if not pw.is_right(o, fid):
                     wrong[fid] += 1
         if wrong:
-            print(f"  {name:26} reported although not true (or below its minimum): "
-                  + ", ".join(f"{k} {v}/{len(group)}" for k, v in sorted(wrong.items())))
+            print(
+                f"  {name:26} reported although not true (or below its minimum): "
+                + ", ".join(f"{k} {v}/{len(group)}" for k, v in sorted(wrong.items()))
+            )
 
     print("\ncoverage of the twin's truth by the 95% intervals, goal >= 90%")
     cov: dict[str, list[bool]] = defaultdict(list)

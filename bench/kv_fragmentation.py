@@ -43,13 +43,22 @@ LAYOUTS = [(1, "scattered"), (16, "contiguous")]
 
 def backend_for(lm: LoadedModel, page_size: int, policy: str, pool_tokens: int) -> EngineBackend:
     cfg = lm.config
-    kv = KVCache.for_model(cfg, pool_tokens=pool_tokens // page_size * page_size,
-                           page_size=page_size, policy=policy, dtype=lm.dtype, device=lm.device,
-                           seed=1)
+    kv = KVCache.for_model(
+        cfg,
+        pool_tokens=pool_tokens // page_size * page_size,
+        page_size=page_size,
+        policy=policy,
+        dtype=lm.dtype,
+        device=lm.device,
+        seed=1,
+    )
     # On CUDA: the paged attention kernel reading the page table (a serving engine's kind of
     # kernel), under CUDA graphs; on CPU: the eager slot gather.
-    return assemble(lm, kv, EngineOptions(device=lm.device.type, page_size=page_size,
-                                          kv_alloc=policy, max_batch=2))
+    return assemble(
+        lm,
+        kv,
+        EngineOptions(device=lm.device.type, page_size=page_size, kv_alloc=policy, max_batch=2),
+    )
 
 
 def interleaved(

@@ -132,9 +132,7 @@ def run_pipeline(path: str) -> tuple[float, Counter]:
     return elapsed, counts
 
 
-def run_specscope(
-    path: str, fmt: str = "auto", jobs: int = 1
-) -> tuple[float, Counter, int, int]:
+def run_specscope(path: str, fmt: str = "auto", jobs: int = 1) -> tuple[float, Counter, int, int]:
     t = time.perf_counter()
     result = read_logs(LogQuery(paths=[path], format=fmt, jobs=jobs))
     elapsed = time.perf_counter() - t
@@ -149,7 +147,10 @@ def main() -> int:
     )
     ap.add_argument("--size", default="1GB", help="log size, e.g. 1GB, 200MB (default 1GB)")
     ap.add_argument(
-        "--repeat", type=int, default=3, help="timed runs of each tool, interleaved (median is kept)"
+        "--repeat",
+        type=int,
+        default=3,
+        help="timed runs of each tool, interleaved (median is kept)",
     )
     ap.add_argument("--keep", help="write the log here and keep it (default: temp dir, removed)")
     ap.add_argument(

@@ -51,8 +51,9 @@ def _wall_s(t: RequestTrace) -> float:
     return ((t.t_end_ns or t.t_send_ns) - t.t_send_ns) / 1e9
 
 
-def _loop(pool: list[RequestTrace], target: float, budget_s: float, tokens: int
-          ) -> tuple[pr.Reading, str, int]:
+def _loop(
+    pool: list[RequestTrace], target: float, budget_s: float, tokens: int
+) -> tuple[pr.Reading, str, int]:
     """The diagnose loop over a pool of pre-simulated requests, in order, on virtual time."""
     used, spent, committed = 1, 0.0, 0
     budget = pr.Budget(budget_s, None, diagnosis_plan.MAX_PRECISION_REQUESTS)
@@ -60,12 +61,19 @@ def _loop(pool: list[RequestTrace], target: float, budget_s: float, tokens: int
         traces = pool[:used]
         r = pr.reading(traces)
         spr = float(np.mean([_wall_s(t) for t in traces]))
-        d = pr.decide(r, target, budget, committed=committed, spent_s=spent,
-                      seconds_per_request=spr, tokens_per_request=tokens)
+        d = pr.decide(
+            r,
+            target,
+            budget,
+            committed=committed,
+            spent_s=spent,
+            seconds_per_request=spr,
+            tokens_per_request=tokens,
+        )
         committed = max(committed, d.needed or 0)
         if d.stopped_by is not None:
             return r, d.stopped_by, used
-        spent += sum(_wall_s(t) for t in pool[used:used + d.more])
+        spent += sum(_wall_s(t) for t in pool[used : used + d.more])
         used += d.more
 
 
@@ -75,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=2700)
     ap.add_argument("--tokens", type=int, default=1500)
     ap.add_argument("--scenario", default="healthy")
-    ap.add_argument("--time-scale", type=float, default=1.0,
-                    help="the twin's time scale (slower servers: > 1)")
+    ap.add_argument(
+        "--time-scale", type=float, default=1.0, help="the twin's time scale (slower servers: > 1)"
+    )
     ap.add_argument("--truth-requests", type=int, default=200)
     ap.add_argument("--counts", default="1,2,4,6,8,12,16")
     args = ap.parse_args(argv)
@@ -84,14 +93,19 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: --runs must be >= 2, --tokens >= 16, --prompt >= 1", file=sys.stderr)
         return 2
     sc = pw.realistic(tw.load_scenario(args.scenario)).model_copy(
-        update={"time_scale": args.time_scale})
+        update={"time_scale": args.time_scale}
+    )
     t0 = time.perf_counter()
     truth = _truth(sc, args.prompt, args.tokens, args.truth_requests)
-    print(f"scenario {args.scenario} with realistic noise, {args.prompt} -> {args.tokens} tokens; "
-          f"true decode rate {truth:.1f} tok/s ({args.truth_requests} requests)")
+    print(
+        f"scenario {args.scenario} with realistic noise, {args.prompt} -> {args.tokens} tokens; "
+        f"true decode rate {truth:.1f} tok/s ({args.truth_requests} requests)"
+    )
     print("\n1. the headline interval by number of full generations")
-    print(f"{'n':>4} {'interval':>9} {'median +-':>10} {'p90 +-':>8} {'covers truth':>14} "
-          f"{'cv between requests':>20}")
+    print(
+        f"{'n':>4} {'interval':>9} {'median +-':>10} {'p90 +-':>8} {'covers truth':>14} "
+        f"{'cv between requests':>20}"
+    )
     for n in [int(x) for x in args.counts.split(",")]:
         hws, cover, cvs = [], 0, []
         for s in range(args.runs):
@@ -102,15 +116,21 @@ def main(argv: list[str] | None = None) -> int:
                 cvs.append(r.request_cv)
         kind = "requests" if r.over_requests else "blocks"
         cv = f"{np.median(cvs):.3f}" if cvs else "-"
-        print(f"{n:>4} {kind:>9} {np.median(hws):>10.1%} {np.quantile(hws, 0.9):>8.1%} "
-              f"{cover:>5}/{args.runs} {cover / args.runs:>6.0%} {cv:>20}")
+        print(
+            f"{n:>4} {kind:>9} {np.median(hws):>10.1%} {np.quantile(hws, 0.9):>8.1%} "
+            f"{cover:>5}/{args.runs} {cover / args.runs:>6.0%} {cv:>20}"
+        )
     print("\n2. the --precision loop (diagnose's decisions, virtual seconds against the budget)")
-    print(f"{'target':>7} {'budget s':>9} {'requests med (max)':>19} {'precision':>10} "
-          f"{'budget':>7} {'reached med':>12} {'covers truth':>13} {'time med s':>11}")
+    print(
+        f"{'target':>7} {'budget s':>9} {'requests med (max)':>19} {'precision':>10} "
+        f"{'budget':>7} {'reached med':>12} {'covers truth':>13} {'time med s':>11}"
+    )
     pool_n = diagnosis_plan.MAX_PRECISION_REQUESTS
     pools = [_requests(sc, args.prompt, args.tokens, pool_n, 1000 + s) for s in range(args.runs)]
-    rows = [(diagnosis_plan.DEFAULT_PRECISION[q], diagnosis_plan.DEFAULT_BUDGET_S[q])
-            for q in (True, False)] + [(0.05, 600.0), (0.03, 1200.0)]
+    rows = [
+        (diagnosis_plan.DEFAULT_PRECISION[q], diagnosis_plan.DEFAULT_BUDGET_S[q])
+        for q in (True, False)
+    ] + [(0.05, 600.0), (0.03, 1200.0)]
     for target, budget in rows:
         used, stop, reached, cover, secs = [], [], [], 0, []
         for pool in pools:
@@ -121,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             cover += r.ci[0] <= truth <= r.ci[1]
             secs.append(sum(_wall_s(t) for t in pool[:n]))
         k = len(pools)
-        print(f"{target:>7.0%} {budget:>9.0f} {int(np.median(used)):>12} ({max(used):>3})  "
-              f"{stop.count(pr.PRECISION) / k:>10.0%} {stop.count(pr.BUDGET) / k:>7.0%} "
-              f"{np.median(reached):>12.1%} {cover / k:>13.0%} {np.median(secs):>11.0f}")
+        print(
+            f"{target:>7.0%} {budget:>9.0f} {int(np.median(used)):>12} ({max(used):>3})  "
+            f"{stop.count(pr.PRECISION) / k:>10.0%} {stop.count(pr.BUDGET) / k:>7.0%} "
+            f"{np.median(reached):>12.1%} {cover / k:>13.0%} {np.median(secs):>11.0f}"
+        )
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 0
 

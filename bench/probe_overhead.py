@@ -45,9 +45,13 @@ def _serve(q: mp.Queue) -> None:
                 delay = t0 + i * period - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            chunk = {"id": "b", "choices": [{"index": 0, "text": " t",
-                                             "finish_reason": "length" if i == n else None}],
-                     "usage": {"prompt_tokens": 1, "completion_tokens": i, "total_tokens": i + 1}}
+            chunk = {
+                "id": "b",
+                "choices": [
+                    {"index": 0, "text": " t", "finish_reason": "length" if i == n else None}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": i, "total_tokens": i + 1},
+            }
             sent.append(time.perf_counter_ns())
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
@@ -88,8 +92,13 @@ async def _probe_once(url: str, n: int, period_ms: float) -> tuple[list[int], fl
 async def _anchor_once(url: str, n: int, period_ms: float) -> tuple[list[int], float]:
     """The plain loop: read, stamp, count events in the read. No parsing beyond that."""
     stamps: list[int] = []
-    body = {"prompt": "x", "max_tokens": n, "stream": True, "period_ms": period_ms,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "prompt": "x",
+        "max_tokens": n,
+        "stream": True,
+        "period_ms": period_ms,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     async with aiohttp.ClientSession() as s:
         t0 = time.perf_counter()
         async with s.post(url + "/v1/completions", json=body) as resp:
@@ -113,8 +122,10 @@ def _pct(xs: list[float], q: float) -> float:
 async def main(url: str) -> None:
     print(f"timestamp error: {SCHEDULED_CHUNKS} chunks every {PERIOD_MS} ms, best of {ROUNDS}")
     err: dict[str, list[float]] = {}
-    for name, fn in (("anchor (plain aiohttp loop)", _anchor_once), ("specscope probe client",
-                                                                      _probe_once)):
+    for name, fn in (
+        ("anchor (plain aiohttp loop)", _anchor_once),
+        ("specscope probe client", _probe_once),
+    ):
         best: list[float] | None = None
         for _ in range(ROUNDS):
             stamps, _wall = await fn(url, SCHEDULED_CHUNKS, PERIOD_MS)
@@ -126,21 +137,27 @@ async def main(url: str) -> None:
         err[name] = best
         print(f"  {name:30s} p50 {_pct(best, 50):8.1f} us   p99 {_pct(best, 99):8.1f} us")
     a, p = err["anchor (plain aiohttp loop)"], err["specscope probe client"]
-    print(f"  ratio probe/anchor: p50 {_pct(p, 50) / max(_pct(a, 50), 1e-9):.2f}x   "
-          f"p99 {_pct(p, 99) / max(_pct(a, 99), 1e-9):.2f}x")
+    print(
+        f"  ratio probe/anchor: p50 {_pct(p, 50) / max(_pct(a, 50), 1e-9):.2f}x   "
+        f"p99 {_pct(p, 99) / max(_pct(a, 99), 1e-9):.2f}x"
+    )
 
     print(f"throughput: {THROUGHPUT_CHUNKS} chunks as fast as the server writes, best of {ROUNDS}")
     rate: dict[str, float] = {}
-    for name, fn in (("anchor (plain aiohttp loop)", _anchor_once), ("specscope probe client",
-                                                                      _probe_once)):
+    for name, fn in (
+        ("anchor (plain aiohttp loop)", _anchor_once),
+        ("specscope probe client", _probe_once),
+    ):
         best_rate = 0.0
         for _ in range(ROUNDS):
             stamps, wall = await fn(url, THROUGHPUT_CHUNKS, 0.0)
             best_rate = max(best_rate, len(stamps) / wall)
         rate[name] = best_rate
         print(f"  {name:30s} {best_rate:10.0f} chunks/s")
-    print(f"  ratio probe/anchor: {rate['specscope probe client'] / rate['anchor (plain aiohttp loop)']:.2f}x"
-          "  (the server shares the machine's cores: both are bounded by it too)")
+    print(
+        f"  ratio probe/anchor: {rate['specscope probe client'] / rate['anchor (plain aiohttp loop)']:.2f}x"
+        "  (the server shares the machine's cores: both are bounded by it too)"
+    )
 
 
 if __name__ == "__main__":

@@ -22,13 +22,20 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUCCESSORS = ("tests/test_peer_cli_diagnose.py", "tests/test_diagnose_baseline.py",
-              "tests/test_engine_spec_lossless.py")
+SUCCESSORS = (
+    "tests/test_peer_cli_diagnose.py",
+    "tests/test_diagnose_baseline.py",
+    "tests/test_engine_spec_lossless.py",
+)
 
 
 def _ids(root: Path, python: Path, paths: list[str]) -> set[str]:
-    out = subprocess.run([str(python), "-m", "pytest", "--collect-only", "-q", "-p",
-                          "no:cacheprovider", *paths], cwd=root, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(python), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
@@ -36,9 +43,13 @@ def _run(root: Path, python: Path, ids: list[str], extra: list[str]) -> tuple[fl
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(ids) + "\n")
     start = time.perf_counter()
-    proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra,
-                           f"@{f.name}"], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "CI": "true"})
+    proc = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, f"@{f.name}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CI": "true"},
+    )
     seconds = time.perf_counter() - start
     os.unlink(f.name)
     summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
@@ -55,25 +66,33 @@ def main() -> int:
     now_py = REPO / ".venv" / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="suite-time-") as tmp:
         old = Path(tmp) / "old"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(old), args.before],
-                       cwd=REPO, check=True)
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(old), args.before],
+            cwd=REPO,
+            check=True,
+        )
         try:
-            subprocess.run(["make", "setup", "peer-models"], cwd=old, check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["make", "setup", "peer-models"], cwd=old, check=True, stdout=subprocess.DEVNULL
+            )
             old_py = old / ".venv" / "bin" / "python"
             old_ids = _ids(old, old_py, args.tests)
             now_ids = _ids(REPO, now_py, args.tests)
             common = sorted(old_ids & now_ids)
-            successors = sorted(i for i in now_ids - old_ids
-                                if i.split("::")[0] in set(args.successor))
+            successors = sorted(
+                i for i in now_ids - old_ids if i.split("::")[0] in set(args.successor)
+            )
             t_old, s_old = _run(old, old_py, sorted(old_ids), [])
-            t_now, s_now = _run(REPO, now_py, common + successors,
-                                ["-n", args.workers, "--dist", "loadfile"])
+            t_now, s_now = _run(
+                REPO, now_py, common + successors, ["-n", args.workers, "--dist", "loadfile"]
+            )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=REPO)
     print(f"before {args.before}: {len(old_ids)} tests, serial: {t_old:7.1f} s  ({s_old})")
-    print(f"now: {len(common)} of them + {len(successors)} successors, -n {args.workers}: "
-          f"{t_now:7.1f} s  ({s_now})")
+    print(
+        f"now: {len(common)} of them + {len(successors)} successors, -n {args.workers}: "
+        f"{t_now:7.1f} s  ({s_now})"
+    )
     print(f"time now / before: {t_now / t_old:.2f}")
     return 0
 

@@ -33,8 +33,13 @@ async def _drive(url: str, concurrency: int, requests: int, max_tokens: int) -> 
     timeout = aiohttp.ClientTimeout(total=BUDGET_S)
 
     async def one(session: aiohttp.ClientSession, i: int) -> None:
-        async with sem, session.post(url + "/v1/completions", json={
-                "prompt": f"fidelity {i}", "max_tokens": max_tokens, "stream": True}) as r:
+        async with (
+            sem,
+            session.post(
+                url + "/v1/completions",
+                json={"prompt": f"fidelity {i}", "max_tokens": max_tokens, "stream": True},
+            ) as r,
+        ):
             async for _ in r.content:
                 pass
 
@@ -65,17 +70,23 @@ def main() -> int:
         twin = _errors(pairs)
         anchor = _errors(asyncio.run(_anchor([s for s, _ in pairs[:400]])))
         batch = max(b for _, _, b in log)
-        rows.append((concurrency, len(pairs), batch, np.median([s for s, _ in pairs]), twin, anchor))
+        rows.append(
+            (concurrency, len(pairs), batch, np.median([s for s, _ in pairs]), twin, anchor)
+        )
         if time.monotonic() - t_start > BUDGET_S:
             print("stopped early: time budget spent", file=sys.stderr)
             break
-    print(f"{'conc':>4} {'steps':>6} {'max batch':>9} {'step p50 ms':>11} "
-          f"{'err p50':>8} {'err p99':>8} {'anchor p50':>10} {'anchor p99':>10} {'ratio p50':>9}")
+    print(
+        f"{'conc':>4} {'steps':>6} {'max batch':>9} {'step p50 ms':>11} "
+        f"{'err p50':>8} {'err p99':>8} {'anchor p50':>10} {'anchor p99':>10} {'ratio p50':>9}"
+    )
     for conc, n, batch, med, twin, anchor in rows:
         p50, p99 = np.percentile(twin, 50), np.percentile(twin, 99)
         a50, a99 = np.percentile(anchor, 50), np.percentile(anchor, 99)
-        print(f"{conc:>4} {n:>6} {batch:>9} {med * 1e3:>11.2f} {p50:>8.2%} {p99:>8.2%} "
-              f"{a50:>10.2%} {a99:>10.2%} {p50 / max(a50, 1e-9):>9.2f}")
+        print(
+            f"{conc:>4} {n:>6} {batch:>9} {med * 1e3:>11.2f} {p50:>8.2%} {p99:>8.2%} "
+            f"{a50:>10.2%} {a99:>10.2%} {p50 / max(a50, 1e-9):>9.2f}"
+        )
     print(f"total {time.monotonic() - t_start:.1f} s")
     return 0
 

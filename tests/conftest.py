@@ -92,10 +92,15 @@ def metric_delta(before: dict[str, float], after: dict[str, float], name: str) -
 # step, TPOT within a few %; on two cores, two of them side by side merge events and fail), and
 # the diagnosis against a baseline run (a tps ratio between two runs, one after the other). Under
 # xdist they share one lane, one module after another.
-TIMED_MODULES = frozenset({
-    "tests/test_peer_cli.py", "tests/test_peer_serving.py", "tests/test_peer_vllm.py",
-    "tests/test_probe_peer.py", "tests/test_diagnose_baseline.py",
-})
+TIMED_MODULES = frozenset(
+    {
+        "tests/test_peer_cli.py",
+        "tests/test_peer_serving.py",
+        "tests/test_peer_vllm.py",
+        "tests/test_probe_peer.py",
+        "tests/test_diagnose_baseline.py",
+    }
+)
 TIMED_LANE = "timed"
 # How much lower the rest of the suite runs beside that lane (a nice level).
 OTHER_LANES_NICE = 10
@@ -161,8 +166,9 @@ def llamacpp_servers(base: Path) -> Iterator[LlamaCppServer]:
         peer_unavailable(str(exc))
     for mode in MODES:
         log_path = base / f"{mode}-llama-server.log"
-        with LlamaCppServer(mode, models_dir=PEER_MODELS_DIR, log_path=log_path,
-                            threads=LLAMACPP_THREADS) as srv:
+        with LlamaCppServer(
+            mode, models_dir=PEER_MODELS_DIR, log_path=log_path, threads=LLAMACPP_THREADS
+        ) as srv:
             yield srv
 
 
@@ -203,8 +209,14 @@ def fast_scenario() -> Scenario:
     base = load_scenario("healthy")
     data = base.model_dump()
     data["name"] = "fast-test"
-    data["step"].update(s0=0.03, per_context_token=0.0, per_verified_token=0.0,
-                        per_batch_request=0.002, drift_per_output_token=0.0, noise_sigma=0.1)
+    data["step"].update(
+        s0=0.03,
+        per_context_token=0.0,
+        per_verified_token=0.0,
+        per_batch_request=0.002,
+        drift_per_output_token=0.0,
+        noise_sigma=0.1,
+    )
     data["prefill"].update(s0=0.005, per_prompt_token=0.0)
     data["acceptance"].update(depth_probs=[0.9, 0.8, 0.7, 0.6, 0.5])
     return Scenario.model_validate(data)

@@ -22,8 +22,15 @@ from specscope.twin import model as tw
 from specscope.twin.backend import TwinBackend
 from specscope.validation.breakeven import CONTEXT, CONTEXT_RANGE, evaluate, simulated
 
-BREAKEVEN_KEYS = {"concurrency", "concurrency_ci", "context", "context_ci", "reason",
-                  "recommendation", "factors"}
+BREAKEVEN_KEYS = {
+    "concurrency",
+    "concurrency_ci",
+    "context",
+    "context_ci",
+    "reason",
+    "recommendation",
+    "factors",
+}
 
 
 def test_batch_of_one_draws_what_a_lone_request_draws() -> None:
@@ -37,8 +44,13 @@ def test_batch_step_time_is_linear_in_batch_times_verified_tokens() -> None:
     sc = tw.load_scenario("batch-verify-cost")
     st, v = sc.step, sc.acceptance.verified_tokens
     for b in (1, 4, 16):
-        want = (st.s0 + st.per_context_token * 600 + st.per_verified_token * v
-                + st.per_batch_request * (b - 1) + st.per_batch_verified_token * b * v)
+        want = (
+            st.s0
+            + st.per_context_token * 600
+            + st.per_verified_token * v
+            + st.per_batch_request * (b - 1)
+            + st.per_batch_verified_token * b * v
+        )
         assert tw.expected_step_s(sc, 600, v, b, 0) == pytest.approx(want)
     # every request of one batch step shares that step's time
     steps = tw.simulate_batch_steps(sc, 512, 32, [1, 2, 3, 4])
@@ -58,19 +70,23 @@ def test_batch_step_attends_over_every_requests_context() -> None:
     assert first[0].step_s > tw.expected_step_s(quiet, 512, v, 4, 0) + 0.01
     # the true rate charges a steady batch the same way
     assert tw.per_request_rate(quiet, 4, 512) == pytest.approx(
-        tw.expected_commit_length(quiet, 0, 512, 4) / tw.expected_step_s(quiet, 2048, v, 4, 0))
+        tw.expected_commit_length(quiet, 0, 512, 4) / tw.expected_step_s(quiet, 2048, v, 4, 0)
+    )
 
 
 def test_acceptance_falls_with_batch_only_where_the_scenario_says() -> None:
     shared, healthy = tw.load_scenario("shared-drafter"), tw.load_scenario("healthy")
     assert tw.expected_commit_length(shared, 0, 576, 16) < 0.5 * tw.expected_commit_length(
-        shared, 0, 576, 1)
+        shared, 0, 576, 1
+    )
     assert tw.expected_commit_length(healthy, 0, 576, 16) == tw.expected_commit_length(
-        healthy, 0, 576, 1)
+        healthy, 0, 576, 1
+    )
     # the defaults leave every existing scenario's step time as it was
     assert healthy.step.per_batch_verified_token == 0
     assert tw.expected_step_s(healthy, 600, 8, 4, 0) == pytest.approx(
-        0.008 + 0.000007 * 600 + 0.0005 * 8 + 0.002 * 3)
+        0.008 + 0.000007 * 600 + 0.0005 * 8 + 0.002 * 3
+    )
 
 
 def test_live_twin_steps_the_batch_with_its_acceptance() -> None:
@@ -208,8 +224,11 @@ def test_without_sweeps_the_reason_says_what_is_missing() -> None:
     from specscope.analysis import virtual
 
     def lone(name: tw.Scenario, seed: int) -> virtual.VirtualRun:
-        return virtual.virtual_run(lambda p, n, s: tw.simulate_request(name, p, n, s),
-                                   [virtual.PlanItem("full_generation", 512, 200)], seed=seed)
+        return virtual.virtual_run(
+            lambda p, n, s: tw.simulate_request(name, p, n, s),
+            [virtual.PlanItem("full_generation", 512, 200)],
+            seed=seed,
+        )
 
     be = breakeven(measure(lone(sc, 1).run, None), measure(lone(sc, 2).run, None), resamples=20)
     assert be is not None
@@ -252,5 +271,6 @@ def test_a_run_against_its_own_twin_supports_no_policy() -> None:
         assert lo < point < hi and (lo < 1 < hi or abs(point - 1) < 0.05), (lo, point, hi)
         assert be.concurrency.side(end) == "level"
     assert "supports no policy change" in js["recommendation"] or (
-        "not materially and significantly slower" in js["recommendation"])
+        "not materially and significantly slower" in js["recommendation"]
+    )
     assert "Speculation off above batch" not in js["recommendation"]

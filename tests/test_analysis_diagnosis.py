@@ -116,7 +116,9 @@ def test_draft_window_found_with_its_size(scenarios):
 
 
 @pytest.mark.parametrize(("stated", "is_the_window"), [(2048, True), (512, False)])
-def test_draft_window_checked_against_the_window_the_server_states(scenarios, stated, is_the_window):
+def test_draft_window_checked_against_the_window_the_server_states(
+    scenarios, stated, is_the_window
+):
     """A server that states its drafter window (SGLang's speculative_draft_window_size, our
     engine's) confirms a cliff found there, or shows that a cliff elsewhere is not the window
     (the advice to raise the window would then be wrong)."""
@@ -125,7 +127,9 @@ def test_draft_window_checked_against_the_window_the_server_states(scenarios, st
     obs = _run(scenarios["draft-window"], 2, False)
     base = _run(scenarios["healthy"], 2 + 7919, False)
     obs.run.info.server_info = {"speculative_draft_window_size": stated}
-    f = next(x for x in analyze(obs.run, baseline=base.run, seed=2).findings if x.id == "draft_window")
+    f = next(
+        x for x in analyze(obs.run, baseline=base.run, seed=2).findings if x.id == "draft_window"
+    )
     ev = {e.label: e for e in f.evidence}
     assert ev["draft window the server states"].value == stated
     assert "speculative_draft_window_size" in ev["draft window the server states"].source
@@ -139,9 +143,14 @@ def test_draft_window_checked_against_the_window_the_server_states(scenarios, st
 def test_stated_draft_window_is_read_from_either_name_and_only_as_a_size():
     from specscope.analysis.speculation import stated_draft_window
 
-    assert stated_draft_window({"speculative_draft_window_size": 2048}) == (2048, "speculative_draft_window_size")
+    assert stated_draft_window({"speculative_draft_window_size": 2048}) == (
+        2048,
+        "speculative_draft_window_size",
+    )
     assert stated_draft_window({"speculative_dflash_draft_window_size": 512.0}) == (
-        512, "speculative_dflash_draft_window_size")
+        512,
+        "speculative_dflash_draft_window_size",
+    )
     for bad in (None, 0, -1, True, "2048"):
         assert stated_draft_window({"speculative_draft_window_size": bad}) is None
     assert stated_draft_window({}) is None

@@ -45,8 +45,9 @@ def vllm_steps(seed: int = 0) -> tuple[list[int], list[bool]]:
     return commits, drafted
 
 
-def vllm_trace(index: int = 0, *, coalesce: int = 1, seed: int = 0,
-               step_ms: float = STEP_MS) -> RequestTrace:
+def vllm_trace(
+    index: int = 0, *, coalesce: int = 1, seed: int = 0, step_ms: float = STEP_MS
+) -> RequestTrace:
     commits, drafted = vllm_steps(seed)
     accepted = [c - 1 for c, d in zip(commits, drafted, strict=True) if d]
     accepted[-1] = 4  # vLLM counts the accepted drafts past max_tokens on the last step
@@ -60,15 +61,26 @@ def vllm_trace(index: int = 0, *, coalesce: int = 1, seed: int = 0,
             chunks.append(Chunk(t_ns=int(t * MS), n_tokens=pending))
             pending = 0
     fields = ServerSpecFields(
-        verify_ct=61, accept_length=sum(a + 1 for a in accepted) / 61,
-        accepted_drafts=sum(accepted), proposed_drafts=61 * 4,
-        per_step_accepted=accepted, per_step_drafted=[4] * 61, source="vllm.metrics",
+        verify_ct=61,
+        accept_length=sum(a + 1 for a in accepted) / 61,
+        accepted_drafts=sum(accepted),
+        proposed_drafts=61 * 4,
+        per_step_accepted=accepted,
+        per_step_drafted=[4] * 61,
+        source="vllm.metrics",
     )
-    return RequestTrace(index=index, request_id=f"cmpl-{index}",
-                        spec=RequestSpec(prompt="class Config:", prompt_tokens=103, max_tokens=256),
-                        t_send_ns=int(t0 * MS), chunks=chunks, token_count_source="usage",
-                        completion_tokens=256, finish_reason="length", server_spec=fields,
-                        t_end_ns=chunks[-1].t_ns)
+    return RequestTrace(
+        index=index,
+        request_id=f"cmpl-{index}",
+        spec=RequestSpec(prompt="class Config:", prompt_tokens=103, max_tokens=256),
+        t_send_ns=int(t0 * MS),
+        chunks=chunks,
+        token_count_source="usage",
+        completion_tokens=256,
+        finish_reason="length",
+        server_spec=fields,
+        t_end_ns=chunks[-1].t_ns,
+    )
 
 
 def test_drafted_steps_list_is_recognised_and_the_last_step_capped():
@@ -145,10 +157,22 @@ def test_coalesced_chunks_fall_back_to_the_server_list_merged_with_the_stream():
 def test_prometheus_all_steps_counters_come_before_server_fields():
     traces = [vllm_trace(i, coalesce=3) for i in range(2)]
     recs = [reconstruct_steps(t) for t in traces]
-    prom = SpecRecord(format="prometheus", scope="run_delta", commit_len=1 + 2 * 157 / 122,
-                      n_steps=122, fields={"delta": {
-                          "drafts": 122.0, "accepted_tokens": 314.0, "generation_tokens": 512.0,
-                          "finished_requests": 2.0, "itl_count": 202.0, "itl_sum": 27.371}})
+    prom = SpecRecord(
+        format="prometheus",
+        scope="run_delta",
+        commit_len=1 + 2 * 157 / 122,
+        n_steps=122,
+        fields={
+            "delta": {
+                "drafts": 122.0,
+                "accepted_tokens": 314.0,
+                "generation_tokens": 512.0,
+                "finished_requests": 2.0,
+                "itl_count": 202.0,
+                "itl_sum": 27.371,
+            }
+        },
+    )
     h = headline(traces, recs, telemetry=[prom])
     assert h.mean_commit_len_source == "prometheus"
     assert h.mean_commit_len == pytest.approx(510 / 202)
@@ -180,8 +204,11 @@ def test_no_draft_coverage_finding_when_every_step_drafts():
     for i in range(2):
         t = vllm_trace(i)
         commits, _ = vllm_steps()
-        t.server_spec = ServerSpecFields(per_step_accepted=[c - 1 for c in commits],
-                                         per_step_drafted=[4] * len(commits), source="sglang.meta_info")
+        t.server_spec = ServerSpecFields(
+            per_step_accepted=[c - 1 for c in commits],
+            per_step_drafted=[4] * len(commits),
+            source="sglang.meta_info",
+        )
         traces.append(t)
     an = analyze(Run(info=RunInfo(status="complete"), requests=traces))
     assert an.drafted_step_share == pytest.approx(1.0)

@@ -98,7 +98,9 @@ def test_time_budget_limits_and_then_stops_the_repeats():
 def test_token_budget_and_request_cap():
     tokens = pr.Budget(seconds=None, tokens=3000, max_requests=1000)
     assert _decide(_reading(MIN_REQ, 0.10), budget=tokens).more == 2
-    assert _decide(_reading(MIN_REQ, 0.10), budget=tokens, spent_tokens=2000).stopped_by == pr.BUDGET
+    assert (
+        _decide(_reading(MIN_REQ, 0.10), budget=tokens, spent_tokens=2000).stopped_by == pr.BUDGET
+    )
     cap = pr.Budget(seconds=None, tokens=None, max_requests=12)
     assert _decide(_reading(MIN_REQ, 0.10), budget=cap).more == 4
     assert _decide(_reading(12, 0.10), budget=cap).stopped_by == pr.MAX_REQUESTS
@@ -119,9 +121,17 @@ def test_noisier_requests_need_more():
 
 
 def test_summary_reports_the_final_interval_beside_what_the_loop_recorded():
-    rec = {"target": 0.05, "stopped_by": "budget", "needed": 20, "added_requests": 7,
-           "budget_s": 60.0, "budget_tokens": None, "spent_s": 58.2, "spent_tokens": 10500,
-           "reason": "..."}
+    rec = {
+        "target": 0.05,
+        "stopped_by": "budget",
+        "needed": 20,
+        "added_requests": 7,
+        "budget_s": 60.0,
+        "budget_tokens": None,
+        "spent_s": 58.2,
+        "spent_tokens": 10500,
+        "reason": "...",
+    }
     s = pr.summary(rec, 100.0, [95.0, 106.0], 8)
     assert s["target"] == 0.05 and s["reached"] == pytest.approx(0.055)
     assert s["requests"] == 8 and s["stopped_by"] == "budget" and s["over_requests"]

@@ -23,9 +23,17 @@ from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace, R
 MS = 1_000_000
 
 
-def trace(commits: list[int], *, step_ms: float | list[float] = 40.0, ttft_ms: float = 100.0,
-          send_ms: float = 0.0, index: int = 0, tag: str = "probe", tail_ms: float = 2.0,
-          error: ErrorInfo | None = None) -> RequestTrace:
+def trace(
+    commits: list[int],
+    *,
+    step_ms: float | list[float] = 40.0,
+    ttft_ms: float = 100.0,
+    send_ms: float = 0.0,
+    index: int = 0,
+    tag: str = "probe",
+    tail_ms: float = 2.0,
+    error: ErrorInfo | None = None,
+) -> RequestTrace:
     """One chunk per verify step: the prefill token at send + ttft, then one chunk per commit."""
     steps = step_ms if isinstance(step_ms, list) else [step_ms] * len(commits)
     t = send_ms + ttft_ms
@@ -33,10 +41,16 @@ def trace(commits: list[int], *, step_ms: float | list[float] = 40.0, ttft_ms: f
     for c, s in zip(commits, steps, strict=True):
         t += s
         chunks.append(Chunk(t_ns=int(t * MS), n_tokens=c))
-    return RequestTrace(index=index, spec=RequestSpec(prompt="def f():", prompt_tokens=50, tag=tag),
-                        t_send_ns=int(send_ms * MS), chunks=chunks, token_count_source="usage",
-                        completion_tokens=1 + sum(commits), t_end_ns=int((t + tail_ms) * MS),
-                        error=error)
+    return RequestTrace(
+        index=index,
+        spec=RequestSpec(prompt="def f():", prompt_tokens=50, tag=tag),
+        t_send_ns=int(send_ms * MS),
+        chunks=chunks,
+        token_count_source="usage",
+        completion_tokens=1 + sum(commits),
+        t_end_ns=int((t + tail_ms) * MS),
+        error=error,
+    )
 
 
 def test_request_latencies_exclude_ttft_and_stream_tail():
@@ -51,7 +65,6 @@ def test_request_latencies_exclude_ttft_and_stream_tail():
     assert out["decode_tps_per_request"]["mean"] == pytest.approx(1 / 0.016)
 
 
-
 def test_tpot_of_a_late_first_read_is_the_rate_after_it():
     """vLLM's TPOT is (last token - first token) / (n - 1) on the server. The client that read
     tokens 1-3 together (late) knows the rate only after that read: 40 ms a token, not the
@@ -60,6 +73,7 @@ def test_tpot_of_a_late_first_read_is_the_rate_after_it():
     assert tpot_s(tr) == pytest.approx(0.040)
     on_time = trace([1] * 62, step_ms=40.0, ttft_ms=100.0)
     assert tpot_s(on_time) == pytest.approx(0.040)
+
 
 def test_per_step_and_per_token_latencies_differ_by_the_commit_length():
     commits = [5, 1, 3, 5, 2, 4]
@@ -75,7 +89,8 @@ def test_per_step_and_per_token_latencies_differ_by_the_commit_length():
     rel = out["per_step_relation"]
     assert rel["mean_commit_len"] == pytest.approx(sum(commits) / len(commits))
     assert rel["mean_inter_step_latency_s"] == pytest.approx(
-        rel["mean_inter_token_latency_s"] * rel["mean_commit_len"])
+        rel["mean_inter_token_latency_s"] * rel["mean_commit_len"]
+    )
     assert rel["mean_inter_step_latency_s"] == pytest.approx(step["mean"])
     assert rel["mean_inter_token_latency_s"] == pytest.approx(tok["mean"])
     # per-chunk gaps are per-step gaps here (one chunk per step), as evalscope would print
@@ -118,7 +133,7 @@ def test_concurrency_levels_from_sweep_tags_and_main_from_full_generation():
 
 
 def test_goodput_counts_requests_meeting_every_slo_failed_ones_do_not():
-    fast = trace([2, 2, 2], index=0, step_ms=20.0, ttft_ms=100.0)        # tpot 60/6 = 10 ms
+    fast = trace([2, 2, 2], index=0, step_ms=20.0, ttft_ms=100.0)  # tpot 60/6 = 10 ms
     slow_ttft = trace([2, 2, 2], index=1, step_ms=20.0, ttft_ms=3000.0)
     stall = trace([2, 2, 2], index=2, step_ms=[20.0, 400.0, 20.0], ttft_ms=100.0)
     failed = trace([2], index=3, error=ErrorInfo(kind="http_status", message="503"))
@@ -139,11 +154,14 @@ def test_goodput_counts_requests_meeting_every_slo_failed_ones_do_not():
     assert g4["good_requests"] == 2
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("ttft=2s,tpot=50ms", {"ttft": 2.0, "tpot": 0.05}),
-    (" step = 120ms , itl=30ms ", {"step": 0.12, "itl": 0.03}),
-    ("e2e=1.5s,ttft=500us", {"e2e": 1.5, "ttft": 0.0005}),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("ttft=2s,tpot=50ms", {"ttft": 2.0, "tpot": 0.05}),
+        (" step = 120ms , itl=30ms ", {"step": 0.12, "itl": 0.03}),
+        ("e2e=1.5s,ttft=500us", {"e2e": 1.5, "ttft": 0.0005}),
+    ],
+)
 def test_parse_slo(text, expected):
     got = parse_slo(text)
     assert got.keys() == expected.keys()
@@ -151,11 +169,19 @@ def test_parse_slo(text, expected):
         assert got[k] == pytest.approx(v)
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("", "NAME=VALUE"), ("ttft", "cannot read"), ("ttft=2", "needs a unit"),
-    ("latency=2s", "unknown metric"), ("ttft=2s,ttft=3s", "twice"), ("tpot=0ms", "> 0"),
-    ("tpot=50 minutes", "needs a unit"), ("tpot=-5ms", "cannot read"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("", "NAME=VALUE"),
+        ("ttft", "cannot read"),
+        ("ttft=2", "needs a unit"),
+        ("latency=2s", "unknown metric"),
+        ("ttft=2s,ttft=3s", "twice"),
+        ("tpot=0ms", "> 0"),
+        ("tpot=50 minutes", "needs a unit"),
+        ("tpot=-5ms", "cannot read"),
+    ],
+)
 def test_parse_slo_rejects_bad_text_with_a_clear_message(text, needle):
     with pytest.raises(SloError, match=needle):
         parse_slo(text)
@@ -163,8 +189,10 @@ def test_parse_slo_rejects_bad_text_with_a_clear_message(text, needle):
 
 def test_intervals_bracket_the_statistic_and_need_two_requests():
     rng = np.random.default_rng(1)
-    reqs = [trace([2, 3, 2], index=i, ttft_ms=float(v)) for i, v in
-            enumerate(rng.normal(200, 30, 40).clip(50))]
+    reqs = [
+        trace([2, 3, 2], index=i, ttft_ms=float(v))
+        for i, v in enumerate(rng.normal(200, 30, 40).clip(50))
+    ]
     ttft = serving_metrics(reqs)["run"]["ttft_s"]
     lo, hi = ttft["mean_ci"]
     assert lo < ttft["mean"] < hi
@@ -173,8 +201,10 @@ def test_intervals_bracket_the_statistic_and_need_two_requests():
     one = serving_metrics([reqs[0]])["run"]["ttft_s"]
     assert one["mean_ci"] is None
     # the pooled per-step mean resamples whole requests: its interval brackets the mean
-    mixed = [trace([2, 2, 2, 2], index=i, step_ms=float(s)) for i, s in
-             enumerate([30, 35, 40, 45, 50, 55, 60, 65])]
+    mixed = [
+        trace([2, 2, 2, 2], index=i, step_ms=float(s))
+        for i, s in enumerate([30, 35, 40, 45, 50, 55, 60, 65])
+    ]
     st = serving_metrics(mixed)["run"]["inter_step_latency_s"]
     assert st["mean_ci"][0] < st["mean"] < st["mean_ci"][1]
 
@@ -190,10 +220,13 @@ def test_coalesced_chunks_give_no_per_step_latency_but_keep_chunk_gaps():
 
 
 def test_export_rows_have_the_documented_columns():
-    reqs = [trace([3, 2], index=0), trace([1], index=1, error=ErrorInfo(kind="timeout_total",
-                                                                         message="too slow"))]
-    run = Run(info=RunInfo(run_id="r", args={"slo": {"tpot": 0.05}}, started_perf_ns=0),
-              requests=reqs)
+    reqs = [
+        trace([3, 2], index=0),
+        trace([1], index=1, error=ErrorInfo(kind="timeout_total", message="too slow")),
+    ]
+    run = Run(
+        info=RunInfo(run_id="r", args={"slo": {"tpot": 0.05}}, started_perf_ns=0), requests=reqs
+    )
     req_rows, step_rows = export_rows(run)
     assert [tuple(r) for r in req_rows] == [REQUEST_COLUMNS] * 2
     assert all(tuple(r) == STEP_COLUMNS for r in step_rows)
@@ -239,6 +272,7 @@ def test_fewer_chunks_than_the_servers_listed_steps_are_not_timed():
 
     tr = trace([4, 4, 5, 3], step_ms=[80.0, 85.0, 90.0, 70.0])
     # 8 listed steps commit the stream's 16 decode tokens: 4 chunks merge them
-    tr.server_spec = ServerSpecFields(per_step_accepted=[1, 1, 2, 1, 1, 2, 0, 0],
-                                      source="vllm.metrics")
+    tr.server_spec = ServerSpecFields(
+        per_step_accepted=[1, 1, 2, 1, 1, 2, 0, 0], source="vllm.metrics"
+    )
     assert serving_metrics([tr])["run"]["requests_with_timed_steps"] == 0

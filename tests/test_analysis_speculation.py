@@ -61,18 +61,26 @@ def test_plain_server_declared_off_by_its_info(plain):
 
 def test_declared_drafter_with_every_draft_rejected_is_still_low_acceptance(plain):
     # Same one-token steps, but the server says it drafts 4 per step: the drafter is useless.
-    an = analyze(_run(plain, 3, server_info={"speculative_algorithm": "EAGLE",
-                                             "speculative_num_draft_tokens": 5}))
+    an = analyze(
+        _run(
+            plain,
+            3,
+            server_info={"speculative_algorithm": "EAGLE", "speculative_num_draft_tokens": 5},
+        )
+    )
     assert _ids(an) >= ACCEPTANCE_IDS
     assert not any("speculation" in n and "off" in n for n in an.notes)
 
 
-@pytest.mark.parametrize(("flavor", "present", "absent"), [
-    ("sglang", "--speculative-num-draft-tokens", "--spec-draft-n-max"),
-    ("vllm", "--speculative-config", "--speculative-num-draft-tokens"),
-    ("llamacpp", "--spec-draft-n-max", "--speculative-num-draft-tokens"),
-    ("openai", "draft fewer tokens per step", "--spec"),
-])
+@pytest.mark.parametrize(
+    ("flavor", "present", "absent"),
+    [
+        ("sglang", "--speculative-num-draft-tokens", "--spec-draft-n-max"),
+        ("vllm", "--speculative-config", "--speculative-num-draft-tokens"),
+        ("llamacpp", "--spec-draft-n-max", "--speculative-num-draft-tokens"),
+        ("openai", "draft fewer tokens per step", "--spec"),
+    ],
+)
 def test_next_advice_names_the_servers_own_flags(overhead, plain, flavor, present, absent):
     an = analyze(_run(overhead, 6, flavor=flavor), baseline=_run(plain, 7, flavor=flavor))
     f = next(f for f in an.findings if f.id == "speculation_overhead")
@@ -101,7 +109,9 @@ def test_no_drafter_finding_while_the_state_is_unknown(overhead, plain, monkeypa
 
 def test_speculation_state_rules():
     assert declared({"speculative_num_draft_tokens": None}) == (
-        False, "server info: speculative_num_draft_tokens=None")
+        False,
+        "server info: speculative_num_draft_tokens=None",
+    )
     assert declared({"num_draft_tokens": 4})[0] is True
     assert declared({"vllm_config": {"speculative_config": None}})[0] is False
     assert declared({"vllm_config": {"speculative_config": {"method": "ngram"}}})[0] is True
@@ -116,21 +126,37 @@ def test_speculation_state_rules():
     assert speculation_state({}, ones, [ServerSpecFields(proposed_drafts=30, accepted_drafts=0)]).on
     rec = SpecRecord(format="llamacpp_log", accept_rate=0.0, fields={"accepted": 0, "generated": 9})
     assert speculation_state({}, ones, [], [rec]).on is True
-    zero = SpecRecord(format="prometheus", scope="run_delta",
-                      fields={"delta": {"drafts": 0.0, "accepted_tokens": 0.0}})
+    zero = SpecRecord(
+        format="prometheus",
+        scope="run_delta",
+        fields={"delta": {"drafts": 0.0, "accepted_tokens": 0.0}},
+    )
     assert speculation_state({}, ones, [], [zero]).off
 
 
 def test_server_figures_over_drafted_steps_are_labelled_and_yield_to_all_steps_ones():
     from specscope.analysis.acceptance import from_telemetry
 
-    logged = SpecRecord(format="llamacpp_log", scope="request", commit_len=6.25,
-                        fields={"accepted": 105, "generated": 120,
-                                "commit_len_basis": "drafted_steps"})
-    counters = SpecRecord(format="prometheus", scope="run_delta", commit_len=6.25, n_steps=20,
-                          fields={"delta": {"drafts": 20.0, "accepted_tokens": 105.0}})
-    timings = SpecRecord(format="llamacpp_timings", scope="request", commit_len=3.0, n_steps=50,
-                         fields={"commit_len_basis": "all_steps"})
+    logged = SpecRecord(
+        format="llamacpp_log",
+        scope="request",
+        commit_len=6.25,
+        fields={"accepted": 105, "generated": 120, "commit_len_basis": "drafted_steps"},
+    )
+    counters = SpecRecord(
+        format="prometheus",
+        scope="run_delta",
+        commit_len=6.25,
+        n_steps=20,
+        fields={"delta": {"drafts": 20.0, "accepted_tokens": 105.0}},
+    )
+    timings = SpecRecord(
+        format="llamacpp_timings",
+        scope="request",
+        commit_len=3.0,
+        n_steps=50,
+        fields={"commit_len_basis": "all_steps"},
+    )
     only_drafted = from_telemetry([logged, counters])
     assert only_drafted.per_drafted_step and "per drafted step" in only_drafted.source
     mixed = from_telemetry([logged, counters, timings])

@@ -61,8 +61,9 @@ def test_stalls_are_left_out_and_do_not_bias_the_drift_low():
     z_huber_only, z_kept = [], []
     for seed in range(20):
         rng = np.random.default_rng(seed)
-        s, ctx, pos, rid = _requests(rng, [256, 512, 1024, 2048, 512, 2701],
-                                     [96, 96, 96, 96, 1500, 1500], noise=0.08)
+        s, ctx, pos, rid = _requests(
+            rng, [256, 512, 1024, 2048, 512, 2701], [96, 96, 96, 96, 1500, 1500], noise=0.08
+        )
         for r in range(4):
             s[rng.choice(np.flatnonzero(rid == r), 3, replace=False)] += 0.25
         fit = stm.fit_step_time(s, ctx, pos, request_ids=rid)
@@ -73,8 +74,9 @@ def test_stalls_are_left_out_and_do_not_bias_the_drift_low():
         x = np.column_stack([np.ones_like(s), ctx / stm.KTOK, pos / stm.KTOK])
         start = np.linalg.lstsq(x, s, rcond=None)[0]  # Huber alone, as the fit's first pass
         scale = stats.median_abs_deviation(s - x @ start, scale="normal")
-        huber = optimize.least_squares(lambda b, x=x, s=s: x @ b - s, start, loss="huber",
-                                       f_scale=stm.HUBER_K * scale)
+        huber = optimize.least_squares(
+            lambda b, x=x, s=s: x @ b - s, start, loss="huber", f_scale=stm.HUBER_K * scale
+        )
         z_huber_only.append(huber.x[2] / stm.KTOK / se)
     assert np.mean(z_huber_only) < -0.6
     assert abs(np.mean(z_kept)) < 0.6
@@ -85,8 +87,9 @@ def test_a_second_mode_of_step_times_is_structure_not_stalls():
     drafted nothing): far beyond 6 robust sds of the main mode, but far too many to be stalls,
     so the fit keeps every step."""
     rng = np.random.default_rng(5)
-    s, ctx, pos, rid = _requests(rng, [256, 512, 1024, 2048, 2701], [96, 96, 96, 96, 1500],
-                                 noise=0.03)
+    s, ctx, pos, rid = _requests(
+        rng, [256, 512, 1024, 2048, 2701], [96, 96, 96, 96, 1500], noise=0.03
+    )
     s = s + 0.025 * (rng.random(s.size) < 0.2)
     fit = stm.fit_step_time(s, ctx, pos, request_ids=rid)
     assert fit.stalls == 0 and fit.stall_above_s is None and fit.kept.all()

@@ -10,16 +10,33 @@ from specscope.probe.workloads import material
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace
 
 
-def _trace(i: int, commits: list[int], *, category: str | None = None, text: str = "",
-           prompt: str = "p", ttft_ms: int = 100, cached: int | None = None,
-           fields: dict[str, int] | None = None, step_ms: int = 20) -> RequestTrace:
+def _trace(
+    i: int,
+    commits: list[int],
+    *,
+    category: str | None = None,
+    text: str = "",
+    prompt: str = "p",
+    ttft_ms: int = 100,
+    cached: int | None = None,
+    fields: dict[str, int] | None = None,
+    step_ms: int = 20,
+) -> RequestTrace:
     t0 = i * 10**10
     chunks = [Chunk(t_ns=t0 + ttft_ms * 10**6, n_tokens=1)]
     for k, c in enumerate(commits, 1):
         chunks.append(Chunk(t_ns=t0 + (ttft_ms + k * step_ms) * 10**6, n_tokens=c))
-    return RequestTrace(index=i, spec=RequestSpec(prompt=prompt, category=category), t_send_ns=t0,
-                        chunks=chunks, completion_tokens=1 + sum(commits), text=text,
-                        t_end_ns=chunks[-1].t_ns, cached_tokens=cached, delta_fields=fields)
+    return RequestTrace(
+        index=i,
+        spec=RequestSpec(prompt=prompt, category=category),
+        t_send_ns=t0,
+        chunks=chunks,
+        completion_tokens=1 + sum(commits),
+        text=text,
+        t_end_ns=chunks[-1].t_ns,
+        cached_tokens=cached,
+        delta_fields=fields,
+    )
 
 
 def test_loops_are_found_and_real_text_is_not():
@@ -36,11 +53,16 @@ def test_loops_are_found_and_real_text_is_not():
 
 def test_category_table_separates_categories_and_shows_loop_inflation():
     loopy = "Start. " + "spam eggs ham " * 40
-    traces = [_trace(0, [1, 2, 1, 1], category="reasoning", text="a b c d e f"),
-              _trace(1, [4, 4, 4, 4], category="code-edit", text=loopy),
-              _trace(2, [2, 2, 2, 2], category="code-edit", text="fine text here")]
+    traces = [
+        _trace(0, [1, 2, 1, 1], category="reasoning", text="a b c d e f"),
+        _trace(1, [4, 4, 4, 4], category="code-edit", text=loopy),
+        _trace(2, [2, 2, 2, 2], category="code-edit", text="fine text here"),
+    ]
     rows = {r["category"]: r for r in category_table(traces)}
-    assert rows["reasoning"]["mean_commit_len"] == 5 / 4 and rows["reasoning"]["commit_source"] == "client"
+    assert (
+        rows["reasoning"]["mean_commit_len"] == 5 / 4
+        and rows["reasoning"]["commit_source"] == "client"
+    )
     assert rows["code-edit"]["mean_commit_len"] == 24 / 8
     assert rows["code-edit"]["looping_requests"] == 1
     assert rows["code-edit"]["mean_commit_len_without_loops"] == 2.0
@@ -55,8 +77,11 @@ def test_prefix_cache_from_server_counts_and_from_repeat_ttft():
     reported = [_trace(0, [1], prompt="a", cached=0), _trace(1, [1], prompt="b", cached=480)]
     pc = prefix_cache(reported)
     assert pc["hits"] == 1 and pc["cached_tokens"] == 480
-    repeats = [_trace(0, [1], prompt="same", ttft_ms=900), _trace(1, [1], prompt="same", ttft_ms=200),
-               _trace(2, [1], prompt="same", ttft_ms=850)]
+    repeats = [
+        _trace(0, [1], prompt="same", ttft_ms=900),
+        _trace(1, [1], prompt="same", ttft_ms=200),
+        _trace(2, [1], prompt="same", ttft_ms=850),
+    ]
     pc = prefix_cache(repeats)
     assert pc["hits"] == 1 and pc["cached_tokens"] is None and "repeat TTFT" in pc["evidence"]
     assert prefix_cache([]) is None
@@ -74,8 +99,13 @@ def test_what_changed_tells_routing_from_acceptance():
     assert v["changed"]["acceptance"] and not v["changed"]["routing"]
     assert v["verdict"] == "changed: acceptance"
     # With an interval, the interval decides (here it includes 1: no change).
-    v = what_changed({"acceptance_factor": 1.2, "acceptance_factor_ci": [0.9, 1.5],
-                      "step_time_factor": 1.0}, off, off, 0.5, 0.5)
+    v = what_changed(
+        {"acceptance_factor": 1.2, "acceptance_factor_ci": [0.9, 1.5], "step_time_factor": 1.0},
+        off,
+        off,
+        0.5,
+        0.5,
+    )
     assert v["changed"]["acceptance"] is False
     assert "unknown" not in v["verdict"]
     assert "routing" in what_changed(same, [_trace(0, [1])], off, None, 0.5)["verdict"]
@@ -86,9 +116,16 @@ def test_copied_share_tells_copying_from_new_text():
 
     story = material.story()
     assert copied_share(story, story[:600]) > 0.95  # regurgitated (its last word is cut)
-    assert copied_share(story, "The baker lifted the loaf out of the oven and found, under "
-                               "the tray, an envelope addressed to someone long gone.") == 0.0
+    assert (
+        copied_share(
+            story,
+            "The baker lifted the loaf out of the oven and found, under "
+            "the tray, an envelope addressed to someone long gone.",
+        )
+        == 0.0
+    )
     assert copied_share(story, "too short") is None and copied_share(None, story) is None
-    rows = category_table([_trace(0, [2, 3, 2], category="long-writing", prompt=story,
-                                  text=story[:400])])
+    rows = category_table(
+        [_trace(0, [2, 3, 2], category="long-writing", prompt=story, text=story[:400])]
+    )
     assert rows[0]["copied_share"] > 0.9

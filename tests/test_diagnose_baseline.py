@@ -20,15 +20,28 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
     spec_srv = twin_server("speculation-overhead", time_scale=0.35)
     # The verdict rests on the full generations' tps (the precision repeats): a token budget, not
     # seconds, so that a loaded machine does not leave fewer of them.
-    shape = ("--quick", "--prompt-tokens", "384", "--max-tokens", "300", "--workload",
-             "long-writing", "--budget-tokens", "900")
+    shape = (
+        "--quick",
+        "--prompt-tokens",
+        "384",
+        "--max-tokens",
+        "300",
+        "--workload",
+        "long-writing",
+        "--budget-tokens",
+        "900",
+    )
     base, proc_a = diagnose_json(base_srv.url, tmp_path / "plain", *shape)
     assert proc_a.returncode == 0, proc_a.stderr[-3000:]
     # no drafter on the plain server: nothing to blame on acceptance, and it says so
-    assert not {"acceptance_low", "speculation_overhead"} & set(finding_ids(base)), finding_ids(base)
+    assert not {"acceptance_low", "speculation_overhead"} & set(finding_ids(base)), finding_ids(
+        base
+    )
     stored = json.loads((Path(base["run_dir"]) / "analysis.json").read_text())
     assert any("speculation is off" in n for n in stored["notes"]), stored["notes"]
-    obj, proc_b = diagnose_json(spec_srv.url, tmp_path / "spec", *shape, "--baseline", base["run_dir"])
+    obj, proc_b = diagnose_json(
+        spec_srv.url, tmp_path / "spec", *shape, "--baseline", base["run_dir"]
+    )
     assert proc_b.returncode == 0, proc_b.stderr[-3000:]
     check_contract(obj)
     assert "speculation_overhead" in finding_ids(obj)
@@ -48,6 +61,10 @@ def test_speculation_overhead_against_a_plain_baseline_and_compare_gate(twin_ser
     assert c["acceptance_factor"] * c["step_time_factor"] == pytest.approx(c["tps_ratio"], rel=1e-6)
     gate = cli("compare", base["run_dir"], obj["run_dir"], "--fail-if-slower", "10%", home=tmp_path)
     assert gate.exit_code == 1, gate.stdout + gate.stderr
-    assert cli("compare", obj["run_dir"], base["run_dir"], "--fail-if-slower", "10%",
-               home=tmp_path).exit_code == 0
+    assert (
+        cli(
+            "compare", obj["run_dir"], base["run_dir"], "--fail-if-slower", "10%", home=tmp_path
+        ).exit_code
+        == 0
+    )
     assert cli("compare", base["run_dir"], str(tmp_path / "nope"), home=tmp_path).exit_code == 2

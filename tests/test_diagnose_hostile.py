@@ -49,12 +49,18 @@ def _server(completions: Any, *, tokenize: bool = True) -> web.Application:
 
 
 def _chunk(ct: int, finish: str | None = None) -> bytes:
-    return sse({"id": "r", "choices": [{"index": 0, "text": " w", "finish_reason": finish}],
-                "usage": {"prompt_tokens": 16, "completion_tokens": ct}})
+    return sse(
+        {
+            "id": "r",
+            "choices": [{"index": 0, "text": " w", "finish_reason": finish}],
+            "usage": {"prompt_tokens": 16, "completion_tokens": ct},
+        }
+    )
 
 
 def _streaming(step_s: float, *, short_until: int = 0) -> Any:
     """max_tokens tokens, one per `step_s`; requests of at most `short_until` tokens at once."""
+
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         n = int(body.get("max_tokens", 16))
@@ -65,6 +71,7 @@ def _streaming(step_s: float, *, short_until: int = 0) -> Any:
             await resp.write(_chunk(i, "length" if i == n else None))
         await resp.write(sse(b"[DONE]"))
         return resp
+
     return completions
 
 
@@ -76,8 +83,20 @@ def test_a_silent_server_is_bounded_by_the_timeout_flags(tmp_path):
 
     with LoopbackServer(_server(silent)) as srv:
         t0 = time.monotonic()
-        proc = _specscope(["diagnose", srv.url, "--out", str(tmp_path / "run"), *QUICK,
-                           "--timeout-first-byte", "1", "--timeout-total", "3"], tmp_path)
+        proc = _specscope(
+            [
+                "diagnose",
+                srv.url,
+                "--out",
+                str(tmp_path / "run"),
+                *QUICK,
+                "--timeout-first-byte",
+                "1",
+                "--timeout-total",
+                "3",
+            ],
+            tmp_path,
+        )
         _, err = _finish(proc)
     assert time.monotonic() - t0 < 60
     assert proc.returncode == 1, err[-3000:]
@@ -100,8 +119,10 @@ def test_an_endless_stream_is_bounded_by_the_total_timeout(tmp_path):
 
     with LoopbackServer(_server(endless)) as srv:
         t0 = time.monotonic()
-        proc = _specscope(["diagnose", srv.url, "--out", str(tmp_path / "run"), *QUICK,
-                           "--timeout-total", "2"], tmp_path)
+        proc = _specscope(
+            ["diagnose", srv.url, "--out", str(tmp_path / "run"), *QUICK, "--timeout-total", "2"],
+            tmp_path,
+        )
         _, err = _finish(proc)
     assert time.monotonic() - t0 < 60
     assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
@@ -112,8 +133,20 @@ def test_an_endless_stream_is_bounded_by_the_total_timeout(tmp_path):
 def test_ctrl_c_during_the_full_generation_keeps_the_request_in_flight(tmp_path):
     run_dir = tmp_path / "run"
     with LoopbackServer(_server(_streaming(0.05, short_until=32))) as srv:
-        proc = _specscope(["diagnose", srv.url, "--out", str(run_dir), "--quick",
-                           "--prompt-tokens", "16", "--max-tokens", "2000"], tmp_path)
+        proc = _specscope(
+            [
+                "diagnose",
+                srv.url,
+                "--out",
+                str(run_dir),
+                "--quick",
+                "--prompt-tokens",
+                "16",
+                "--max-tokens",
+                "2000",
+            ],
+            tmp_path,
+        )
         path = run_dir / "requests.jsonl"
         deadline = time.monotonic() + WAIT_S
         while not (path.is_file() and path.read_text().count("\n") >= 1):  # calibration done
@@ -142,19 +175,36 @@ def test_ctrl_c_during_the_full_generation_keeps_the_request_in_flight(tmp_path)
 def test_prompt_file_local_tokenizer_model_and_same_prompt(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    prose = ("The river ran past the old mill where the miller kept his stones dry and his "
-             "accounts in a green ledger that nobody else was allowed to read. ") * 4
+    prose = (
+        "The river ran past the old mill where the miller kept his stones dry and his "
+        "accounts in a green ledger that nobody else was allowed to read. "
+    ) * 4
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(set(prose.split())))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "prompt.txt").write_text(prose)
     with LoopbackServer(_server(_streaming(0.002), tokenize=False)) as srv:
-        proc = _specscope(["diagnose", srv.url, "--out", str(tmp_path / "run"), "--quick",
-                           "--json", "--max-tokens", "24", "--prompt-file",
-                           str(tmp_path / "prompt.txt"), "--tokenizer",
-                           str(tmp_path / "tokenizer.json"), "--model", "my-model",
-                           "--same-prompt"], tmp_path)
+        proc = _specscope(
+            [
+                "diagnose",
+                srv.url,
+                "--out",
+                str(tmp_path / "run"),
+                "--quick",
+                "--json",
+                "--max-tokens",
+                "24",
+                "--prompt-file",
+                str(tmp_path / "prompt.txt"),
+                "--tokenizer",
+                str(tmp_path / "tokenizer.json"),
+                "--model",
+                "my-model",
+                "--same-prompt",
+            ],
+            tmp_path,
+        )
         out, err = _finish(proc)
         bodies = srv.posts("/v1/completions")
     assert proc.returncode == 0, err[-3000:]

@@ -14,8 +14,19 @@ from support.diagnose import WAIT_S, cli, specscope, wait_for_requests
 def test_ctrl_c_keeps_what_was_measured_and_reports_partial(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0)
     run_dir = tmp_path / "run"
-    proc = start_cli(["diagnose", srv.url, "--out", str(run_dir), "--prompt-tokens", "512",
-                      "--max-tokens", "1500"], tmp_path)
+    proc = start_cli(
+        [
+            "diagnose",
+            srv.url,
+            "--out",
+            str(run_dir),
+            "--prompt-tokens",
+            "512",
+            "--max-tokens",
+            "1500",
+        ],
+        tmp_path,
+    )
     try:
         wait_for_requests(run_dir, 2, proc)  # calibration + the full generation
         proc.send_signal(signal.SIGINT)
@@ -38,8 +49,20 @@ def test_ctrl_c_keeps_what_was_measured_and_reports_partial(twin_server, tmp_pat
 def test_server_dying_mid_run_reports_what_was_measured_plus_errors(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0)
     run_dir = tmp_path / "run"
-    proc = start_cli(["diagnose", srv.url, "--json", "--out", str(run_dir),
-                      "--prompt-tokens", "512", "--max-tokens", "1500"], tmp_path)
+    proc = start_cli(
+        [
+            "diagnose",
+            srv.url,
+            "--json",
+            "--out",
+            str(run_dir),
+            "--prompt-tokens",
+            "512",
+            "--max-tokens",
+            "1500",
+        ],
+        tmp_path,
+    )
     try:
         wait_for_requests(run_dir, 2, proc)
         srv.stop()
@@ -69,13 +92,28 @@ def test_a_flaky_server_gets_its_errors_recorded_and_exit_1(twin_server, tmp_pat
     """5xx answers and cut streams (the twin's faults, seeded): every request is still
     recorded, the report lists the errors, the diagnosis covers the requests that worked."""
     sc = load_scenario("healthy")
-    sc = sc.model_copy(update={"faults": sc.faults.model_copy(
-        update={"error_5xx_prob": 0.25, "disconnect_prob": 0.15})})
+    sc = sc.model_copy(
+        update={
+            "faults": sc.faults.model_copy(update={"error_5xx_prob": 0.25, "disconnect_prob": 0.15})
+        }
+    )
     srv = twin_server(sc, time_scale=1.0)
     out = tmp_path / "run"
-    proc = specscope("diagnose", srv.url, "--json", "--quick", "--out", str(out),
-                     "--prompt-tokens", "256", "--max-tokens", "300", "--budget-s", "6",
-                     home=tmp_path)
+    proc = specscope(
+        "diagnose",
+        srv.url,
+        "--json",
+        "--quick",
+        "--out",
+        str(out),
+        "--prompt-tokens",
+        "256",
+        "--max-tokens",
+        "300",
+        "--budget-s",
+        "6",
+        home=tmp_path,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     obj = json.loads(proc.stdout)

@@ -15,8 +15,19 @@ from specscope.analysis import precision as pr
 from support.cli import start_cli
 from support.diagnose import WAIT_S, diagnose_json, specscope, wait_for_requests
 
-ARGS = ("--backend", "twin", "--scenario", "healthy", "--time-scale", "0.3", "--quick",
-        "--prompt-tokens", "256", "--max-tokens", "200")
+ARGS = (
+    "--backend",
+    "twin",
+    "--scenario",
+    "healthy",
+    "--time-scale",
+    "0.3",
+    "--quick",
+    "--prompt-tokens",
+    "256",
+    "--max-tokens",
+    "200",
+)
 
 
 def test_json_and_reports_say_what_the_repeats_reached(tmp_path):
@@ -42,8 +53,17 @@ def test_json_and_reports_say_what_the_repeats_reached(tmp_path):
 
 def test_terminal_report_and_budget_stop(tmp_path):
     out = tmp_path / "run"
-    proc = specscope("diagnose", "--out", str(out), *ARGS, "--precision", "0.01",
-                     "--budget-tokens", "400", home=tmp_path)
+    proc = specscope(
+        "diagnose",
+        "--out",
+        str(out),
+        *ARGS,
+        "--precision",
+        "0.01",
+        "--budget-tokens",
+        "400",
+        home=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "precision" in proc.stdout and "stopped by the budget" in proc.stdout, proc.stdout
     analysis = json.loads((out / "analysis.json").read_text())
@@ -51,8 +71,9 @@ def test_terminal_report_and_budget_stop(tmp_path):
     assert analysis["precision"]["added_requests"] == 2  # 400 tokens at 200 a request
 
 
-@pytest.mark.parametrize("flag,value", [("--precision", "1.5"), ("--budget-s", "inf"),
-                                        ("--budget-tokens", "-5")])
+@pytest.mark.parametrize(
+    "flag,value", [("--precision", "1.5"), ("--budget-s", "inf"), ("--budget-tokens", "-5")]
+)
 def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
     proc = specscope("diagnose", "http://127.0.0.1:9", flag, value, home=tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stderr
@@ -61,8 +82,10 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
 
 def test_ctrl_c_during_the_repeats_keeps_them_and_says_so(tmp_path):
     out = tmp_path / "run"
-    proc = start_cli(["diagnose", "--out", str(out), *ARGS, "--precision", "0.001",
-                      "--time-scale", "1.0"], tmp_path)
+    proc = start_cli(
+        ["diagnose", "--out", str(out), *ARGS, "--precision", "0.001", "--time-scale", "1.0"],
+        tmp_path,
+    )
     try:
         steps = _planned_steps(out, proc)
         plan_requests = 1 + sum(st["repeat"] * st["concurrency"] for st in steps)

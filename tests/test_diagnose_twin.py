@@ -26,9 +26,20 @@ def test_seed_regression_embedded_default_finds_the_story(tmp_path):
     """No URL: the embedded twin (seed-regression) is started, diagnosed and stopped; its log
     and /metrics are read as server evidence."""
     out = tmp_path / "seed"
-    obj, proc = diagnose_json(None, out, "--scenario", "seed-regression", "--time-scale", "0.3",
-                              "--prompt-tokens", "1000", "--max-tokens", "1000",
-                              "--budget-s", REPEAT_BUDGET_S)
+    obj, proc = diagnose_json(
+        None,
+        out,
+        "--scenario",
+        "seed-regression",
+        "--time-scale",
+        "0.3",
+        "--prompt-tokens",
+        "1000",
+        "--max-tokens",
+        "1000",
+        "--budget-s",
+        REPEAT_BUDGET_S,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_contract(obj)
     ids = finding_ids(obj)
@@ -43,12 +54,21 @@ def test_seed_regression_embedded_default_finds_the_story(tmp_path):
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and run["args"]["plan"]["steps"]
     tags = {json.loads(line)["spec"]["tag"] for line in (run_dir / "requests.jsonl").open()}
-    assert {"full_generation", "two_point:n1", "two_point:n2", "context_sweep:256",
-            "output_sweep:1000"} <= tags
+    assert {
+        "full_generation",
+        "two_point:n1",
+        "two_point:n2",
+        "context_sweep:256",
+        "output_sweep:1000",
+    } <= tags
     page = parse_page(run_dir / "report.html")
     series = json.loads((run_dir / "analysis.json").read_text())["series"]
-    assert {"commit_len_histogram", "commit_len_by_position", "step_time_by_position",
-            "two_point_vs_full"} <= set(series)
+    assert {
+        "commit_len_histogram",
+        "commit_len_by_position",
+        "step_time_by_position",
+        "two_point_vs_full",
+    } <= set(series)
     for key in series:  # every series the analysis produced is drawn
         assert f"plot-{key}" in page.ids, key
     assert "embedded server: twin scenario seed-regression" in proc.stderr
@@ -60,15 +80,32 @@ def test_seed_regression_embedded_default_finds_the_story(tmp_path):
 
 def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0, log_file=tmp_path / "server.log")
-    obj, proc = diagnose_json(srv.url, tmp_path / "healthy", "--quick", "--prompt-tokens", "512",
-                              "--max-tokens", "600", "--logs", str(tmp_path / "server.log"),
-                              "--metrics-url", srv.url + "/metrics", "--concurrency", "1,2",
-                              *MAIN_ONLY)
+    obj, proc = diagnose_json(
+        srv.url,
+        tmp_path / "healthy",
+        "--quick",
+        "--prompt-tokens",
+        "512",
+        "--max-tokens",
+        "600",
+        "--logs",
+        str(tmp_path / "server.log"),
+        "--metrics-url",
+        srv.url + "/metrics",
+        "--concurrency",
+        "1,2",
+        *MAIN_ONLY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_contract(obj)
     ids = finding_ids(obj)
-    for wrong in ("acceptance_decay", "acceptance_low", "step_time_drift", "chunk_coalescing",
-                  "draft_window"):
+    for wrong in (
+        "acceptance_decay",
+        "acceptance_low",
+        "step_time_drift",
+        "chunk_coalescing",
+        "draft_window",
+    ):
         assert wrong not in ids, ids
     assert obj["mean_commit_len"] > 4.0
     # every claim tested is in the JSON with its outcome; none of the wrong ones was reported
@@ -88,8 +125,18 @@ def test_healthy_server_has_no_acceptance_or_drift_finding(twin_server, tmp_path
 def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
     log = tmp_path / "server.log"
     srv = twin_server("coalescing", time_scale=1.0, log_file=log)
-    obj, proc = diagnose_json(srv.url, tmp_path / "coal", "--quick", "--prompt-tokens", "512",
-                              "--max-tokens", "600", "--logs-cmd", f"cat {log}", *MAIN_ONLY)
+    obj, proc = diagnose_json(
+        srv.url,
+        tmp_path / "coal",
+        "--quick",
+        "--prompt-tokens",
+        "512",
+        "--max-tokens",
+        "600",
+        "--logs-cmd",
+        f"cat {log}",
+        *MAIN_ONLY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "chunk_coalescing" in finding_ids(obj)
     notes = json.loads((Path(obj["run_dir"]) / "run.json").read_text())["notes"]
@@ -102,8 +149,16 @@ def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
 @pytest.mark.slow
 def test_draft_window_is_named(twin_server, tmp_path):
     srv = twin_server("draft-window", time_scale=1.0)
-    obj, proc = diagnose_json(srv.url, tmp_path / "dw", "--prompt-tokens", "1500",
-                              "--max-tokens", "1200", "--quick", *MAIN_ONLY)
+    obj, proc = diagnose_json(
+        srv.url,
+        tmp_path / "dw",
+        "--prompt-tokens",
+        "1500",
+        "--max-tokens",
+        "1200",
+        "--quick",
+        *MAIN_ONLY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ids = finding_ids(obj)
     assert "draft_window" in ids, ids
@@ -116,23 +171,43 @@ def test_draft_window_is_named(twin_server, tmp_path):
 
 def test_server_strings_are_escaped_in_the_written_report(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=1.0, served_model_name=HOSTILE)
-    obj, proc = diagnose_json(srv.url, tmp_path / "esc", "--quick", "--prompt-tokens", "256",
-                              "--max-tokens", "200", *MAIN_ONLY)
+    obj, proc = diagnose_json(
+        srv.url,
+        tmp_path / "esc",
+        "--quick",
+        "--prompt-tokens",
+        "256",
+        "--max-tokens",
+        "200",
+        *MAIN_ONLY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (Path(obj["run_dir"]) / "report.html").read_text()
     assert HOSTILE not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert HOSTILE in "".join(parse_page(Path(obj["run_dir"]) / "report.html").text)
     md = tmp_path / "r.md"
-    rep = cli("report", obj["run_dir"], "--markdown", str(md), "--html", str(tmp_path / "r.html"),
-              home=tmp_path)
+    rep = cli(
+        "report",
+        obj["run_dir"],
+        "--markdown",
+        str(md),
+        "--html",
+        str(tmp_path / "r.html"),
+        home=tmp_path,
+    )
     assert rep.exit_code == 0, rep.stderr
     assert HOSTILE not in md.read_text() and (tmp_path / "r.html").is_file()
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    for args in (["--baseline", str(tmp_path / "missing")], ["--logs", str(tmp_path / "no.log")],
-                 ["--prompt-tokens", "0"], ["--repeat", "0"], ["--concurrency", "1,x"]):
+    for args in (
+        ["--baseline", str(tmp_path / "missing")],
+        ["--logs", str(tmp_path / "no.log")],
+        ["--prompt-tokens", "0"],
+        ["--repeat", "0"],
+        ["--concurrency", "1,x"],
+    ):
         res = cli("diagnose", "http://127.0.0.1:9", *args, home=tmp_path)
         assert res.exit_code == 2, (args, res.stderr)
         assert "Traceback" not in res.stderr and "error:" in res.stderr
@@ -140,8 +215,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 def test_unreachable_server_exits_1_without_traceback(tmp_path):
-    res = cli("diagnose", "http://127.0.0.1:9", "--quick", "--out", str(tmp_path / "x"),
-              home=tmp_path)
+    res = cli(
+        "diagnose", "http://127.0.0.1:9", "--quick", "--out", str(tmp_path / "x"), home=tmp_path
+    )
     assert res.exit_code == 1, res.stderr
     assert "Traceback" not in res.stderr and "not reachable" in res.stderr
     res = cli("diagnose", "http://127.0.0.1:9", "--json", home=tmp_path)

@@ -32,7 +32,11 @@ pytestmark = pytest.mark.engine
 
 CONFIG = dataclasses.replace(TINY_CONFIG, num_layers=4)
 TAPS = (0, 2)
-PROMPTS = [[5, 17, 23, 42, 8, 5, 17, 23, 42, 8, 5, 17, 23], [61, 3, 3, 70, 61, 3, 3, 70, 61, 3], [11]]
+PROMPTS = [
+    [5, 17, 23, 42, 8, 5, 17, 23, 42, 8, 5, 17, 23],
+    [61, 3, 3, 70, 61, 3, 3, 70, 61, 3],
+    [11],
+]
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
 
@@ -42,8 +46,9 @@ def tiny():
 
 
 def _cache(loaded) -> KVCache:
-    return KVCache.for_model(loaded.config, pool_tokens=2048, page_size=16, dtype=torch.float32,
-                             device=loaded.device)
+    return KVCache.for_model(
+        loaded.config, pool_tokens=2048, page_size=16, dtype=torch.float32, device=loaded.device
+    )
 
 
 @pytest.mark.parametrize("new", ["decode", "chain", "tree"])
@@ -65,8 +70,10 @@ def test_captured_taps_equal_the_eager_forward(tiny, new):
     positions = [0, 1, 1, 2, 2] if new == "tree" else list(range(q))
     results = []
     for runner in (graphs, eager):
-        work = [Work(s, [7, 9, 11, 13, 15][:q], [s.context_len + p for p in positions[:q]], mask)
-                for s in seqs]
+        work = [
+            Work(s, [7, 9, 11, 13, 15][:q], [s.context_len + p for p in positions[:q]], mask)
+            for s in seqs
+        ]
         _, logits, hidden = runner.forward_hidden(work, TAPS)
         results.append(([h.clone() for h in hidden], logits.tensor[:, :q].clone()))
         for w in work:
@@ -80,7 +87,9 @@ def test_captured_taps_equal_the_eager_forward(tiny, new):
 
 @pytest.fixture(scope="module")
 def drafter_dir(tiny, tmp_path_factory):
-    cfg = dflash_model.DFlashConfig.for_target("tiny", tiny.config, num_layers=2, block_size=6, num_taps=2)
+    cfg = dflash_model.DFlashConfig.for_target(
+        "tiny", tiny.config, num_layers=2, block_size=6, num_taps=2
+    )
     cfg = dataclasses.replace(cfg, target_layer_ids=list(TAPS))
     model = dflash_model.DFlashDraftModel(cfg)
     model.init_weights(seed=1, embed_std=1.0)
@@ -91,13 +100,20 @@ def drafter_dir(tiny, tmp_path_factory):
 
 
 def _backend(loaded, **spec):
-    opts = EngineOptions.from_flags(device="cuda", page_size=16, max_batch=4, torch_compile=False, **spec)
+    opts = EngineOptions.from_flags(
+        device="cuda", page_size=16, max_batch=4, torch_compile=False, **spec
+    )
     return assemble(loaded, _cache(loaded), opts)
 
 
-@pytest.mark.parametrize("spec", [{"verify": "chain", "num_draft_tokens": 5},
-                                  {"verify": "tree", "num_draft_tokens": 5, "budget": 16}],
-                         ids=["chain", "tree"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"verify": "chain", "num_draft_tokens": 5},
+        {"verify": "tree", "num_draft_tokens": 5, "budget": 16},
+    ],
+    ids=["chain", "tree"],
+)
 def test_dflash_on_the_fast_path_is_lossless(tiny, drafter_dir, spec):
     reference, _ = run_to_end(_backend(tiny), PROMPTS, GREEDY)
     backend = _backend(tiny, drafter=f"dflash:{drafter_dir}", **spec)

@@ -49,7 +49,9 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def drafter_dir(tiny, tmp_path_factory):
-    cfg = dflash_model.DFlashConfig.for_target("tiny", tiny.config, num_layers=2, block_size=6, num_taps=2)
+    cfg = dflash_model.DFlashConfig.for_target(
+        "tiny", tiny.config, num_layers=2, block_size=6, num_taps=2
+    )
     model = dflash_model.DFlashDraftModel(cfg)
     model.init_weights(seed=1, embed_std=1.0)
     # Larger weights than N(0, 0.02): drafts that depend visibly on the context features.
@@ -60,7 +62,9 @@ def drafter_dir(tiny, tmp_path_factory):
 
 
 def _backend(loaded, page_size: int, **spec) -> EngineBackend:
-    kv = KVCache.for_model(loaded.config, pool_tokens=2048 // page_size * page_size, page_size=page_size)
+    kv = KVCache.for_model(
+        loaded.config, pool_tokens=2048 // page_size * page_size, page_size=page_size
+    )
     return assemble(loaded, kv, EngineOptions.from_flags(page_size=page_size, max_batch=4, **spec))
 
 
@@ -99,19 +103,31 @@ def test_dflash_speculation_is_lossless(tiny, reference, drafter_dir, spec, page
 
 def _full_taps(loaded, tokens, taps):
     cfg = loaded.config
-    kv = KVCache(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                 num_pages=8, page_size=16)
+    kv = KVCache(
+        num_layers=cfg.num_layers,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        num_pages=8,
+        page_size=16,
+    )
     seq = kv.admit("x", len(tokens))
-    item = NewTokens(list(tokens), list(range(len(tokens))), kv.alloc_slots(seq, len(tokens)),
-                     kv.context_slots(seq))
-    _, hidden = loaded.model.forward_taps(ForwardBatch.pack([item], "cpu", kv.pad_slot), kv, taps, False)
+    item = NewTokens(
+        list(tokens),
+        list(range(len(tokens))),
+        kv.alloc_slots(seq, len(tokens)),
+        kv.context_slots(seq),
+    )
+    _, hidden = loaded.model.forward_taps(
+        ForwardBatch.pack([item], "cpu", kv.pad_slot), kv, taps, False
+    )
     return hidden[0]
 
 
 @pytest.mark.parametrize("verify", ["chain", "tree"])
 def test_context_features_follow_the_committed_sequence(tiny, drafter_dir, verify):
-    backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", verify=verify,
-                       num_draft_tokens=5, budget=16)
+    backend = _backend(
+        tiny, 16, drafter=f"dflash:{drafter_dir}", verify=verify, num_draft_tokens=5, budget=16
+    )
     run_to_end(backend, PROMPTS[:2], GREEDY, release=False)
     drafter = backend.stepper.drafter
     for rid in ("r0", "r1"):
@@ -150,8 +166,11 @@ def test_reload_gives_the_same_drafts_and_window_limits_the_view(tiny, drafter_d
     ctx = alone._contexts["a"]
     ctx.keys = [k[-4:] for k in ctx.keys]
     ctx.values = [v[-4:] for v in ctx.values]
-    np.testing.assert_allclose(alone.propose([DraftRequest("a", tokens, 5)])[0].topk_logprobs,
-                               windowed.topk_logprobs, atol=1e-5)
+    np.testing.assert_allclose(
+        alone.propose([DraftRequest("a", tokens, 5)])[0].topk_logprobs,
+        windowed.topk_logprobs,
+        atol=1e-5,
+    )
     assert not np.allclose(windowed.topk_logprobs, full.topk_logprobs, atol=1e-3)
 
 
@@ -166,7 +185,9 @@ def test_bad_drafter_files_and_targets_are_refused(tiny, drafter_dir, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**raw, "num_layers": 3}))
     with pytest.raises(ValueError, match="does not match its config"):
         dflash_model.load(tmp_path)
-    other = random_model(TINY_CONFIG.__class__(**{**TINY_CONFIG.__dict__, "hidden_size": 48}), seed=1)
+    other = random_model(
+        TINY_CONFIG.__class__(**{**TINY_CONFIG.__dict__, "hidden_size": 48}), seed=1
+    )
     with pytest.raises(ValueError, match="made for a target"):
         DFlashDrafter(dflash_model.load(drafter_dir), other.model)
     with pytest.raises(ValueError, match="drafts at most 5"):
@@ -177,8 +198,9 @@ def test_sampled_dflash_speculation_is_reproducible(tiny, drafter_dir):
     params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
     runs = []
     for verify in ("chain", "chain", "tree"):
-        backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", verify=verify,
-                           num_draft_tokens=4, budget=8)
+        backend = _backend(
+            tiny, 16, drafter=f"dflash:{drafter_dir}", verify=verify, num_draft_tokens=4, budget=8
+        )
         for i, p in enumerate(PROMPTS[:2]):
             backend.prefill_sync(f"s{i}", p, params)
         out = {"s0": [], "s1": []}

@@ -19,8 +19,12 @@ from specscope.engine.speculative import dflash_model  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
-PROMPTS = [("code-completion", [5, 17, 23, 42, 8, 5, 17, 23]), ("chat", [61, 3, 3, 70, 61, 3]),
-           ("code-completion", [11, 12, 13, 14, 15]), ("chat", [40, 2, 90, 33, 7, 21, 64])]
+PROMPTS = [
+    ("code-completion", [5, 17, 23, 42, 8, 5, 17, 23]),
+    ("chat", [61, 3, 3, 70, 61, 3]),
+    ("code-completion", [11, 12, 13, 14, 15]),
+    ("chat", [40, 2, 90, 33, 7, 21, 64]),
+]
 EVAL = [("code-completion", [9, 8, 7, 6, 5]), ("chat", [30, 31, 32, 30, 31])]
 
 
@@ -38,11 +42,36 @@ def tiny():
 
 
 def _args(out, cache, seed=0):
-    return train_dflash.parse_args([
-        "--out", str(out), "--cache-dir", str(cache), "--steps", "60", "--seed", str(seed),
-        "--draft-layers", "1", "--block-size", "5", "--gamma", "4", "--response-tokens", "40",
-        "--anchors", "8", "--lr", "0.003", "--eval-tokens", "24", "--eval-budget", "8",
-        "--save-dtype", "float32"])
+    return train_dflash.parse_args(
+        [
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(cache),
+            "--steps",
+            "60",
+            "--seed",
+            str(seed),
+            "--draft-layers",
+            "1",
+            "--block-size",
+            "5",
+            "--gamma",
+            "4",
+            "--response-tokens",
+            "40",
+            "--anchors",
+            "8",
+            "--lr",
+            "0.003",
+            "--eval-tokens",
+            "24",
+            "--eval-budget",
+            "8",
+            "--save-dtype",
+            "float32",
+        ]
+    )
 
 
 def test_training_runs_writes_and_reloads(tiny, tmp_path):
@@ -75,7 +104,11 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     # The card's command is a command: its flags parse back to the same settings.
     words = saved["command"].split()[3:]
     again_args = train_dflash.parse_args(words)
-    assert again_args.block_size == 5 and again_args.eager is False and again_args.evaluate_only is False
+    assert (
+        again_args.block_size == 5
+        and again_args.eager is False
+        and again_args.evaluate_only is False
+    )
 
     # --evaluate-only re-measures the drafter in --out (another device, the fast path) and
     # updates its card, without training again.
@@ -92,7 +125,10 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     # Same seed and steps: same weights; the data comes from the cache the first run wrote.
     again = train_dflash.run(_args(tmp_path / "e", tmp_path / "c"), tiny, PROMPTS, [], logs.append)
     assert again["data"]["cached"] is True
-    a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "e" / "model.safetensors"))
+    a, b = (
+        load_file(str(out / "model.safetensors")),
+        load_file(str(tmp_path / "e" / "model.safetensors")),
+    )
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -101,7 +137,12 @@ def test_repeated_prompts_are_trained_once_and_never_evaluated():
     held = [("chat", [1, 2, 3]), ("chat", [7, 8]), ("chat", [7, 8])]
     kept, unseen, stats = train_dflash.distinct_split(train, held)
     assert kept == [("chat", [1, 2, 3]), ("code-edit", [4, 5])] and unseen == [("chat", [7, 8])]
-    assert stats == {"prompts_rendered": 3, "prompts_distinct": 2, "eval_rendered": 3, "eval_unseen": 1}
+    assert stats == {
+        "prompts_rendered": 3,
+        "prompts_distinct": 2,
+        "eval_rendered": 3,
+        "eval_unseen": 1,
+    }
 
 
 def test_small_categories_give_distinct_prompts_and_evaluation_avoids_training():
@@ -113,8 +154,13 @@ def test_small_categories_give_distinct_prompts_and_evaluation_avoids_training()
     from specscope.probe.workloads.categories import CATEGORIES
 
     assert texts[0] == train_dflash._render(CATEGORIES["summarisation"](0), 1200)  # unchanged
-    held = train_dflash.category_texts(["summarisation", "multi-turn"], 4, train_dflash.EVAL_SEED_OFFSET,
-                                       1200, avoid=frozenset(texts))
+    held = train_dflash.category_texts(
+        ["summarisation", "multi-turn"],
+        4,
+        train_dflash.EVAL_SEED_OFFSET,
+        1200,
+        avoid=frozenset(texts),
+    )
     assert len(held) == 8 and not {t for _, t in held} & set(texts)
     assert all(len(t) <= 1200 + 400 for _, t in train + held)  # the cut still bounds a prompt
 
@@ -132,7 +178,18 @@ def test_anchors_leave_a_full_block_and_weights_decay():
 
 
 def test_bad_arguments_exit_2(capsys, tmp_path):
-    assert train_dflash.main(["--out", str(tmp_path), "--categories", "poetry", "--target",
-                              str(tmp_path / "missing.gguf")]) == 2
+    assert (
+        train_dflash.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--categories",
+                "poetry",
+                "--target",
+                str(tmp_path / "missing.gguf"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("train_dflash:")

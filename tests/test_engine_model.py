@@ -48,8 +48,13 @@ def make_backend(
     lm: LoadedModel, page_size: int, policy: str, pool_tokens: int = 2048, seed: int = 7
 ):
     cfg = lm.config
-    kv = KVCache.for_model(cfg, pool_tokens=pool_tokens // page_size * page_size,
-                           page_size=page_size, policy=policy, seed=seed)
+    kv = KVCache.for_model(
+        cfg,
+        pool_tokens=pool_tokens // page_size * page_size,
+        page_size=page_size,
+        policy=policy,
+        seed=seed,
+    )
     return EngineBackend(lm, kv, max_batch=8)
 
 

@@ -43,20 +43,44 @@ def test_kernel_equals_sdpa_over_the_gathered_context(splits, q):
         return pages[i][r // page] * page + r % page
 
     fused = torch.randn(b, q, kvh * g + 2 * kvh, d, device="cuda")
-    qh, kn, vn = fused[:, :, : kvh * g], fused[:, :, kvh * g : kvh * g + kvh], fused[:, :, kvh * g + kvh :]
+    qh, kn, vn = (
+        fused[:, :, : kvh * g],
+        fused[:, :, kvh * g : kvh * g + kvh],
+        fused[:, :, kvh * g + kvh :],
+    )
     masks = [(torch.rand(q, q) < 0.5).tril() for _ in range(b)]
     bits = torch.tensor([mask_bits(m.tolist()) for m in masks], device="cuda")
-    write = torch.tensor([[slot(i, lens[i] + j) for j in range(q)] for i in range(b)], device="cuda")
+    write = torch.tensor(
+        [[slot(i, lens[i] + j) for j in range(q)] for i in range(b)], device="cuda"
+    )
     k_pool, v_pool = kp.clone(), vp.clone()
-    out = paged_attention(qh, kn, vn, k_pool, v_pool, table, torch.arange(1, b + 1, device="cuda"),
-                          torch.tensor(lens, device="cuda"), write, bits, page, splits)
+    out = paged_attention(
+        qh,
+        kn,
+        vn,
+        k_pool,
+        v_pool,
+        table,
+        torch.arange(1, b + 1, device="cuda"),
+        torch.tensor(lens, device="cuda"),
+        write,
+        bits,
+        page,
+        splits,
+    )
     for i in range(b):
         ctx = [slot(i, r) for r in range(lens[i])]
         keys, values = torch.cat([kp[ctx], kn[i]]), torch.cat([vp[ctx], vn[i]])
-        seen = torch.cat([torch.ones(q, lens[i], dtype=torch.bool), masks[i] | torch.eye(q, dtype=torch.bool)], 1)
-        ref = F.scaled_dot_product_attention(qh[i].transpose(0, 1), keys.transpose(0, 1),
-                                             values.transpose(0, 1), attn_mask=seen[None].cuda(),
-                                             enable_gqa=True).transpose(0, 1)
+        seen = torch.cat(
+            [torch.ones(q, lens[i], dtype=torch.bool), masks[i] | torch.eye(q, dtype=torch.bool)], 1
+        )
+        ref = F.scaled_dot_product_attention(
+            qh[i].transpose(0, 1),
+            keys.transpose(0, 1),
+            values.transpose(0, 1),
+            attn_mask=seen[None].cuda(),
+            enable_gqa=True,
+        ).transpose(0, 1)
         torch.testing.assert_close(out[i], ref, rtol=1e-4, atol=1e-4)
     assert torch.equal(k_pool[write.flatten()], kn.reshape(-1, kvh, d))
     assert torch.equal(v_pool[write.flatten()], vn.reshape(-1, kvh, d))

@@ -61,8 +61,10 @@ def test_openai_chat_and_streamed_completion(engine_url):
 
 def test_cli_refuses_a_missing_model_in_one_line(tmp_path):
     # In this process: an exit code and a message need no interpreter start-up of their own.
-    res = CliRunner().invoke(app, ["serve", "--backend", "engine", "--model",
-                                   str(tmp_path / "missing.gguf"), "--port", "0"])
+    res = CliRunner().invoke(
+        app,
+        ["serve", "--backend", "engine", "--model", str(tmp_path / "missing.gguf"), "--port", "0"],
+    )
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert res.exit_code == 2
     assert "missing.gguf" in res.stderr and "Traceback" not in res.stderr

@@ -47,8 +47,9 @@ def tiny():
 
 
 def _backend(loaded, page_size: int, policy: str = "contiguous", **spec) -> EngineBackend:
-    kv = KVCache.for_model(loaded.config, pool_tokens=2048 // page_size * page_size,
-                           page_size=page_size, policy=policy)
+    kv = KVCache.for_model(
+        loaded.config, pool_tokens=2048 // page_size * page_size, page_size=page_size, policy=policy
+    )
     opts = EngineOptions.from_flags(page_size=page_size, kv_alloc=policy, max_batch=4, **spec)
     return assemble(loaded, kv, opts)
 
@@ -72,11 +73,39 @@ NGRAM = {"drafter": "ngram", "ngram_min": 1}
         ({**NGRAM, "verify": "chain", "num_draft_tokens": 4}, 16, "contiguous"),
         ({**NGRAM, "verify": "chain", "num_draft_tokens": 6, "draft_window": 8}, 1, "scattered"),
         ({**NGRAM, "verify": "tree", "num_draft_tokens": 4, "budget": 8}, 16, "scattered"),
-        ({**NGRAM, "verify": "tree", "num_draft_tokens": 4, "budget": 8, "tree_kv": "inplace"}, 1, "contiguous"),
+        (
+            {**NGRAM, "verify": "tree", "num_draft_tokens": 4, "budget": 8, "tree_kv": "inplace"},
+            1,
+            "contiguous",
+        ),
         ({"drafter": "layers:2", "verify": "chain", "num_draft_tokens": 4}, 16, "contiguous"),
-        ({"drafter": "layers:2", "verify": "tree", "num_draft_tokens": 4, "budget": 12}, 16, "contiguous"),
-        ({"drafter": "layers:2", "verify": "tree", "num_draft_tokens": 4, "budget": 12, "tree_kv": "inplace"}, 1, "scattered"),
-        ({"drafter": "layers:1", "verify": "tree", "num_draft_tokens": 3, "budget": 6, "draft_window": 8}, 1, "contiguous"),
+        (
+            {"drafter": "layers:2", "verify": "tree", "num_draft_tokens": 4, "budget": 12},
+            16,
+            "contiguous",
+        ),
+        (
+            {
+                "drafter": "layers:2",
+                "verify": "tree",
+                "num_draft_tokens": 4,
+                "budget": 12,
+                "tree_kv": "inplace",
+            },
+            1,
+            "scattered",
+        ),
+        (
+            {
+                "drafter": "layers:1",
+                "verify": "tree",
+                "num_draft_tokens": 3,
+                "budget": 6,
+                "draft_window": 8,
+            },
+            1,
+            "contiguous",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str | int) else "-".join(f"{k}={x}" for k, x in v.items()),
 )
@@ -102,7 +131,9 @@ def test_greedy_speculation_is_lossless(tiny, reference, spec, page_size, policy
 @pytest.mark.parametrize("verify", ["chain", "tree"])
 def test_self_drafting_accepts_every_draft(tiny, reference, verify):
     # layers:N with N = every layer: the target drafting for itself.
-    backend = _backend(tiny, 16, drafter=f"layers:{LAYERS}", verify=verify, num_draft_tokens=4, budget=8)
+    backend = _backend(
+        tiny, 16, drafter=f"layers:{LAYERS}", verify=verify, num_draft_tokens=4, budget=8
+    )
     tokens, steps = run_to_end(backend, PROMPTS[:2], GREEDY)
     assert tokens == reference[:2]
     checked = 0
@@ -122,11 +153,17 @@ def test_sampled_speculation_runs_and_is_reproducible(tiny):
     first, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2], params)
     again, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2], params)
     assert first == again and all(len(t) == 16 for t in first)
-    other, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2],
-                    SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=8, ignore_eos=True))
+    other, _ = run_to_end(
+        _backend(tiny, 16, **spec),
+        PROMPTS[:2],
+        SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=8, ignore_eos=True),
+    )
     assert other != first
-    tree, _ = run_to_end(_backend(tiny, 16, **NGRAM, verify="tree", num_draft_tokens=3, budget=6),
-                   PROMPTS[:2], params)
+    tree, _ = run_to_end(
+        _backend(tiny, 16, **NGRAM, verify="tree", num_draft_tokens=3, budget=6),
+        PROMPTS[:2],
+        params,
+    )
     assert all(len(t) == 16 for t in tree)
 
 

@@ -27,8 +27,13 @@ def smollm():
 
 def _lm(loaded, pages=64, page_size=16):
     cfg = loaded.config
-    kv = KVCache(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-                 num_pages=pages, page_size=page_size)
+    kv = KVCache(
+        num_layers=cfg.num_layers,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        num_pages=pages,
+        page_size=page_size,
+    )
     return EngineLM(loaded.model, kv, max_rows=512)
 
 

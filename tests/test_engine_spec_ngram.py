@@ -48,9 +48,9 @@ def test_the_engine_states_its_draft_window():
     from specscope.engine.options import SpeculationOptions
     from specscope.engine.speculative.stepper import SpeculativeStepper
 
-    windowed = SpeculativeStepper(NgramDrafter(draft_window=8),
-                                  SpeculationOptions(drafter="ngram", draft_window=8))
+    windowed = SpeculativeStepper(
+        NgramDrafter(draft_window=8), SpeculationOptions(drafter="ngram", draft_window=8)
+    )
     assert windowed.speculation().extra["draft_window"] == 8
     unbounded = SpeculativeStepper(NgramDrafter(), SpeculationOptions(drafter="ngram"))
     assert "draft_window" not in unbounded.speculation().extra
-

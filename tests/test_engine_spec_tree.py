@@ -39,11 +39,15 @@ def _tables(draw):
 def test_ddtree_returns_the_budget_most_probable_prefixes(table):
     logp, budget = table
     depth, k = logp.shape
-    tokens = np.arange(depth * k).reshape(depth, k) + 100  # distinct ids: a node's token names its rank
+    tokens = (
+        np.arange(depth * k).reshape(depth, k) + 100
+    )  # distinct ids: a node's token names its rank
     tree = build_ddtree(7, tokens, logp, budget)
     expected = _brute_force_best(logp, budget)
     assert tree.num_nodes == len(expected)
-    np.testing.assert_allclose(sorted(tree.logprobs[1:], reverse=True), expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        sorted(tree.logprobs[1:], reverse=True), expected, rtol=1e-9, atol=1e-12
+    )
     # Each node's stored log-prob is really the sum along its path, and parents come first.
     for i in range(1, len(tree.tokens)):
         p = tree.parents[i]

@@ -35,12 +35,19 @@ def test_diagnose_run_measures_explains_and_reports_through_its_hooks(tmp_path):
     def progress():
         yield seen["progress"].append
 
-    hooks = DiagnoseHooks(on_server=seen["server"].append,
-                          on_plan=lambda plan, url: seen["plan"].append((plan, url)),
-                          progress=progress)
-    options = DiagnoseOptions(out=tmp_path / "run", prompt_tokens=256, max_tokens=200,
-                              quick=True, probe=ProbeInputs(api_key=SECRET),
-                              embedded=EmbeddedChoice(scenario="healthy", time_scale=0.2))
+    hooks = DiagnoseHooks(
+        on_server=seen["server"].append,
+        on_plan=lambda plan, url: seen["plan"].append((plan, url)),
+        progress=progress,
+    )
+    options = DiagnoseOptions(
+        out=tmp_path / "run",
+        prompt_tokens=256,
+        max_tokens=200,
+        quick=True,
+        probe=ProbeInputs(api_key=SECRET),
+        embedded=EmbeddedChoice(scenario="healthy", time_scale=0.2),
+    )
     done = diagnose_run(options, hooks)
 
     assert done.run_dir == tmp_path / "run" and not done.interrupted
@@ -67,9 +74,12 @@ def test_diagnose_run_measures_explains_and_reports_through_its_hooks(tmp_path):
 
 
 def test_diagnose_run_raises_target_error_when_nothing_answers(tmp_path):
-    options = DiagnoseOptions(out=tmp_path / "run", url=f"http://127.0.0.1:{free_port()}",
-                              quick=True, probe=ProbeInputs(timeouts=Timeouts(connect=1.0,
-                                                                              first_byte=2.0)))
+    options = DiagnoseOptions(
+        out=tmp_path / "run",
+        url=f"http://127.0.0.1:{free_port()}",
+        quick=True,
+        probe=ProbeInputs(timeouts=Timeouts(connect=1.0, first_byte=2.0)),
+    )
     with pytest.raises(TargetError, match="not reachable"):
         diagnose_run(options)
     assert not (tmp_path / "run").exists()  # nothing measured, nothing left behind
@@ -84,9 +94,16 @@ def test_probe_run_writes_each_request_and_the_summary(twin_server, tmp_path):
         assert total == 3
         yield done.append
 
-    options = ProbeOptions(url=srv.url, prompt_tokens=64, max_tokens=32, n_requests=3,
-                           concurrency=2, out=tmp_path / "run", api_key=SECRET,
-                           recorded={"url": srv.url})
+    options = ProbeOptions(
+        url=srv.url,
+        prompt_tokens=64,
+        max_tokens=32,
+        n_requests=3,
+        concurrency=2,
+        out=tmp_path / "run",
+        api_key=SECRET,
+        recorded={"url": srv.url},
+    )
     outcome = asyncio.run(probe_run(options, progress))
 
     assert len(outcome.traces) == 3 and len(done) == 3
@@ -100,8 +117,11 @@ def test_probe_run_writes_each_request_and_the_summary(twin_server, tmp_path):
 
 
 def test_probe_run_records_an_unreachable_server_as_request_zero(tmp_path):
-    options = ProbeOptions(url=f"http://127.0.0.1:{free_port()}", out=tmp_path / "run",
-                           timeouts=Timeouts(connect=1.0, first_byte=2.0))
+    options = ProbeOptions(
+        url=f"http://127.0.0.1:{free_port()}",
+        out=tmp_path / "run",
+        timeouts=Timeouts(connect=1.0, first_byte=2.0),
+    )
     outcome = asyncio.run(probe_run(options))
     [trace] = outcome.traces
     assert trace.index == 0 and trace.error is not None and trace.error.kind == "connection"
@@ -110,7 +130,12 @@ def test_probe_run_records_an_unreachable_server_as_request_zero(tmp_path):
 
 def test_probe_run_refuses_a_shape_beyond_the_servers_context(twin_server, tmp_path):
     srv = twin_server("healthy", time_scale=0.1)
-    options = ProbeOptions(url=srv.url, prompt_tokens=1 << 19, max_tokens=1 << 19,
-                           out=tmp_path / "run", workload=resolve_workload(None))
+    options = ProbeOptions(
+        url=srv.url,
+        prompt_tokens=1 << 19,
+        max_tokens=1 << 19,
+        out=tmp_path / "run",
+        workload=resolve_workload(None),
+    )
     with pytest.raises(ProbeInputError, match="exceeds the server's context"):
         asyncio.run(probe_run(options))

@@ -20,8 +20,7 @@ class _Recorder:
         return Prompt(f"[{len(self.asked)}] {category or 'primary'} {n_tokens}", category or "x")
 
     async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace:
-        return RequestTrace(index=index, spec=spec, t_send_ns=0, t_end_ns=1,
-                            concurrency_slot=slot)
+        return RequestTrace(index=index, spec=spec, t_send_ns=0, t_end_ns=1, concurrency_slot=slot)
 
     def describe(self):
         return {}
@@ -34,8 +33,11 @@ def test_plan_ends_with_one_request_per_category_only_for_a_mix():
     assert [s.category for s in mix] == cats and [s.point for s in mix] == cats
     assert all(s.prompt_tokens == 512 and s.max_tokens == 128 for s in mix)
     assert any("workload mix" in n for n in plan.notes)
-    assert not [s for s in diagnosis_plan.build(1024, 512, quick=True, categories=["chat"]).steps
-                if s.experiment == "workload_mix"]
+    assert not [
+        s
+        for s in diagnosis_plan.build(1024, 512, quick=True, categories=["chat"]).steps
+        if s.experiment == "workload_mix"
+    ]
 
 
 def test_executor_asks_a_prompt_per_request_and_copies_the_category():
@@ -50,5 +52,7 @@ def test_executor_asks_a_prompt_per_request_and_copies_the_category():
     tp = [t for t in result.traces if t.spec.tag.startswith("two_point")]
     # the same content for every experiment (two-point vs full generation compares shapes)
     assert tp and {s for _, s, _ in target.asked} == {0}
-    mix = {t.spec.tag: t.spec.category for t in result.traces if t.spec.tag.startswith("workload_mix")}
+    mix = {
+        t.spec.tag: t.spec.category for t in result.traces if t.spec.tag.startswith("workload_mix")
+    }
     assert mix == {"workload_mix:chat": "chat", "workload_mix:reasoning": "reasoning"}

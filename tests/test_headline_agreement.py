@@ -48,8 +48,21 @@ def _compare_tps(run_dir) -> tuple[float, float]:
 def test_probe_report_compare_agree_on_a_probe_run(twin_server, fast_scenario, tmp_path):
     srv = twin_server(fast_scenario)
     run_dir = tmp_path / "probe"
-    out = json.loads(_cli("probe", srv.url, "--json", "--out", str(run_dir), "--repeat", "3",
-                          "--prompt-tokens", "16", "--max-tokens", "64"))
+    out = json.loads(
+        _cli(
+            "probe",
+            srv.url,
+            "--json",
+            "--out",
+            str(run_dir),
+            "--repeat",
+            "3",
+            "--prompt-tokens",
+            "16",
+            "--max-tokens",
+            "64",
+        )
+    )
     tps = out["summary"]["decode_tps"]
     assert tps and out["summary"]["decode_tps_ci"]
     lo, hi = out["summary"]["decode_tps_ci"]
@@ -64,9 +77,22 @@ def test_diagnose_report_compare_probe_summary_agree_on_a_diagnose_run(
 ):
     srv = twin_server(fast_scenario)
     run_dir = tmp_path / "diag"
-    obj = json.loads(_cli("diagnose", srv.url, "--json", "--quick", "--out", str(run_dir),
-                          "--prompt-tokens", "48", "--max-tokens", "160",
-                          "--budget-s", "6"))
+    obj = json.loads(
+        _cli(
+            "diagnose",
+            srv.url,
+            "--json",
+            "--quick",
+            "--out",
+            str(run_dir),
+            "--prompt-tokens",
+            "48",
+            "--max-tokens",
+            "160",
+            "--budget-s",
+            "6",
+        )
+    )
     tps = obj["decode_tps"]
     # (the source may be the server's fields when a loaded machine merged chunks: either way
     # every command prints the same figure)

@@ -26,11 +26,19 @@ STORY = FIXTURES / "story_journal.log"
 runner = CliRunner()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
-         ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})},
-                          check=False)
+def _cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specscope.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def _in_process(*args: str, home: Path) -> Result:
@@ -47,6 +55,7 @@ def _clean(res: subprocess.CompletedProcess | object) -> None:
 
 
 # -- processes and memory bounded ------------------------------------------------------------
+
 
 def test_jobs_are_capped_at_the_usable_cpus(tmp_path, monkeypatch):
     big = tmp_path / "big.log"
@@ -88,9 +97,25 @@ def test_a_sparse_file_is_cut_into_ranges_with_bounded_memory(tmp_path):
         f.truncate(1 << 30)
         f.seek(0, os.SEEK_END)
         f.write(STORY.read_bytes())
-    res = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "specscope.cli",
-                          "logs", str(sparse), "--jobs", "2", "--json"],
-                         capture_output=True, text=True, timeout=300, check=False)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PEAK_RSS,
+            sys.executable,
+            "-m",
+            "specscope.cli",
+            "logs",
+            str(sparse),
+            "--jobs",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     _clean(res)
     assert res.returncode == 0, res.stderr[-2000:]
     peak_kib = int(res.stderr.strip().splitlines()[-1])
@@ -120,9 +145,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("flag", [["logs", "--logs-cmd", "true", "--cmd-timeout", "-5"],
-                                  ["diagnose", "http://127.0.0.1:9", "--logs-cmd", "true",
-                                   "--logs-timeout", "-5"]])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["logs", "--logs-cmd", "true", "--cmd-timeout", "-5"],
+        ["diagnose", "http://127.0.0.1:9", "--logs-cmd", "true", "--logs-timeout", "-5"],
+    ],
+)
 def test_negative_command_timeouts_are_exit_2(flag):
     res = runner.invoke(app, flag)
     assert res.exit_code == 2, res.output
@@ -131,11 +160,12 @@ def test_negative_command_timeouts_are_exit_2(flag):
 
 # -- warnings are one unwrapped line -----------------------------------------------------------
 
+
 def test_a_warning_naming_a_long_path_stays_on_one_line(tmp_path):
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "odd [" / "x] [bold]"  # a path with "[/x]"
     deep.mkdir(parents=True)
     blob = bytearray(gzip.compress(STORY.read_bytes()))
-    blob[len(blob) // 2: len(blob) // 2 + 64] = b"\xff" * 64
+    blob[len(blob) // 2 : len(blob) // 2 + 64] = b"\xff" * 64
     gz = deep / "corrupt.gz"
     gz.write_bytes(bytes(blob))
     res = runner.invoke(app, ["logs", str(gz), "--json"])
@@ -145,6 +175,7 @@ def test_a_warning_naming_a_long_path_stays_on_one_line(tmp_path):
 
 
 # -- the run store -----------------------------------------------------------------------------
+
 
 def test_a_corrupt_index_is_rebuilt_with_a_warning(tmp_path):
     home = tmp_path / "home"
@@ -184,10 +215,13 @@ def test_out_that_is_a_file_or_unwritable_is_exit_2(tmp_path):
 
 # -- scenarios ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("scenario", ["/bin/ls", "/nonexistent.toml"])
 def test_a_scenario_that_is_not_a_toml_file_is_exit_2(tmp_path, scenario):
-    for args in (["serve", "--scenario", scenario, "--port", "0"],
-                 ["diagnose", "--scenario", scenario, "--out", str(tmp_path / "run")]):
+    for args in (
+        ["serve", "--scenario", scenario, "--port", "0"],
+        ["diagnose", "--scenario", scenario, "--out", str(tmp_path / "run")],
+    ):
         res = runner.invoke(app, args)
         assert res.exit_code == 2, (args, res.output)
         assert scenario in res.stderr

@@ -28,8 +28,9 @@ FAST = Timeouts(connect=2.0, first_byte=5.0, between_chunks=5.0, total=20.0)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _app(completions: Handler, *, models: Handler | None = None,
-         tokenize: Handler | None = None) -> web.Application:
+def _app(
+    completions: Handler, *, models: Handler | None = None, tokenize: Handler | None = None
+) -> web.Application:
     a = web.Application()
     a.router.add_get("/v1/models", models or models_handler("vllm"))
     a.router.add_get("/version", lambda _: web.json_response({"version": "0.28.0"}))
@@ -45,8 +46,12 @@ async def _start(request: web.Request) -> web.StreamResponse:
 
 
 def _chunk(text: str, ct: int, finish: str | None = None, **extra: Any) -> dict[str, Any]:
-    return {"id": "r", "choices": [{"index": 0, "text": text, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": ct, "total_tokens": 3 + ct}, **extra}
+    return {
+        "id": "r",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": ct, "total_tokens": 3 + ct},
+        **extra,
+    }
 
 
 def _stream_of(chunks: list[bytes]) -> Handler:
@@ -56,13 +61,30 @@ def _stream_of(chunks: list[bytes]) -> Handler:
         for c in chunks:
             await resp.write(c)
         return resp
+
     return handler
 
 
 def _probe(url: str, out: Path, *extra: str) -> Any:
-    return runner.invoke(app, ["probe", url, "--json", "--out", str(out), "--flavor", "vllm",
-                               "--prompt-tokens", "4", "--max-tokens", "4",
-                               "--timeout-between-chunks", "5", *extra])
+    return runner.invoke(
+        app,
+        [
+            "probe",
+            url,
+            "--json",
+            "--out",
+            str(out),
+            "--flavor",
+            "vllm",
+            "--prompt-tokens",
+            "4",
+            "--max-tokens",
+            "4",
+            "--timeout-between-chunks",
+            "5",
+            *extra,
+        ],
+    )
 
 
 def _no_traceback(res: Any) -> None:
@@ -88,8 +110,21 @@ def test_markup_in_server_errors_is_printed_as_text(tmp_path, where):
 
     with LoopbackServer(_app(fail)) as srv:
         res = _probe(srv.url, tmp_path / "run")
-        table = runner.invoke(app, ["probe", srv.url, "--out", str(tmp_path / "run2"),
-                                    "--flavor", "vllm", "--prompt-tokens", "4", "--max-tokens", "4"])
+        table = runner.invoke(
+            app,
+            [
+                "probe",
+                srv.url,
+                "--out",
+                str(tmp_path / "run2"),
+                "--flavor",
+                "vllm",
+                "--prompt-tokens",
+                "4",
+                "--max-tokens",
+                "4",
+            ],
+        )
     for r in (res, table):
         _no_traceback(r)
         assert r.exit_code == 1, r.output
@@ -107,6 +142,7 @@ def test_markup_in_a_path_is_printed_as_text(tmp_path):
 
 # -- lone surrogates -------------------------------------------------------------------------
 
+
 def test_lone_surrogates_in_text_id_error_and_model_are_kept(tmp_path):
     lone = '"\\ud83d"'  # JSON-escaped lone surrogate, as a server may send it
 
@@ -115,9 +151,16 @@ def test_lone_surrogates_in_text_id_error_and_model_are_kept(tmp_path):
         return web.Response(text=body, content_type="application/json")
 
     def raw(text: str, ct: int, finish: str = "null", rid: str = '"r"') -> bytes:
-        return (b'data: {"id": ' + rid.encode() + b', "choices": [{"index": 0, "text": '
-                + text.encode() + b', "finish_reason": ' + finish.encode() + b'}], "usage": '
-                b'{"prompt_tokens": 3, "completion_tokens": ' + str(ct).encode() + b'}}\n\n')
+        return (
+            b'data: {"id": '
+            + rid.encode()
+            + b', "choices": [{"index": 0, "text": '
+            + text.encode()
+            + b', "finish_reason": '
+            + finish.encode()
+            + b'}], "usage": '
+            b'{"prompt_tokens": 3, "completion_tokens": ' + str(ct).encode() + b"}}\n\n"
+        )
 
     ok = _stream_of([raw(lone, 1, rid=lone), raw('" b"', 2, '"length"'), sse(b"[DONE]")])
     with LoopbackServer(_app(ok, models=models)) as srv:
@@ -129,8 +172,9 @@ def test_lone_surrogates_in_text_id_error_and_model_are_kept(tmp_path):
     (req,) = run.requests
     assert req.text == "\\ud83d b" and req.request_id == "\\ud83d"
 
-    bad = _stream_of([raw('" a"', 1), b'data: {"error": {"message": "bad ' + lone[1:-1].encode()
-                      + b'"}}\n\n'])
+    bad = _stream_of(
+        [raw('" a"', 1), b'data: {"error": {"message": "bad ' + lone[1:-1].encode() + b'"}}\n\n']
+    )
     with LoopbackServer(_app(bad)) as srv:
         res = _probe(srv.url, tmp_path / "run2")
     _no_traceback(res)
@@ -140,6 +184,7 @@ def test_lone_surrogates_in_text_id_error_and_model_are_kept(tmp_path):
 
 
 # -- a line that never ends --------------------------------------------------------------------
+
 
 def test_a_stream_line_that_never_ends_is_bounded_and_recorded():
     sent = {"bytes": 0}
@@ -170,14 +215,20 @@ def test_a_stream_line_that_never_ends_is_bounded_and_recorded():
 
 # -- impossible numbers ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("counts,expect", [
-    ([1, 3, 2], "went backwards: 3 then 2"),
-    ([1, -5], "= -5 (negative)"),
-    ([1, 10**12], "one event reported 999999999999 tokens"),
-])
+
+@pytest.mark.parametrize(
+    "counts,expect",
+    [
+        ([1, 3, 2], "went backwards: 3 then 2"),
+        ([1, -5], "= -5 (negative)"),
+        ([1, 10**12], "one event reported 999999999999 tokens"),
+    ],
+)
 def test_impossible_usage_counts_are_errors_keeping_the_raw_value(tmp_path, counts, expect):
-    chunks = [sse(_chunk(" t", ct, "length" if i == len(counts) - 1 else None))
-              for i, ct in enumerate(counts)] + [sse(b"[DONE]")]
+    chunks = [
+        sse(_chunk(" t", ct, "length" if i == len(counts) - 1 else None))
+        for i, ct in enumerate(counts)
+    ] + [sse(b"[DONE]")]
     with LoopbackServer(_app(_stream_of(chunks))) as srv:
         res = _probe(srv.url, tmp_path / "run")
     _no_traceback(res)
@@ -191,10 +242,14 @@ def test_impossible_usage_counts_are_errors_keeping_the_raw_value(tmp_path, coun
 
 
 def test_negative_prompt_tokens_reported_is_an_error(tmp_path):
-    chunks = [sse({**_chunk(" t", 1), "usage": {"prompt_tokens": -63, "completion_tokens": 1}}),
-              sse(_chunk(" t", 2, "length")), sse(b"[DONE]")]
-    chunks[1] = sse({**_chunk(" t", 2, "length"), "usage": {"prompt_tokens": -63,
-                                                            "completion_tokens": 2}})
+    chunks = [
+        sse({**_chunk(" t", 1), "usage": {"prompt_tokens": -63, "completion_tokens": 1}}),
+        sse(_chunk(" t", 2, "length")),
+        sse(b"[DONE]"),
+    ]
+    chunks[1] = sse(
+        {**_chunk(" t", 2, "length"), "usage": {"prompt_tokens": -63, "completion_tokens": 2}}
+    )
     with LoopbackServer(_app(_stream_of(chunks))) as srv:
         res = _probe(srv.url, tmp_path / "run")
     assert res.exit_code == 1
@@ -218,13 +273,27 @@ def test_tokenize_nonsense_is_a_clear_line_and_exit_1(tmp_path, count):
 
 # -- credentials in the URL ----------------------------------------------------------------------
 
+
 def test_url_credentials_are_sent_as_basic_auth_and_never_written(tmp_path):
     ok = _stream_of([sse(_chunk(" t", 1)), sse(_chunk(" t", 2, "length")), sse(b"[DONE]")])
     with LoopbackServer(_app(ok)) as srv:
         url = srv.url.replace("http://", "http://user:SECRET@")
         res = _probe(url, tmp_path / "run")
-        table = runner.invoke(app, ["probe", url, "--out", str(tmp_path / "run2"), "--flavor",
-                                    "vllm", "--prompt-tokens", "4", "--max-tokens", "4"])
+        table = runner.invoke(
+            app,
+            [
+                "probe",
+                url,
+                "--out",
+                str(tmp_path / "run2"),
+                "--flavor",
+                "vllm",
+                "--prompt-tokens",
+                "4",
+                "--max-tokens",
+                "4",
+            ],
+        )
         auth = [h.get("Authorization") for h in srv.headers]
     assert res.exit_code == 0 and table.exit_code == 0, res.output
     assert auth and all(a == "Basic " + base64.b64encode(b"user:SECRET").decode() for a in auth)
@@ -236,8 +305,7 @@ def test_url_credentials_are_sent_as_basic_auth_and_never_written(tmp_path):
     assert load_run(tmp_path / "run").info.endpoint == srv.url
 
 
-@pytest.mark.parametrize("url", ["http://[", "not a url", "http://h:99999",
-                                 "http://u:SECRET@[::1"])
+@pytest.mark.parametrize("url", ["http://[", "not a url", "http://h:99999", "http://u:SECRET@[::1"])
 def test_bad_urls_are_exit_2(url):
     for cmd in (["probe", url], ["diagnose", url]):
         res = runner.invoke(app, cmd)
@@ -248,6 +316,7 @@ def test_bad_urls_are_exit_2(url):
 
 # -- --prompt-tokens bounded ---------------------------------------------------------------------
 
+
 def test_prompt_tokens_beyond_the_cap_or_the_servers_context_is_exit_2(tmp_path):
     res = runner.invoke(app, ["probe", "http://127.0.0.1:9", "--prompt-tokens", "100000000"])
     assert res.exit_code == 2 and "--prompt-tokens" in res.stderr
@@ -257,8 +326,9 @@ def test_prompt_tokens_beyond_the_cap_or_the_servers_context_is_exit_2(tmp_path)
 
     ok = _stream_of([sse(_chunk(" t", 1, "length")), sse(b"[DONE]")])
     with LoopbackServer(_app(ok, models=models)) as srv:
-        res = runner.invoke(app, ["probe", srv.url, "--prompt-tokens", "1000", "--out",
-                                  str(tmp_path / "run")])
+        res = runner.invoke(
+            app, ["probe", srv.url, "--prompt-tokens", "1000", "--out", str(tmp_path / "run")]
+        )
         assert not srv.posts("/v1/completions")
     _no_traceback(res)
     assert res.exit_code == 2 and "context of 512" in res.stderr

@@ -11,35 +11,60 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "specscope"
 
 # layer -> the layers it may import (§2's arrows); the root package (its __version__) is free.
-ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
-    "cli": {"commands"},
-    "commands": {"entrypoints", "embedded", "experiments", "probe", "analysis", "report", "store",
-                 "telemetry", "serve", "twin", "engine", "trace"},
-    "entrypoints": {"embedded", "experiments", "probe", "analysis", "report", "store",
-                    "telemetry", "trace"},
-    "embedded": {"serve", "twin", "engine"},
-    "experiments": {"probe", "trace"},
-    "probe": {"trace"},
-    "analysis": {"trace", "telemetry"},
-    "report": {"analysis", "trace"},
-    "store": {"analysis", "trace"},
-    "telemetry": set(),
-    "trace": set(),
-    "backend": set(),
-    "serve": {"backend"},
-    "twin": {"backend"},
-    "engine": {"backend"},
-    "validation": {"twin", "analysis", "experiments", "trace"},
-    "peers": set(),
-}.items()}
+ALLOWED: dict[str, frozenset[str]] = {
+    k: frozenset(v)
+    for k, v in {
+        "cli": {"commands"},
+        "commands": {
+            "entrypoints",
+            "embedded",
+            "experiments",
+            "probe",
+            "analysis",
+            "report",
+            "store",
+            "telemetry",
+            "serve",
+            "twin",
+            "engine",
+            "trace",
+        },
+        "entrypoints": {
+            "embedded",
+            "experiments",
+            "probe",
+            "analysis",
+            "report",
+            "store",
+            "telemetry",
+            "trace",
+        },
+        "embedded": {"serve", "twin", "engine"},
+        "experiments": {"probe", "trace"},
+        "probe": {"trace"},
+        "analysis": {"trace", "telemetry"},
+        "report": {"analysis", "trace"},
+        "store": {"analysis", "trace"},
+        "telemetry": set(),
+        "trace": set(),
+        "backend": set(),
+        "serve": {"backend"},
+        "twin": {"backend"},
+        "engine": {"backend"},
+        "validation": {"twin", "analysis", "experiments", "trace"},
+        "peers": set(),
+    }.items()
+}
 # The named exceptions of §2, one module to one module (or package, for twin.server).
-EXCEPTIONS = frozenset({
-    ("specscope.experiments.precision_loop", "specscope.analysis.precision"),
-    ("specscope.probe.specfields", "specscope.telemetry.llamacpp"),
-    ("specscope.report.terminal", "specscope.experiments.plan"),
-    ("specscope.engine.train_dflash", "specscope.probe.workloads.categories"),
-    ("specscope.twin.server", "specscope.serve"),
-})
+EXCEPTIONS = frozenset(
+    {
+        ("specscope.experiments.precision_loop", "specscope.analysis.precision"),
+        ("specscope.probe.specfields", "specscope.telemetry.llamacpp"),
+        ("specscope.report.terminal", "specscope.experiments.plan"),
+        ("specscope.engine.train_dflash", "specscope.probe.workloads.categories"),
+        ("specscope.twin.server", "specscope.serve"),
+    }
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -96,7 +121,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 path.pop()
             elif state.get(child) == 1:
-                return [*path[path.index(child):], child]
+                return [*path[path.index(child) :], child]
             elif not state.get(child):
                 state[child] = 1
                 stack.append((child, iter(sorted(graph[child]))))

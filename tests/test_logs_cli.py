@@ -18,8 +18,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 STORY = FIXTURES / "story_journal.log"
 STORY_HISTOGRAM = {"1": 35, "2": 67, "3": 63, "4": 40, "5": 20, "6": 10, "7": 2}
 STORY_UNIQ = [  # the story's `sort | uniq -c | sort -rn` output, in order
-    (67, 1.0, 2.0), (63, 2.0, 3.0), (40, 3.0, 4.0), (34, 0.0, 1.0),
-    (20, 4.0, 5.0), (10, 5.0, 6.0), (2, 6.0, 7.0), (1, 1.0, 1.0),
+    (67, 1.0, 2.0),
+    (63, 2.0, 3.0),
+    (40, 3.0, 4.0),
+    (34, 0.0, 1.0),
+    (20, 4.0, 5.0),
+    (10, 5.0, 6.0),
+    (2, 6.0, 7.0),
+    (1, 1.0, 1.0),
 ]
 runner = CliRunner()
 
@@ -51,14 +57,21 @@ def test_story_matches_the_real_shell_pipeline():
         'grep -oE "avg_accepted_drafts=[0-9.]+ avg_commit_len=[0-9.]+" | sort | uniq -c | sort -rn'
     )
     text = subprocess.run(
-        ["bash", "-c", pipeline, "_", str(STORY)], capture_output=True, text=True, check=True, timeout=60
+        ["bash", "-c", pipeline, "_", str(STORY)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     shell = []
     for line in text.splitlines():
         n, pair = line.split(None, 1)
         a, c = (float(kv.split("=")[1]) for kv in pair.split())
         shell.append((int(n), a, c))
-    ours = [(p["count"], p["accepted_drafts"], p["commit_len"]) for p in _json([str(STORY)])["accept_pairs"]]
+    ours = [
+        (p["count"], p["accepted_drafts"], p["commit_len"])
+        for p in _json([str(STORY)])["accept_pairs"]
+    ]
     assert sorted(ours) == sorted(shell)
 
 
@@ -89,7 +102,11 @@ def test_every_reference_fixture_together():
     files = [str(p) for p in sorted(FIXTURES.glob("*_reference.log"))]
     out = _json([*files, "--rank", "all"])
     assert out["formats"] == {
-        "sglang_decode": 2, "vllm_spec": 2, "llamacpp_log": 3, "ddtree": 2, "avg_commit": 1,
+        "sglang_decode": 2,
+        "vllm_spec": 2,
+        "llamacpp_log": 3,
+        "ddtree": 2,
+        "avg_commit": 1,
     }
     assert out["malformed"] == 2  # the two templates with placeholders
 
@@ -105,7 +122,9 @@ def test_terminal_view_shows_histogram_bars():
 
 def test_verbose_shows_malformed_lines():
     result = runner.invoke(
-        app, ["logs", str(FIXTURES / "templates_reference.log"), "--verbose"], env={"COLUMNS": "200"}
+        app,
+        ["logs", str(FIXTURES / "templates_reference.log"), "--verbose"],
+        env={"COLUMNS": "200"},
     )
     assert result.exit_code == 0
     assert "first 2 malformed lines" in result.output
@@ -133,7 +152,9 @@ def test_bad_input_exits_2_with_one_line(args, needle):
 def test_stdin_dash_in_a_real_process():
     proc = subprocess.run(
         [sys.executable, "-m", "specscope.cli", "logs", "-", "--json"],
-        input=STORY.read_bytes(), capture_output=True, timeout=120,
+        input=STORY.read_bytes(),
+        capture_output=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["commit_len_histogram"] == STORY_HISTOGRAM

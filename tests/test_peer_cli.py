@@ -61,13 +61,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModeRun]:
     for srv in llamacpp_servers(base):
         probe_out = base / f"{srv.mode}-probe"
         before = scrape_prometheus(srv.url)
-        probe = specscope_result("probe", srv.url, *PROBE_ARGS, "--out", str(probe_out), "--json",
-                                 timeout_s=CLI_TIMEOUT_S)
+        probe = specscope_result(
+            "probe",
+            srv.url,
+            *PROBE_ARGS,
+            "--out",
+            str(probe_out),
+            "--json",
+            timeout_s=CLI_TIMEOUT_S,
+        )
         after = scrape_prometheus(srv.url)
         delta = {k: after[k] - before.get(k, 0.0) for k in after}
         # The server log holds exactly the probe's requests.
-        logs = specscope_result("logs", str(srv.log_path), "--format", "llamacpp", "--json",
-                                timeout_s=CLI_TIMEOUT_S)
+        logs = specscope_result(
+            "logs", str(srv.log_path), "--format", "llamacpp", "--json", timeout_s=CLI_TIMEOUT_S
+        )
         out[srv.mode] = ModeRun(srv.mode, srv.url, probe, probe_out, delta, logs)
     return out
 

@@ -30,8 +30,17 @@ CLI_TIMEOUT_S = 300
 # timeout on a slow CPU peer. --workload long-writing: the mix's first category, so the main
 # experiments are the default's, without the seven-request workload mix (~40% of a quick
 # diagnosis on a CPU peer; the mix is tested against the twin).
-DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "6",
-                 "--workload", "long-writing"]
+DIAGNOSE_ARGS = [
+    "--quick",
+    "--prompt-tokens",
+    "128",
+    "--max-tokens",
+    "64",
+    "--budget-s",
+    "6",
+    "--workload",
+    "long-writing",
+]
 COMMIT_LEN_TOLERANCE = 0.10
 # Outcomes of a finding test that leave the finding out because the data do not show it.
 NOT_SHOWN_OUTCOMES = {"interval includes zero effect", "not significant", "below minimum"}
@@ -43,8 +52,13 @@ def diagnoses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CliResult]:
     base = tmp_path_factory.mktemp("peer-cli-diagnose")
     return {
         srv.mode: specscope_result(
-            "diagnose", srv.url, *DIAGNOSE_ARGS, "--out", str(base / f"{srv.mode}-diagnose"),
-            "--json", timeout_s=CLI_TIMEOUT_S,
+            "diagnose",
+            srv.url,
+            *DIAGNOSE_ARGS,
+            "--out",
+            str(base / f"{srv.mode}-diagnose"),
+            "--json",
+            timeout_s=CLI_TIMEOUT_S,
         )
         for srv in llamacpp_servers(base)
     }

@@ -38,9 +38,9 @@ PROMPT = (
     "class Config:\n"
     "    def __init__(self, values):\n"
     "        self.values = values\n\n"
-    "    def get_host(self):\n        return self.values[\"host\"]\n\n"
-    "    def get_port(self):\n        return self.values[\"port\"]\n\n"
-    "    def get_user(self):\n        return self.values[\"user\"]\n\n"
+    '    def get_host(self):\n        return self.values["host"]\n\n'
+    '    def get_port(self):\n        return self.values["port"]\n\n'
+    '    def get_user(self):\n        return self.values["user"]\n\n'
     "    def get_"
 )
 
@@ -59,9 +59,24 @@ def test_tpot_and_step_latency_agree_with_llamacpp_timings(spec_server, tmp_path
     out = tmp_path / "run"
     prompt = tmp_path / "prompt.py"
     prompt.write_text(PROMPT, encoding="utf-8")
-    res = CliRunner().invoke(app, ["probe", spec_server.url, "--json", "--out", str(out),
-                                   "--prompt-file", str(prompt), "--max-tokens", "64",
-                                   "--repeat", "3", "--slo", "ttft=30s,tpot=5s"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "probe",
+            spec_server.url,
+            "--json",
+            "--out",
+            str(out),
+            "--prompt-file",
+            str(prompt),
+            "--max-tokens",
+            "64",
+            "--repeat",
+            "3",
+            "--slo",
+            "ttft=30s,tpot=5s",
+        ],
+    )
     assert res.exit_code == 0, res.output[-2000:]
     serving = json.loads(res.stdout)["serving"]
     run = load_run(out)
@@ -73,14 +88,26 @@ def test_tpot_and_step_latency_agree_with_llamacpp_timings(spec_server, tmp_path
         steps = tr.server_spec.verify_ct
         ours = tpot_s(tr)
         m = request_metrics(tr, timed_steps(tr), 1)
-        rows.append((ours, ms / 1e3 / (n - 1), ms / n, len(m.steps), steps,
-                     sum(m.step_latencies_s) / len(m.steps) if m.steps else None,
-                     ms / 1e3 / steps))
-    print("\nTPOT ours / llama.cpp ms/(n-1) / predicted_per_token_ms; steps ours / server; "
-          "per-step ours / predicted_ms/steps")
+        rows.append(
+            (
+                ours,
+                ms / 1e3 / (n - 1),
+                ms / n,
+                len(m.steps),
+                steps,
+                sum(m.step_latencies_s) / len(m.steps) if m.steps else None,
+                ms / 1e3 / steps,
+            )
+        )
+    print(
+        "\nTPOT ours / llama.cpp ms/(n-1) / predicted_per_token_ms; steps ours / server; "
+        "per-step ours / predicted_ms/steps"
+    )
     for r in rows:
-        print(f"  {r[0] * 1e3:.3f} / {r[1] * 1e3:.3f} / {r[2]:.3f} ms; {r[3]} / {r[4]}; "
-              f"{(r[5] or 0) * 1e3:.2f} / {r[6] * 1e3:.2f} ms")
+        print(
+            f"  {r[0] * 1e3:.3f} / {r[1] * 1e3:.3f} / {r[2]:.3f} ms; {r[3]} / {r[4]}; "
+            f"{(r[5] or 0) * 1e3:.2f} / {r[6] * 1e3:.2f} ms"
+        )
     for ours, theirs, *_ in rows:
         assert ours == pytest.approx(theirs, rel=AGREEMENT)
     for _, _, _, n_ours, n_server, per_step, theirs in rows:

@@ -39,14 +39,28 @@ PROBE_REPEAT = 2
 # timeout on a slow CPU peer. --workload long-writing: the mix's first category, so the main
 # experiments are the default's, without the seven-request workload mix (~40% of a quick
 # diagnosis on a CPU peer; the mix is tested against the twin).
-DIAGNOSE_ARGS = ["--quick", "--prompt-tokens", "128", "--max-tokens", "64", "--budget-s", "6",
-                 "--workload", "long-writing"]
+DIAGNOSE_ARGS = [
+    "--quick",
+    "--prompt-tokens",
+    "128",
+    "--max-tokens",
+    "64",
+    "--budget-s",
+    "6",
+    "--workload",
+    "long-writing",
+]
 CLI_TIMEOUT_S = 480
 # The issue's bar: specscope's headline within 2 % of vLLM's own all-steps counts.
 HEADLINE_TOLERANCE = 0.02
 # One run, one number: every command that prints a run's decode tok/s agrees to 0.1 %.
 SAME_RUN_TOLERANCE = 0.001
-SPECULATION_FINDINGS = {"acceptance_low", "speculation_overhead", "acceptance_decay", "draft_coverage"}
+SPECULATION_FINDINGS = {
+    "acceptance_low",
+    "speculation_overhead",
+    "acceptance_decay",
+    "draft_coverage",
+}
 
 ITL = "vllm:inter_token_latency_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
@@ -278,9 +292,7 @@ def test_without_speculation_commit_length_is_one_and_no_speculation_finding(
     assert not SPECULATION_FINDINGS & {f["id"] for f in out["findings"]}, out["findings"]
 
 
-def test_log_coverage_of_the_run_window_is_stated(
-    server: VllmServer, diagnosed: Diagnosed
-) -> None:
+def test_log_coverage_of_the_run_window_is_stated(server: VllmServer, diagnosed: Diagnosed) -> None:
     """vLLM writes a `SpecDecoding metrics:` line per ~10 s interval with drafts; diagnose waits
     for the interval that closes the run and states how much of the run window the lines cover."""
     run_dir, out = diagnosed.run_dir, diagnosed.out
@@ -303,9 +315,7 @@ def test_probe_report_compare_and_diagnose_agree_on_decode_tps(
     probe_run = probes["code"]
     diag_dir, diag = diagnosed.run_dir, diagnosed.out
     probe_tps = probe_run.result["summary"]["decode_tps"]
-    cmp = _json_of(
-        run_specscope("compare", str(probe_run.out), str(diag_dir), "--json"), "compare"
-    )
+    cmp = _json_of(run_specscope("compare", str(probe_run.out), str(diag_dir), "--json"), "compare")
     report_probe = run_specscope("report", str(probe_run.out), timeout_s=CLI_TIMEOUT_S)
     assert report_probe.returncode == 0, report_probe.stderr[-2000:]
     stored = {
@@ -339,11 +349,17 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
         run = p.result["serving"]["run"]
         t = p.truth
         vllm_tpot = t.tpot_sum_s / t.tpot_count
-        _show(f"serving {name}", {"tpot_ms": run["tpot_s"]["mean"] * 1e3,
-                                  "vllm_tpot_ms": vllm_tpot * 1e3,
-                                  "step_ms": run["inter_step_latency_s"]["mean"] * 1e3,
-                                  "vllm_step_ms": t.step_s * 1e3,
-                                  "steps": run["inter_step_latency_s"]["n"], "vllm_steps": t.steps})
+        _show(
+            f"serving {name}",
+            {
+                "tpot_ms": run["tpot_s"]["mean"] * 1e3,
+                "vllm_tpot_ms": vllm_tpot * 1e3,
+                "step_ms": run["inter_step_latency_s"]["mean"] * 1e3,
+                "vllm_step_ms": t.step_s * 1e3,
+                "steps": run["inter_step_latency_s"]["n"],
+                "vllm_steps": t.steps,
+            },
+        )
         assert t.tpot_count == run["ok"] == PROBE_REPEAT
         assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
         assert run["requests_with_timed_steps"] == PROBE_REPEAT

@@ -54,7 +54,7 @@ def test_launcher_serves_while_the_command_runs_then_stops_every_process(
     script = (
         f"{sys.executable} -m specscope.cli probe {{url}} --prompt-tokens 32 --max-tokens 16 "
         f"--json --out {run_dir} > {tmp_path / 'probe.json'} && "
-        f"{sys.executable} -c \"{check}\" {{url}} {{log}} {note}"
+        f'{sys.executable} -c "{check}" {{url}} {{log}} {note}'
     )
     done = subprocess.run(
         [sys.executable, "-m", "specscope.peers.vllm", "--spec", "none", "--prefix-caching", "off",

@@ -21,16 +21,24 @@ from specscope.validation import power as pw
 PROMPT, TOKENS = 64, 100
 
 
-def _plan(target: float, *, budget_s: float | None = 60.0, budget_tokens: int | None = None,
-          max_requests: int = 40, tokens: int = TOKENS):
+def _plan(
+    target: float,
+    *,
+    budget_s: float | None = 60.0,
+    budget_tokens: int | None = None,
+    max_requests: int = 40,
+    tokens: int = TOKENS,
+):
     plan = full_generation.plan(PROMPT, tokens)
-    plan.precision = PrecisionPlan(target, budget_s, budget_tokens, max_requests, 1,
-                                   tags.FULL_GENERATION)
+    plan.precision = PrecisionPlan(
+        target, budget_s, budget_tokens, max_requests, 1, tags.FULL_GENERATION
+    )
     return plan
 
 
-async def _loop(url: str, plan, writer: RunDirWriter | None = None,
-                outcome: PrecisionOutcome | None = None):
+async def _loop(
+    url: str, plan, writer: RunDirWriter | None = None, outcome: PrecisionOutcome | None = None
+):
     async with open_target(url) as target:
         ex = Executor(target, writer)
         result = await ex.run(plan)
@@ -42,11 +50,17 @@ def _scenario(request_sigma: float, step_s: float = 0.01) -> tw.Scenario:
     """Steps of `step_s` (shorter than ~10 ms are timed mostly by the loaded machine's
     scheduling, noise of its own), ~4.5 tokens each; `request_sigma` moves each request's
     acceptance (content: some prompts are easier to draft)."""
-    return pw.with_tables(tw.load_scenario("healthy"),
-                          acceptance={"request_sigma": request_sigma},
-                          step={"s0": step_s, "per_context_token": 0.0, "per_verified_token": 0.0,
-                                "noise_sigma": 0.05},
-                          prefill={"s0": 0.005, "per_prompt_token": 0.0})
+    return pw.with_tables(
+        tw.load_scenario("healthy"),
+        acceptance={"request_sigma": request_sigma},
+        step={
+            "s0": step_s,
+            "per_context_token": 0.0,
+            "per_verified_token": 0.0,
+            "noise_sigma": 0.05,
+        },
+        prefill={"s0": 0.005, "per_prompt_token": 0.0},
+    )
 
 
 def test_stops_when_narrow_enough(twin_server):

@@ -25,13 +25,25 @@ from support.loopback import (
 
 runner = CliRunner()
 
-CONTRACT_KEYS = ("requests", "errors", "ttft_s_p50", "decode_tps", "mean_commit_len",
-                 "mean_step_s")
+CONTRACT_KEYS = ("requests", "errors", "ttft_s_p50", "decode_tps", "mean_commit_len", "mean_step_s")
 
 
 def probe_json(url: str, tmp_path, *extra: str) -> tuple[int, dict]:
-    res = runner.invoke(app, ["probe", url, "--json", "--out", str(tmp_path / "run"),
-                              "--prompt-tokens", "12", "--max-tokens", "64", *extra])
+    res = runner.invoke(
+        app,
+        [
+            "probe",
+            url,
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            "--prompt-tokens",
+            "12",
+            "--max-tokens",
+            "64",
+            *extra,
+        ],
+    )
     assert res.stdout.strip(), res.output
     return res.exit_code, json.loads(res.stdout)
 
@@ -62,7 +74,8 @@ def test_sglang_native_per_step_chunks(tmp_path, old_names):
         assert s["mean_commit_len_source"] == "client"
     else:
         assert s["mean_commit_len"] == pytest.approx(
-            sched.completion_tokens / len(sched.commits), rel=1e-3)
+            sched.completion_tokens / len(sched.commits), rel=1e-3
+        )
         assert s["mean_commit_len_source"] == "server"
     assert sched.step_s * 0.92 <= s["mean_step_s"] <= sched.step_s * 1.75
     assert s["mean_step_s_source"] == "client"
@@ -120,8 +133,11 @@ def test_vllm_summary_metrics_without_per_step(tmp_path):
 
 def test_openai_rejecting_stream_options_falls_back_to_logprobs(tmp_path):
     sched = Schedule()
-    with LoopbackServer(openai_app(sched, owner="openai", spec_metrics=None,
-                                   reject_stream_options=True, version=False)) as srv:
+    with LoopbackServer(
+        openai_app(
+            sched, owner="openai", spec_metrics=None, reject_stream_options=True, version=False
+        )
+    ) as srv:
         code, out = probe_json(srv.url, tmp_path, "--repeat", "2")
         bodies = srv.posts("/v1/completions")
     s = out["summary"]
@@ -167,8 +183,17 @@ def test_llamacpp_per_token_bursts(tmp_path):
 def test_flavor_override_and_concurrency(tmp_path):
     sched = Schedule(commits=[2] * 6)
     with LoopbackServer(openai_app(sched, spec_metrics=None)) as srv:
-        code, out = probe_json(srv.url, tmp_path, "--flavor", "openai", "--concurrency", "3",
-                               "--repeat", "2", "--same-prompt")
+        code, out = probe_json(
+            srv.url,
+            tmp_path,
+            "--flavor",
+            "openai",
+            "--concurrency",
+            "3",
+            "--repeat",
+            "2",
+            "--same-prompt",
+        )
         prompts = [b["prompt"] for b in srv.posts("/v1/completions")]
     assert code == 0
     assert out["flavor"] == "openai" and out["summary"]["requests"] == 6
@@ -187,8 +212,9 @@ def test_api_key_sent_but_never_written(tmp_path, monkeypatch):
     assert "Bearer sk-secret-123" in auth
     for f in (tmp_path / "run").iterdir():
         assert "sk-secret-123" not in f.read_text()
-    res = runner.invoke(app, ["probe", srv.url, "--api-key", "sk-flag-456", "--json", "--out",
-                              str(tmp_path / "r2")])
+    res = runner.invoke(
+        app, ["probe", srv.url, "--api-key", "sk-flag-456", "--json", "--out", str(tmp_path / "r2")]
+    )
     assert "sk-flag-456" not in res.stdout
     for f in (tmp_path / "r2").iterdir():
         assert "sk-flag-456" not in f.read_text()
@@ -196,8 +222,19 @@ def test_api_key_sent_but_never_written(tmp_path, monkeypatch):
 
 def test_table_output_without_json(tmp_path):
     with LoopbackServer(sglang_app(Schedule(commits=[2, 3]))) as srv:
-        res = runner.invoke(app, ["probe", srv.url, "--out", str(tmp_path / "run"),
-                                  "--prompt-tokens", "5", "--max-tokens", "6"])
+        res = runner.invoke(
+            app,
+            [
+                "probe",
+                srv.url,
+                "--out",
+                str(tmp_path / "run"),
+                "--prompt-tokens",
+                "5",
+                "--max-tokens",
+                "6",
+            ],
+        )
     assert res.exit_code == 0, res.output
     assert "decode tok/s" in res.stdout and "mean commit length" in res.stdout
 
@@ -211,15 +248,18 @@ def test_unreachable_server_is_exit_1_with_recorded_error(tmp_path):
     assert run.info.status == "failed" and run.requests[0].error is not None
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["probe", "not-a-url"], "URL"),
-    (["probe", "http://127.0.0.1:1", "--flavor", "tgi"], "--flavor"),
-    (["probe", "http://127.0.0.1:1", "--api", "grpc"], "--api"),
-    (["probe", "http://127.0.0.1:1", "--concurrency", "0"], "--concurrency"),
-    (["probe", "http://127.0.0.1:1", "--timeout-total", "0"], "--timeout-total"),
-    (["probe", "http://127.0.0.1:1", "--tokenizer", "/nonexistent/tok.json"], "tokenizer"),
-    (["probe", "http://127.0.0.1:1", "--prompt-file", "/nonexistent.txt"], "--prompt-file"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["probe", "not-a-url"], "URL"),
+        (["probe", "http://127.0.0.1:1", "--flavor", "tgi"], "--flavor"),
+        (["probe", "http://127.0.0.1:1", "--api", "grpc"], "--api"),
+        (["probe", "http://127.0.0.1:1", "--concurrency", "0"], "--concurrency"),
+        (["probe", "http://127.0.0.1:1", "--timeout-total", "0"], "--timeout-total"),
+        (["probe", "http://127.0.0.1:1", "--tokenizer", "/nonexistent/tok.json"], "tokenizer"),
+        (["probe", "http://127.0.0.1:1", "--prompt-file", "/nonexistent.txt"], "--prompt-file"),
+    ],
+)
 def test_bad_usage_exit_2(argv, needle):
     res = runner.invoke(app, argv)
     assert res.exit_code == 2, res.output
@@ -228,8 +268,9 @@ def test_bad_usage_exit_2(argv, needle):
 
 
 def test_no_tokenize_endpoint_asks_for_tokenizer(tmp_path):
-    with LoopbackServer(openai_app(Schedule(), tokenize=False, owner="openai",
-                                   version=False)) as srv:
+    with LoopbackServer(
+        openai_app(Schedule(), tokenize=False, owner="openai", version=False)
+    ) as srv:
         res = runner.invoke(app, ["probe", srv.url, "--out", str(tmp_path / "run")])
     assert res.exit_code == 2
     assert "--tokenizer" in res.output and "Traceback" not in res.output
@@ -238,20 +279,42 @@ def test_no_tokenize_endpoint_asks_for_tokenizer(tmp_path):
 def test_prompt_file_and_local_tokenizer(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocab = {"[UNK]": 0, "tok": 1, **{w: i + 2 for i, w in enumerate(
-        ["the", "river", "light", "water", "stone", "green", "house", "world"])}}
+    vocab = {
+        "[UNK]": 0,
+        "tok": 1,
+        **{
+            w: i + 2
+            for i, w in enumerate(
+                ["the", "river", "light", "water", "stone", "green", "house", "world"]
+            )
+        },
+    }
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok_path = tmp_path / "tokenizer.json"
     tok.save(str(tok_path))
     (tmp_path / "p.txt").write_text("the river light")
     sched = Schedule(commits=[2, 2, 2])
-    with LoopbackServer(openai_app(sched, tokenize=False, owner="openai", version=False,
-                                   reject_stream_options=True, spec_metrics=None)) as srv:
+    with LoopbackServer(
+        openai_app(
+            sched,
+            tokenize=False,
+            owner="openai",
+            version=False,
+            reject_stream_options=True,
+            spec_metrics=None,
+        )
+    ) as srv:
         # No tokenize endpoint, no usage, no logprobs on the last rung: the local tokenizer
         # counts prompt and streamed text.
-        code, out = probe_json(srv.url, tmp_path, "--tokenizer", str(tok_path),
-                               "--prompt-file", str(tmp_path / "p.txt"))
+        code, out = probe_json(
+            srv.url,
+            tmp_path,
+            "--tokenizer",
+            str(tok_path),
+            "--prompt-file",
+            str(tmp_path / "p.txt"),
+        )
     assert code == 0, out
     run = load_run(tmp_path / "run")
     spec = run.requests[0].spec

@@ -25,8 +25,9 @@ TIMEOUTS = Timeouts(connect=5.0, first_byte=10.0, between_chunks=10.0, total=30.
 async def _three_requests(url: str) -> list:
     flavor = make_flavor("llamacpp", model="test-model")
     async with ProbeClient(url, flavor, timeouts=TIMEOUTS) as client:
-        return [await client.send(RequestSpec(prompt="hi", max_tokens=7), index=i)
-                for i in range(3)]
+        return [
+            await client.send(RequestSpec(prompt="hi", max_tokens=7), index=i) for i in range(3)
+        ]
 
 
 def test_back_to_back_requests_each_get_a_fresh_connection():
@@ -63,8 +64,22 @@ def test_tokenize_calls_and_the_request_share_a_session_without_reusing_dead_con
 
 def test_probe_cli_against_a_closing_server_records_no_errors(tmp_path):
     with OneShotConnectionServer() as srv:
-        res = runner.invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
-                                  "--prompt-tokens", "16", "--max-tokens", "6", "--repeat", "3"])
+        res = runner.invoke(
+            app,
+            [
+                "probe",
+                srv.url,
+                "--json",
+                "--out",
+                str(tmp_path / "run"),
+                "--prompt-tokens",
+                "16",
+                "--max-tokens",
+                "6",
+                "--repeat",
+                "3",
+            ],
+        )
         reused = srv.reused
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)

@@ -86,9 +86,26 @@ def test_http_400_on_every_rung_is_recorded_once_all_rungs_fail():
 def test_cli_records_failures_continues_and_exits_1(tmp_path, mode):
     # Every second request fails: the run continues, failures are recorded, exit code 1.
     with LoopbackServer(fault_app(mode, fail_every=2, hang_s=2.0)) as srv:
-        res = runner.invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
-                                  "--prompt-tokens", "4", "--max-tokens", "5", "--repeat", "4",
-                                  "--timeout-between-chunks", "0.5", "--flavor", "vllm"])
+        res = runner.invoke(
+            app,
+            [
+                "probe",
+                srv.url,
+                "--json",
+                "--out",
+                str(tmp_path / "run"),
+                "--prompt-tokens",
+                "4",
+                "--max-tokens",
+                "5",
+                "--repeat",
+                "4",
+                "--timeout-between-chunks",
+                "0.5",
+                "--flavor",
+                "vllm",
+            ],
+        )
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
     out = json.loads(res.stdout)

@@ -31,8 +31,20 @@ def test_probe_real_llamacpp_bursts_match_server_counts(tmp_path):
         peer_unavailable(str(exc))
     n = 40
     with LlamaCppServer("draft", models_dir=MODELS_DIR) as srv:
-        res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
-                                       "--prompt-tokens", "24", "--max-tokens", str(n)])
+        res = CliRunner().invoke(
+            app,
+            [
+                "probe",
+                srv.url,
+                "--json",
+                "--out",
+                str(tmp_path / "run"),
+                "--prompt-tokens",
+                "24",
+                "--max-tokens",
+                str(n),
+            ],
+        )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     s = out["summary"]

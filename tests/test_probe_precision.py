@@ -24,8 +24,17 @@ def _probe(url: str, out, *extra: str):
 
 def test_repeats_until_the_interval_is_narrow_enough(twin_server, fast_scenario, tmp_path):
     srv = twin_server(fast_scenario)
-    res = _probe(srv.url, tmp_path / "run", "--json", "--repeat", "2", "--precision", "0.2",
-                 "--budget-s", "60")
+    res = _probe(
+        srv.url,
+        tmp_path / "run",
+        "--json",
+        "--repeat",
+        "2",
+        "--precision",
+        "0.2",
+        "--budget-s",
+        "60",
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     p, s = out["precision"], out["summary"]
@@ -43,8 +52,9 @@ def test_repeats_until_the_interval_is_narrow_enough(twin_server, fast_scenario,
     assert len({t.spec.prompt for t in run.requests}) == s["requests"]
 
 
-def test_the_token_budget_stops_the_repeats_and_the_table_says_so(twin_server, fast_scenario,
-                                                                   tmp_path):
+def test_the_token_budget_stops_the_repeats_and_the_table_says_so(
+    twin_server, fast_scenario, tmp_path
+):
     srv = twin_server(fast_scenario)
     res = _probe(srv.url, tmp_path / "run", "--precision", "0.001", "--budget-tokens", "80")
     assert res.exit_code == 0, res.output
@@ -55,8 +65,7 @@ def test_the_token_budget_stops_the_repeats_and_the_table_says_so(twin_server, f
     assert info.precision["added_requests"] == 2  # 80 tokens at 40 a request
 
 
-def test_without_precision_the_probe_sends_its_requests_only(twin_server, fast_scenario,
-                                                             tmp_path):
+def test_without_precision_the_probe_sends_its_requests_only(twin_server, fast_scenario, tmp_path):
     srv = twin_server(fast_scenario)
     res = _probe(srv.url, tmp_path / "run", "--json", "--repeat", "2")
     assert res.exit_code == 0, res.output
@@ -65,11 +74,13 @@ def test_without_precision_the_probe_sends_its_requests_only(twin_server, fast_s
     assert load_run(tmp_path / "run").info.precision == {}
 
 
-@pytest.mark.parametrize("flag,value", [("--precision", "1.5"), ("--budget-s", "inf"),
-                                        ("--budget-tokens", "-5")])
+@pytest.mark.parametrize(
+    "flag,value", [("--precision", "1.5"), ("--budget-s", "inf"), ("--budget-tokens", "-5")]
+)
 def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
-    res = runner.invoke(app, ["probe", "http://127.0.0.1:9", flag, value,
-                              "--out", str(tmp_path / "x")])
+    res = runner.invoke(
+        app, ["probe", "http://127.0.0.1:9", flag, value, "--out", str(tmp_path / "x")]
+    )
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output and flag in res.output
     assert not (tmp_path / "x").exists()

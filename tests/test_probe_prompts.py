@@ -62,11 +62,14 @@ def test_unreachable_length_returns_closest_not_exact():
         asyncio.run(fit_units(_count_words, synthetic_frame(0, 1), 0))
 
 
-@pytest.mark.parametrize("make_app, flavor", [
-    (lambda: sglang_app(Schedule()), "sglang"),
-    (lambda: openai_app(Schedule()), "vllm"),
-    (lambda: llamacpp_app(Schedule()), "llamacpp"),
-])
+@pytest.mark.parametrize(
+    "make_app, flavor",
+    [
+        (lambda: sglang_app(Schedule()), "sglang"),
+        (lambda: openai_app(Schedule()), "vllm"),
+        (lambda: llamacpp_app(Schedule()), "llamacpp"),
+    ],
+)
 def test_server_tokenize_endpoints(make_app, flavor):
     from specscope.probe.flavors import make_flavor
 
@@ -89,13 +92,16 @@ async def _detect(url: str, flavor: str = "auto"):
         return await detect(s, url, flavor=flavor, timeout_s=3.0)
 
 
-@pytest.mark.parametrize("make_app, expected", [
-    (lambda: sglang_app(Schedule()), "sglang"),
-    (lambda: openai_app(Schedule()), "vllm"),
-    (lambda: openai_app(Schedule(), owner="vllm", version=False), "vllm"),
-    (lambda: llamacpp_app(Schedule()), "llamacpp"),
-    (lambda: openai_app(Schedule(), owner="openai", version=False), "openai"),
-])
+@pytest.mark.parametrize(
+    "make_app, expected",
+    [
+        (lambda: sglang_app(Schedule()), "sglang"),
+        (lambda: openai_app(Schedule()), "vllm"),
+        (lambda: openai_app(Schedule(), owner="vllm", version=False), "vllm"),
+        (lambda: llamacpp_app(Schedule()), "llamacpp"),
+        (lambda: openai_app(Schedule(), owner="openai", version=False), "openai"),
+    ],
+)
 def test_detect_flavor(make_app, expected):
     with LoopbackServer(make_app()) as srv:
         d = asyncio.run(_detect(srv.url))

@@ -7,11 +7,13 @@ from specscope.commands.probe import chunks_vs_steps_note
 
 
 def test_a_commit_length_unlike_tokens_per_chunk_is_explained():
-    coalesced = chunks_vs_steps_note({"mean_commit_len": 3.5, "tokens_per_chunk_mean": 7.0,
-                                      "mean_commit_len_source": "server"})
+    coalesced = chunks_vs_steps_note(
+        {"mean_commit_len": 3.5, "tokens_per_chunk_mean": 7.0, "mean_commit_len_source": "server"}
+    )
     assert coalesced and "several verify steps per chunk" in coalesced and "(server)" in coalesced
-    split = chunks_vs_steps_note({"mean_commit_len": 3.5, "tokens_per_chunk_mean": 1.0,
-                                  "mean_commit_len_source": "log"})
+    split = chunks_vs_steps_note(
+        {"mean_commit_len": 3.5, "tokens_per_chunk_mean": 1.0, "mean_commit_len_source": "log"}
+    )
     assert split and "splits steps over several events" in split
 
 

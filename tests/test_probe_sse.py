@@ -28,11 +28,14 @@ def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
 
 # A valid stream: events of 1..3 data lines (any text without line breaks, incl. non-ASCII),
 # optional event names and comments, any of the three line terminators.
-line_text = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]),
-                    max_size=30)
-event_st = st.tuples(st.lists(line_text, min_size=1, max_size=3),
-                     st.one_of(st.none(), st.sampled_from(["message", "update", "error"])),
-                     st.booleans())
+line_text = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]), max_size=30
+)
+event_st = st.tuples(
+    st.lists(line_text, min_size=1, max_size=3),
+    st.one_of(st.none(), st.sampled_from(["message", "update", "error"])),
+    st.booleans(),
+)
 
 
 def encode(events, eol: bytes) -> bytes:
@@ -49,12 +52,16 @@ def encode(events, eol: bytes) -> bytes:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(event_st, max_size=8), st.sampled_from([b"\n", b"\r\n", b"\r"]),
-       st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
+@given(
+    st.lists(event_st, max_size=8),
+    st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
+)
 def test_any_split_yields_the_same_events(events, eol, cuts):
     data = encode(events, eol)
-    expected = [SSEEvent(data="\n".join(lines), event=name or "message")
-                for lines, name, _ in events]
+    expected = [
+        SSEEvent(data="\n".join(lines), event=name or "message") for lines, name, _ in events
+    ]
     assert parse_all([data]) == expected
     assert parse_all(split_at(data, cuts)) == expected
     assert parse_all([bytes([b]) for b in data]) == expected  # one byte per read
@@ -88,7 +95,7 @@ def test_utf8_character_split_across_reads():
 
 def test_event_without_trailing_blank_line_is_flushed_on_close():
     p = SSEParser()
-    assert p.feed(b"data: {\"stop\": true}") == []
+    assert p.feed(b'data: {"stop": true}') == []
     assert p.pending
     assert p.close() == [SSEEvent('{"stop": true}')]
     assert p.had_partial_line

@@ -21,8 +21,22 @@ def _truth(url: str, request_id: str) -> dict:
 @pytest.mark.parametrize("api", ["native", "completions"])
 def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, api):
     srv = twin_server(fast_scenario)
-    res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
-                                   "--prompt-tokens", "16", "--max-tokens", "48", "--api", api])
+    res = CliRunner().invoke(
+        app,
+        [
+            "probe",
+            srv.url,
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            "--prompt-tokens",
+            "16",
+            "--max-tokens",
+            "48",
+            "--api",
+            api,
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     s = out["summary"]
@@ -59,18 +73,31 @@ def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, a
         [check] = s["steps"]["cross_checks"]
         assert check["result"].endswith("(agree)")
         with_prefill = trace.completion_tokens / (len(rec.steps) + 1)
-        assert min(abs(truth["mean_commit_len"] / v - 1)
-                   for v in (s["mean_commit_len"], with_prefill)) <= 0.05, (truth, with_prefill)
+        assert (
+            min(abs(truth["mean_commit_len"] / v - 1) for v in (s["mean_commit_len"], with_prefill))
+            <= 0.05
+        ), (truth, with_prefill)
 
 
-def test_probe_twin_stream_interval_is_flagged_as_coalescing(twin_server, fast_scenario,
-                                                             tmp_path):
+def test_probe_twin_stream_interval_is_flagged_as_coalescing(twin_server, fast_scenario, tmp_path):
     # SGLang --stream-interval 4: chunks merge steps; client steps must not be trusted, and the
     # server's own fields still give the right commit length.
     srv = twin_server(fast_scenario, stream_interval=4)
     # No --max-commit-len: it comes from the server's info (speculative_num_draft_tokens).
-    res = CliRunner().invoke(app, ["probe", srv.url, "--json", "--out", str(tmp_path / "run"),
-                                   "--prompt-tokens", "16", "--max-tokens", "96"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "probe",
+            srv.url,
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            "--prompt-tokens",
+            "16",
+            "--max-tokens",
+            "96",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert any(n.startswith("max commit length") for n in out["notes"])

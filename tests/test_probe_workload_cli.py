@@ -15,8 +15,21 @@ runner = CliRunner()
 
 
 def _probe(url, tmp_path, *extra):
-    return runner.invoke(app, ["probe", url, "--json", "--out", str(tmp_path / "run"),
-                               "--prompt-tokens", "60", "--max-tokens", "16", *extra])
+    return runner.invoke(
+        app,
+        [
+            "probe",
+            url,
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            "--prompt-tokens",
+            "60",
+            "--max-tokens",
+            "16",
+            *extra,
+        ],
+    )
 
 
 def test_mixed_workload_categories_per_request_and_table(tmp_path):
@@ -27,11 +40,20 @@ def test_mixed_workload_categories_per_request_and_table(tmp_path):
     out = json.loads(res.stdout)
     s = out["summary"]
     cats = [r["category"] for r in s["by_category"]]
-    assert cats == ["long-writing", "reasoning", "chat", "summarisation", "multi-turn",
-                    "code-completion", "code-edit"]
+    assert cats == [
+        "long-writing",
+        "reasoning",
+        "chat",
+        "summarisation",
+        "multi-turn",
+        "code-completion",
+        "code-edit",
+    ]
     # 16 tokens: the first from prefill, then steps 3, 2, 4, 1, 3 and a last one capped at 2
-    assert all(r["requests"] == 1 and r["mean_commit_len"] == 15 / 6
-               and r["commit_source"] == "client" for r in s["by_category"])
+    assert all(
+        r["requests"] == 1 and r["mean_commit_len"] == 15 / 6 and r["commit_source"] == "client"
+        for r in s["by_category"]
+    )
     assert s["prefix_cache"]["hits"] == 0 and s["repetition_loops"] == []
     assert len(set(prompts)) == 7 and all(len(word_tokens(p)) == 60 for p in prompts)
     run = load_run(tmp_path / "run")
@@ -42,11 +64,25 @@ def test_mixed_workload_categories_per_request_and_table(tmp_path):
 
 def test_file_workload_sends_messages_on_chat(tmp_path):
     f = tmp_path / "w.jsonl"
-    f.write_text(json.dumps({"messages": [{"role": "user", "content": "Why is the sky blue?"}],
-                             "category": "qa"}) + "\n")
+    f.write_text(
+        json.dumps(
+            {"messages": [{"role": "user", "content": "Why is the sky blue?"}], "category": "qa"}
+        )
+        + "\n"
+    )
     with LoopbackServer(openai_app(Schedule(commits=[1] * 4), spec_metrics=None)) as srv:
-        res = _probe(srv.url, tmp_path, "--flavor", "vllm", "--api", "chat",
-                     "--workload", str(f), "--repeat", "2")
+        res = _probe(
+            srv.url,
+            tmp_path,
+            "--flavor",
+            "vllm",
+            "--api",
+            "chat",
+            "--workload",
+            str(f),
+            "--repeat",
+            "2",
+        )
         bodies = srv.posts("/v1/chat/completions")
     assert res.exit_code == 0, res.output
     msgs = [b["messages"] for b in bodies]
@@ -58,8 +94,11 @@ def test_file_workload_sends_messages_on_chat(tmp_path):
 def test_bad_workloads_exit_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\nnot json\n')
-    for extra in (["--workload", str(bad)], ["--workload", "nope"],
-                  ["--workload", "chat", "--prompt-file", str(bad)]):
+    for extra in (
+        ["--workload", str(bad)],
+        ["--workload", "nope"],
+        ["--workload", "chat", "--prompt-file", str(bad)],
+    ):
         res = runner.invoke(app, ["probe", "http://127.0.0.1:9", *extra])
         assert res.exit_code == 2, res.output
         assert "Traceback" not in res.output

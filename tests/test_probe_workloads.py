@@ -58,8 +58,9 @@ def test_cuts_end_on_natural_boundaries(smollm2_count):
     src = PromptSource(smollm2_count, resolve_workload("summarisation"), unique=False)
     b = asyncio.run(src.prompt(700, 0))
     assert b.text.endswith("\nSummary:")
-    body = b.text[: -len("\n\nSummarise the text above in a few sentences, keeping the main "
-                         "facts.\nSummary:")]
+    body = b.text[
+        : -len("\n\nSummarise the text above in a few sentences, keeping the main facts.\nSummary:")
+    ]
     if b.boundary == "sentence":
         assert body.rstrip()[-1] in ".!?\"'", body[-60:]
     code = PromptSource(smollm2_count, resolve_workload("code-completion"), unique=False)
@@ -108,8 +109,12 @@ def test_fit_units_with_a_word_counter_and_bare_frame():
     async def words(text: str) -> int:
         return len(text.split())
 
-    frame = Frame("Read this:\n", ["one two three. ", "four five. ", "six seven eight nine. "],
-                  "\nDone.", unit_kind="sentence")
+    frame = Frame(
+        "Read this:\n",
+        ["one two three. ", "four five. ", "six seven eight nine. "],
+        "\nDone.",
+        unit_kind="sentence",
+    )
     b, _ = asyncio.run(fit_units(words, frame, 8))
     assert b.exact and b.text == "Read this:\none two three. four five.\nDone."
     later, _ = asyncio.run(fit_units(words, frame, 7))  # whole units from a later start
@@ -127,16 +132,32 @@ def _write(tmp_path, name, lines):
 
 
 def test_file_workloads_prompts_messages_and_sharegpt(tmp_path):
-    p = _write(tmp_path, "w.jsonl", [
-        json.dumps({"prompt": "Explain TCP slow start.", "category": "chat"}),
-        json.dumps({"messages": [{"role": "system", "content": "Be brief."},
-                                 {"role": "user", "content": "Why is the sea salty?"}]}),
-        json.dumps({"conversations": [{"from": "human", "value": "Hi"},
-                                      {"from": "gpt", "value": "Hello!"},
-                                      {"from": "human", "value": "Tell me a joke"},
-                                      {"from": "gpt", "value": "dropped"}]}),
-        json.dumps("a bare string prompt"),
-    ])
+    p = _write(
+        tmp_path,
+        "w.jsonl",
+        [
+            json.dumps({"prompt": "Explain TCP slow start.", "category": "chat"}),
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": "Why is the sea salty?"},
+                    ]
+                }
+            ),
+            json.dumps(
+                {
+                    "conversations": [
+                        {"from": "human", "value": "Hi"},
+                        {"from": "gpt", "value": "Hello!"},
+                        {"from": "human", "value": "Tell me a joke"},
+                        {"from": "gpt", "value": "dropped"},
+                    ]
+                }
+            ),
+            json.dumps("a bare string prompt"),
+        ],
+    )
     wl = resolve_workload(str(p))
     assert [fp.category for fp in wl.file_prompts] == ["chat", "file", "file", "file"]
 
@@ -159,17 +180,23 @@ def test_file_workloads_prompts_messages_and_sharegpt(tmp_path):
     assert b.exact and b.tokens == 12
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "empty"),
-    ("{not json\n", "line 1: not valid JSON"),
-    ('{"prompt": "ok"}\n{"nothing": 1}\n', "line 2: no `prompt`, `messages` or `conversations`"),
-    ('{"messages": [{"role": "user"}]}\n', "message 0 needs string `role` and `content`"),
-    ('{"conversations": [{"from": "robot", "value": "x"}]}\n', "unknown `from`"),
-    ('{"conversations": [{"from": "gpt", "value": "x"}]}\n', "no human turn"),
-    ('{"prompt": ""}\n', "must be a non-empty string"),
-    ("[1, 2", "not valid JSON"),
-    ("[]", "no prompts"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty"),
+        ("{not json\n", "line 1: not valid JSON"),
+        (
+            '{"prompt": "ok"}\n{"nothing": 1}\n',
+            "line 2: no `prompt`, `messages` or `conversations`",
+        ),
+        ('{"messages": [{"role": "user"}]}\n', "message 0 needs string `role` and `content`"),
+        ('{"conversations": [{"from": "robot", "value": "x"}]}\n', "unknown `from`"),
+        ('{"conversations": [{"from": "gpt", "value": "x"}]}\n', "no human turn"),
+        ('{"prompt": ""}\n', "must be a non-empty string"),
+        ("[1, 2", "not valid JSON"),
+        ("[]", "no prompts"),
+    ],
+)
 def test_bad_files_are_one_clear_error(tmp_path, content, message):
     p = tmp_path / "bad.jsonl"
     p.write_text(content)

@@ -45,11 +45,23 @@ class _Collector(HTMLParser):
 
 def _ctx(partial: bool = False) -> ReportContext:
     return ReportContext(
-        analysis=full_analysis(partial), info=hostile_info("partial" if partial else "complete"),
-        run_dir="/tmp/run", errors=[RequestError(3, "full_generation", "stream_truncated", HOSTILE_ERROR)],
-        plan={"steps": [{"tag": "full_generation", "prompt_tokens": 2700, "max_tokens": 1500,
-                         "repeat": 1, "concurrency": 1}],
-              "skipped": [{"tag": "context_sweep:40000", "reason": "exceeds context"}], "notes": []},
+        analysis=full_analysis(partial),
+        info=hostile_info("partial" if partial else "complete"),
+        run_dir="/tmp/run",
+        errors=[RequestError(3, "full_generation", "stream_truncated", HOSTILE_ERROR)],
+        plan={
+            "steps": [
+                {
+                    "tag": "full_generation",
+                    "prompt_tokens": 2700,
+                    "max_tokens": 1500,
+                    "repeat": 1,
+                    "concurrency": 1,
+                }
+            ],
+            "skipped": [{"tag": "context_sweep:40000", "reason": "exceeds context"}],
+            "notes": [],
+        },
     )
 
 
@@ -86,9 +98,12 @@ def test_partial_run_says_so():
 
 
 def test_missing_series_say_not_measured_without_crashing():
-    ctx = ReportContext(analysis=Analysis(decode_tps=None, requests=0,
-                                          series={"commit_len_histogram": {"commit_len": "junk"}}),
-                        info=hostile_info())
+    ctx = ReportContext(
+        analysis=Analysis(
+            decode_tps=None, requests=0, series={"commit_len_histogram": {"commit_len": "junk"}}
+        ),
+        info=hostile_info(),
+    )
     page = render_html(ctx)
     assert "Not measured in this run." in page
     assert 'Plotly.newPlot("plot-' not in page

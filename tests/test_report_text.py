@@ -45,10 +45,16 @@ def test_terminal_report_prints_rich_markup_literally():
 
 
 def test_plan_rendering_groups_rounds_and_states_skips():
-    plan = Plan(steps=[PlanStep("two_point", "n1", 100, 16), PlanStep("two_point", "n2", 100, 64),
-                       PlanStep("two_point", "n1", 100, 16), PlanStep("two_point", "n2", 100, 64)],
-                skipped=[SkippedPoint("context_sweep", "9000", "exceeds the context [red]")],
-                notes=["--quick: trimmed"])
+    plan = Plan(
+        steps=[
+            PlanStep("two_point", "n1", 100, 16),
+            PlanStep("two_point", "n2", 100, 64),
+            PlanStep("two_point", "n1", 100, 16),
+            PlanStep("two_point", "n2", 100, 64),
+        ],
+        skipped=[SkippedPoint("context_sweep", "9000", "exceeds the context [red]")],
+        notes=["--quick: trimmed"],
+    )
     console = Console(record=True, width=160, color_system=None)
     render_plan(plan, console, "http://127.0.0.1:1")
     out = console.export_text()

@@ -34,8 +34,10 @@ async def _post(url: str, body: object, raw: bytes | None = None) -> tuple[int, 
 async def _sse(url: str, body: dict) -> list[dict]:
     """Every `data:` event of a stream, in order ([DONE] as the string)."""
     events: list = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s, \
-            s.post(url, json=body) as r:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s,
+        s.post(url, json=body) as r,
+    ):
         assert r.status == 200
         async for line in r.content:
             text = line.decode().strip()
@@ -49,7 +51,10 @@ def test_openai_client_streams_completions(twin_server) -> None:
     srv = twin_server("healthy", time_scale=0.05)
     client = _client(srv)
     stream = client.completions.create(
-        model="twin-healthy", prompt="the draft model", max_tokens=60, stream=True,
+        model="twin-healthy",
+        prompt="the draft model",
+        max_tokens=60,
+        stream=True,
         stream_options={"include_usage": True},
     )
     texts, usage, finish = [], None, None
@@ -72,8 +77,10 @@ def test_openai_client_streams_chat_with_continuous_usage(twin_server) -> None:
     srv = twin_server("healthy", time_scale=0.05)
     client = _client(srv)
     stream = client.chat.completions.create(
-        model="twin-healthy", messages=[{"role": "user", "content": "hello there"}],
-        max_tokens=40, stream=True,
+        model="twin-healthy",
+        messages=[{"role": "user", "content": "hello there"}],
+        max_tokens=40,
+        stream=True,
         stream_options={"include_usage": True, "continuous_usage_stats": True},
     )
     cumulative, content = [], ""
@@ -85,16 +92,22 @@ def test_openai_client_streams_chat_with_continuous_usage(twin_server) -> None:
     assert cumulative == sorted(cumulative) and cumulative[-1] == 40
     assert len(content.split()) == 40
     reply = client.chat.completions.create(
-        model="twin-healthy", messages=[{"role": "user", "content": "hello there"}], max_tokens=7)
+        model="twin-healthy", messages=[{"role": "user", "content": "hello there"}], max_tokens=7
+    )
     assert reply.choices[0].message.role == "assistant"
     assert reply.usage.completion_tokens == 7
 
 
 async def test_native_generate_meta_info_matches_truth(twin_server) -> None:
     srv = twin_server("seed-regression", time_scale=0.02)
-    events = await _sse(srv.url + "/generate", {
-        "text": "a b c d", "sampling_params": {"max_new_tokens": 120, "ignore_eos": True},
-        "stream": True})
+    events = await _sse(
+        srv.url + "/generate",
+        {
+            "text": "a b c d",
+            "sampling_params": {"max_new_tokens": 120, "ignore_eos": True},
+            "stream": True,
+        },
+    )
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     counts = [c["meta_info"]["completion_tokens"] for c in chunks]
@@ -125,15 +138,20 @@ async def test_native_generate_meta_info_matches_truth(twin_server) -> None:
 
 async def test_info_endpoints_and_tokenize(twin_server) -> None:
     srv = twin_server("healthy", time_scale=0.05)
-    for body in ({"prompt": "one two three"}, {"text": "one two three"},
-                 {"content": "one two three"}):
+    for body in (
+        {"prompt": "one two three"},
+        {"text": "one two three"},
+        {"content": "one two three"},
+    ):
         status, got = await _post(srv.url + "/tokenize", body)
         assert status == 200 and got["count"] == 3 and len(got["tokens"]) == 3
         assert got["max_model_len"] == 32768
     status, _ = await _post(srv.url + "/tokenize", {"nothing": 1})
     assert status == 400
-    await _sse(srv.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 50},
-                                       "stream": True})
+    await _sse(
+        srv.url + "/generate",
+        {"text": "x", "sampling_params": {"max_new_tokens": 50}, "stream": True},
+    )
     async with aiohttp.ClientSession() as s:
         async with s.get(srv.url + "/v1/models") as r:
             models = await r.json()
@@ -144,7 +162,8 @@ async def test_info_endpoints_and_tokenize(twin_server) -> None:
             state = info["internal_states"][0]
             assert state["avg_spec_accept_length"] == pytest.approx(
                 srv.app.state.ctx.scheduler.total_accept_tokens
-                / srv.app.state.ctx.scheduler.total_forward_ct)
+                / srv.app.state.ctx.scheduler.total_forward_ct
+            )
             assert info["speculative_num_draft_tokens"] == 8
             assert info["speculative_draft_window_size"] is None  # healthy: no window
         async with s.get(srv.url + "/health") as r:
@@ -155,8 +174,10 @@ async def test_metrics_parse_and_count_what_was_served(twin_server) -> None:
     srv = twin_server("healthy", time_scale=0.05, decode_log_interval=3)
     total = 0
     for n in (30, 45):
-        events = await _sse(srv.url + "/generate", {
-            "text": "p q", "sampling_params": {"max_new_tokens": n}, "stream": True})
+        events = await _sse(
+            srv.url + "/generate",
+            {"text": "p q", "sampling_params": {"max_new_tokens": n}, "stream": True},
+        )
         total += events[-2]["meta_info"]["completion_tokens"]
     async with aiohttp.ClientSession() as s, s.get(srv.url + "/metrics") as r:
         text = await r.text()
@@ -165,15 +186,22 @@ async def test_metrics_parse_and_count_what_was_served(twin_server) -> None:
     assert value["sglang:generation_tokens"] == total == 75
     steps = value["sglang:spec_verify_steps"]
     assert value["sglang:spec_accept_tokens"] / steps == pytest.approx(
-        srv.app.state.ctx.scheduler.avg_spec_accept_length)
+        srv.app.state.ctx.scheduler.avg_spec_accept_length
+    )
     assert 1.0 <= value["sglang:spec_accept_length"] <= 8.0
     assert 0.0 <= value["sglang:spec_accept_rate"] <= 1.0
     assert families["sglang:time_to_first_token_seconds"].type == "histogram"
-    ttft_count = [s.value for s in families["sglang:time_to_first_token_seconds"].samples
-                  if s.name.endswith("_count")]
+    ttft_count = [
+        s.value
+        for s in families["sglang:time_to_first_token_seconds"].samples
+        if s.name.endswith("_count")
+    ]
     assert ttft_count == [2.0]
-    itl_count = [s.value for s in families["sglang:inter_token_latency_seconds"].samples
-                 if s.name.endswith("_count")]
+    itl_count = [
+        s.value
+        for s in families["sglang:inter_token_latency_seconds"].samples
+        if s.name.endswith("_count")
+    ]
     assert itl_count[0] > 0
     assert value["sglang:num_running_reqs"] == 0
 
@@ -188,14 +216,23 @@ async def test_metrics_parse_and_count_what_was_served(twin_server) -> None:
         ("/v1/completions", {"prompt": "x", "n": 2}, "n"),
         ("/v1/completions", {"max_tokens": 3}, "prompt"),
         ("/v1/chat/completions", {"messages": [], "max_tokens": 3}, "messages"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                                  "max_completion_tokens": 0}, "max_completion_tokens"),
-        ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": -5}},
-         "sampling_params.max_new_tokens"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
+            "max_completion_tokens",
+        ),
+        (
+            "/generate",
+            {"text": "x", "sampling_params": {"max_new_tokens": -5}},
+            "sampling_params.max_new_tokens",
+        ),
         ("/generate", {"text": "x", "sampling_params": {"wrong": 1}}, "sampling_params.wrong"),
         ("/v1/completions", {"prompt": "x", "seed": 2**63}, "seed"),
-        ("/generate", {"text": "x", "sampling_params": {"sampling_seed": -(2**63) - 1}},
-         "sampling_params.sampling_seed"),
+        (
+            "/generate",
+            {"text": "x", "sampling_params": {"sampling_seed": -(2**63) - 1}},
+            "sampling_params.sampling_seed",
+        ),
     ],
 )
 async def test_validation_errors_are_openai_style_400s(twin_url, path, body, param) -> None:
@@ -210,8 +247,10 @@ async def test_a_negative_seed_is_served_and_repeatable(twin_url) -> None:
     """A seed is a signed 64-bit integer (vLLM's protocol): -1 was a 500 (the twin's random
     streams take non-negative entropy); now it is served, and the same seed gives the same text."""
     body = {"prompt": "def add(a, b):", "max_tokens": 6, "seed": -1, "temperature": 1.0}
-    first, second = await _post(twin_url + "/v1/completions", body), await _post(
-        twin_url + "/v1/completions", body)
+    first, second = (
+        await _post(twin_url + "/v1/completions", body),
+        await _post(twin_url + "/v1/completions", body),
+    )
     assert first[0] == second[0] == 200
     assert first[1]["choices"][0]["text"] == second[1]["choices"][0]["text"]
 
@@ -223,10 +262,14 @@ async def test_bad_json_is_a_400(twin_url, raw) -> None:
 
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**13), 10**13) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**13), 10**13)
+    | st.floats(allow_nan=False)
     | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 _bodies = st.fixed_dictionaries(
@@ -237,7 +280,9 @@ _bodies = st.fixed_dictionaries(
         "stream": st.booleans() | _json_values,
         "temperature": st.floats(-1, 3) | _json_values,
         "stream_options": st.fixed_dictionaries(
-            {}, optional={"include_usage": st.booleans(), "bad": st.integers()}) | _json_values,
+            {}, optional={"include_usage": st.booleans(), "bad": st.integers()}
+        )
+        | _json_values,
         "n": st.integers(0, 3),
         "seed": st.integers(-5, 5) | _json_values,
     },
@@ -251,8 +296,11 @@ def test_random_bodies_get_200_or_400_never_a_crash(twin_server) -> None:
     @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
     @given(body=_bodies, path=st.sampled_from(["/v1/completions", "/generate", "/tokenize"]))
     def check(body: dict, path: str) -> None:
-        req = urllib.request.Request(srv.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            srv.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 status, payload = r.status, r.read()

@@ -29,9 +29,25 @@ def test_serve_process_serves_the_twin_and_writes_truth(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     log = tmp_path / "server.log"
     proc = subprocess.Popen(
-        [*SPECSCOPE, "serve", "--scenario", "healthy", "--port", "0", "--time-scale", "0.05",
-         "--truth-file", str(truth), "--log-file", str(log), "--decode-log-interval", "3"],
-        stderr=subprocess.PIPE, text=True)
+        [
+            *SPECSCOPE,
+            "serve",
+            "--scenario",
+            "healthy",
+            "--port",
+            "0",
+            "--time-scale",
+            "0.05",
+            "--truth-file",
+            str(truth),
+            "--log-file",
+            str(log),
+            "--decode-log-interval",
+            "3",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = None
         deadline = time.monotonic() + 30
@@ -43,8 +59,9 @@ def test_serve_process_serves_the_twin_and_writes_truth(tmp_path: Path) -> None:
             url = m.group(1) if m else None
         assert url, "server did not announce its URL"
         body = json.dumps({"prompt": "x y", "max_tokens": 30}).encode()
-        req = urllib.request.Request(url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             out = json.loads(r.read())
         assert out["usage"]["completion_tokens"] == 30
@@ -70,8 +87,12 @@ def test_bad_scenario_is_a_one_line_usage_error(tmp_path: Path) -> None:
 
 
 def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
-    for args in (["--backend", "nope"], ["--stream-interval", "0"], ["--time-scale", "-1"],
-                 ["--log-file", str(tmp_path / "missing" / "x.log")]):
+    for args in (
+        ["--backend", "nope"],
+        ["--stream-interval", "0"],
+        ["--time-scale", "-1"],
+        ["--log-file", str(tmp_path / "missing" / "x.log")],
+    ):
         res = _run(*args)
         assert res.returncode == 2, (args, res.stderr)
         assert res.exception is None or isinstance(res.exception, SystemExit)

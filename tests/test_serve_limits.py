@@ -26,9 +26,12 @@ from specscope.serve.validation import MAX_BODY_BYTES
 @pytest.fixture
 def served() -> Iterator[tuple[str, list[str]]]:
     """`specscope serve --port 0` (the twin) as a process; yields (url, its stderr lines so far)."""
-    proc = subprocess.Popen([sys.executable, "-m", "specscope.cli", "serve", "--port", "0",
-                             "--scenario", "healthy"], stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specscope.cli", "serve", "--port", "0", "--scenario", "healthy"],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     assert proc.stderr is not None
     url = None
@@ -88,14 +91,20 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(served):
     piece = b" " * (1 << 20)
     n = MAX_BODY_BYTES // len(piece) + 1
     chunked = [b"%x\r\n%s\r\n" % (len(piece), piece)] * n + [b"0\r\n\r\n"]
-    answer = _raw(url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                  b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n", chunked)
+    answer = _raw(
+        url,
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        chunked,
+    )
     assert b" 413 " in answer.split(b"\r\n", 1)[0], answer[:300]
     assert b"limit" in answer
     # Declared too large: refused on the header alone, the bytes are never sent.
     with socket.create_connection(_host_port(url), timeout=10) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                  b"\r\nContent-Length: 20000000\r\n\r\n{")
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nContent-Length: 20000000\r\n\r\n{"
+        )
         head = s.recv(4096)
     assert b" 413 " in head.split(b"\r\n", 1)[0]
 
@@ -104,12 +113,15 @@ def test_a_client_leaving_mid_body_leaves_no_traceback(served):
     url, lines = served
     for _ in range(3):
         with socket.create_connection(_host_port(url), timeout=10) as s:
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                      b"application/json\r\nContent-Length: 100000\r\n\r\n{\"prompt\": \"abc")
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                b'application/json\r\nContent-Length: 100000\r\n\r\n{"prompt": "abc'
+            )
             time.sleep(0.2)
     time.sleep(0.5)
-    status, _ = _post(url + "/v1/completions", json.dumps(
-        {"prompt": "hello there", "max_tokens": 2}).encode())
+    status, _ = _post(
+        url + "/v1/completions", json.dumps({"prompt": "hello there", "max_tokens": 2}).encode()
+    )
     assert status == 200  # the server is fine
     log = "".join(lines)
     assert "Traceback" not in log and "ClientDisconnect" not in log, log[-3000:]

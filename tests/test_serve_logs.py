@@ -22,8 +22,9 @@ DDTREE = re.compile(
 
 def _generate(url: str, n: int, text: str = "a b") -> str:
     body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": n}}).encode()
-    req = urllib.request.Request(url + "/generate", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/generate", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())["meta_info"]["id"]
 
@@ -45,7 +46,8 @@ def test_log_lines_match_sglang_formats_and_truth(twin_server, tmp_path: Path) -
         assert float(m.group(5)) == st["commit_len"]
     assert {m.group(2) for m in steps} == set(rids)
     assert [int(m.group(3)) for m in steps if m.group(2) == rids[0]] == list(
-        range(1, len(srv.backend.truth(rids[0])["steps"]) + 1))
+        range(1, len(srv.backend.truth(rids[0])["steps"]) + 1)
+    )
     # One "Decode batch" line per 5 batched steps, with SGLang's accept len / rate.
     assert len(decode) == len(truth_steps) // 5
     for m in decode:
@@ -56,8 +58,9 @@ def test_log_lines_match_sglang_formats_and_truth(twin_server, tmp_path: Path) -
 
 def test_no_speculation_logs_no_accept_fields(twin_server, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    srv = twin_server("speculation-overhead:baseline", time_scale=0.02, decode_log_interval=4,
-                      log_file=log)
+    srv = twin_server(
+        "speculation-overhead:baseline", time_scale=0.02, decode_log_interval=4, log_file=log
+    )
     _generate(srv.url, 20)
     srv.stop()
     lines = log.read_text().splitlines()

@@ -21,7 +21,7 @@ def test_deltas_concatenate_to_the_text(text: str, cuts: list[int]) -> None:
     for c in cuts:
         if i >= len(ids):
             break
-        out.append(stream.add(ids[i:i + c]))
+        out.append(stream.add(ids[i : i + c]))
         i += c
     out.append(stream.add(ids[i:], final=True))
     assert "".join(out) == text

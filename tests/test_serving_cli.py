@@ -23,14 +23,35 @@ runner = CliRunner()
 
 
 def _probe(url: str, out: Path, *extra: str):
-    return runner.invoke(app, ["probe", url, "--json", "--out", str(out), "--prompt-tokens", "16",
-                               "--max-tokens", "40", *extra])
+    return runner.invoke(
+        app,
+        [
+            "probe",
+            url,
+            "--json",
+            "--out",
+            str(out),
+            "--prompt-tokens",
+            "16",
+            "--max-tokens",
+            "40",
+            *extra,
+        ],
+    )
 
 
 def test_probe_json_has_serving_and_goodput(twin_server, fast_scenario, tmp_path):
     srv = twin_server(fast_scenario)
-    res = _probe(srv.url, tmp_path / "run", "--repeat", "2", "--concurrency", "2",
-                 "--slo", "ttft=30s,tpot=1s,step=5s")
+    res = _probe(
+        srv.url,
+        tmp_path / "run",
+        "--repeat",
+        "2",
+        "--concurrency",
+        "2",
+        "--slo",
+        "ttft=30s,tpot=1s,step=5s",
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     s = out["serving"]
@@ -65,7 +86,9 @@ def test_probe_json_has_serving_and_goodput(twin_server, fast_scenario, tmp_path
     assert json.loads(strict.stdout)["serving"]["run"]["goodput"]["share"] == 0.0
 
 
-@pytest.mark.parametrize("bad", ["tpot=50", "tpot=50ms,latency=1s", "ttft:2s", "=", "ttft=2s,ttft=1s"])
+@pytest.mark.parametrize(
+    "bad", ["tpot=50", "tpot=50ms,latency=1s", "ttft:2s", "=", "ttft=2s,ttft=1s"]
+)
 def test_bad_slo_exits_2_with_one_line(bad, tmp_path):
     for cmd in (["probe", "http://127.0.0.1:9"], ["diagnose", "http://127.0.0.1:9"]):
         res = runner.invoke(app, [*cmd, "--slo", bad, "--out", str(tmp_path / "x")])
@@ -76,9 +99,27 @@ def test_bad_slo_exits_2_with_one_line(bad, tmp_path):
 
 def test_diagnose_json_has_serving_per_concurrency_level(twin_server, fast_scenario, tmp_path):
     srv = twin_server(fast_scenario)
-    res = runner.invoke(app, ["diagnose", srv.url, "--quick", "--json", "--out", str(tmp_path / "d"),
-                              "--prompt-tokens", "64", "--max-tokens", "48", "--concurrency", "1,2",
-                              "--slo", "ttft=30s,tpot=2s", "--budget-s", "6"])
+    res = runner.invoke(
+        app,
+        [
+            "diagnose",
+            srv.url,
+            "--quick",
+            "--json",
+            "--out",
+            str(tmp_path / "d"),
+            "--prompt-tokens",
+            "64",
+            "--max-tokens",
+            "48",
+            "--concurrency",
+            "1,2",
+            "--slo",
+            "ttft=30s,tpot=2s",
+            "--budget-s",
+            "6",
+        ],
+    )
     assert res.exit_code == 0, res.output[-3000:]
     out = json.loads(res.stdout)
     s = out["serving"]
@@ -103,7 +144,10 @@ def test_diagnose_json_has_serving_per_concurrency_level(twin_server, fast_scena
     assert len(reqs) == out["requests"]
     timed = sum(int(r["timed_steps"]) for r in reqs)
     assert timed == len(steps) > 0
-    assert {r["concurrency"] for r in reqs if r["tag"].startswith("concurrency_sweep")} == {"1", "2"}
+    assert {r["concurrency"] for r in reqs if r["tag"].startswith("concurrency_sweep")} == {
+        "1",
+        "2",
+    }
     assert all(r["meets_slo"] == "True" for r in reqs if r["ok"] == "True")
 
 
@@ -127,8 +171,9 @@ def test_renderers_show_the_serving_table_and_escape_nothing_unsafe(tmp_path):
     from specscope.trace.model import RunInfo
     from test_analysis_serving import trace
 
-    serving = serving_metrics([trace([3, 2, 4], index=i, ttft_ms=100 + 10 * i) for i in range(5)],
-                              slo={"tpot": 0.05})
+    serving = serving_metrics(
+        [trace([3, 2, 4], index=i, ttft_ms=100 + 10 * i) for i in range(5)], slo={"tpot": 0.05}
+    )
     ctx = ReportContext(analysis=Analysis(serving=serving), info=RunInfo(run_id="r<script>"))
     md = render_markdown(ctx)
     assert "## Serving metrics" in md and "TPOT (ms)".replace("(", "\\(").replace(")", "\\)") in md
@@ -136,4 +181,6 @@ def test_renderers_show_the_serving_table_and_escape_nothing_unsafe(tmp_path):
     html = render_html(ctx)
     assert "per step = per token x commit length" in html
     assert all(t.ours.strip("`") in html for t in GLOSSARY)
-    assert "<script>" not in html.split("</head>", 1)[1].replace('<script type="text/javascript">', "")
+    assert "<script>" not in html.split("</head>", 1)[1].replace(
+        '<script type="text/javascript">', ""
+    )

@@ -12,23 +12,37 @@ from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace, S
 MS = 1_000_000
 
 
-def trace(chunks: list[tuple[float, int]], *, source="usage", prompt=100, spec=None, index=0,
-          error=None, completion=None) -> RequestTrace:
+def trace(
+    chunks: list[tuple[float, int]],
+    *,
+    source="usage",
+    prompt=100,
+    spec=None,
+    index=0,
+    error=None,
+    completion=None,
+) -> RequestTrace:
     cs = [Chunk(t_ns=int(t * MS), n_tokens=n) for t, n in chunks]
-    return RequestTrace(index=index, spec=RequestSpec(prompt="x", prompt_tokens=prompt),
-                        t_send_ns=0, chunks=cs, token_count_source=source,
-                        completion_tokens=completion if completion is not None
-                        else sum(n for _, n in chunks),
-                        server_spec=spec, error=error,
-                        t_end_ns=cs[-1].t_ns if cs else 0)
+    return RequestTrace(
+        index=index,
+        spec=RequestSpec(prompt="x", prompt_tokens=prompt),
+        t_send_ns=0,
+        chunks=cs,
+        token_count_source=source,
+        completion_tokens=completion if completion is not None else sum(n for _, n in chunks),
+        server_spec=spec,
+        error=error,
+        t_end_ns=cs[-1].t_ns if cs else 0,
+    )
 
 
 def per_step(commits: list[int], step_ms=40.0, ttft_ms=100.0) -> list[tuple[float, int]]:
     return [(ttft_ms, 1)] + [(ttft_ms + step_ms * (i + 1), c) for i, c in enumerate(commits)]
 
 
-def per_token(commits: list[int], step_ms=115.0, intra_ms=(5.0, 0.0, 0.0, 0.1, 2.0),
-              ttft_ms=127.0) -> list[tuple[float, int]]:
+def per_token(
+    commits: list[int], step_ms=115.0, intra_ms=(5.0, 0.0, 0.0, 0.1, 2.0), ttft_ms=127.0
+) -> list[tuple[float, int]]:
     """llama.cpp shape (peers-and-models.md §E): one event per token, a burst per step."""
     out = [(ttft_ms, 1)]
     t = ttft_ms
@@ -67,8 +81,9 @@ def _llamacpp_fields(commits: list[int]) -> ServerSpecFields:
     """What llama.cpp's timings give for these steps: verify steps after the first token."""
     predicted = 1 + sum(commits)
     accepted = sum(c - 1 for c in commits)
-    return ServerSpecFields(verify_ct=predicted - 1 - accepted, accepted_drafts=accepted,
-                            source="llamacpp.timings")
+    return ServerSpecFields(
+        verify_ct=predicted - 1 - accepted, accepted_drafts=accepted, source="llamacpp.timings"
+    )
 
 
 def test_a_step_split_by_one_slow_token_is_regrouped_by_the_servers_count():
@@ -102,8 +117,9 @@ def test_a_server_count_that_no_break_gives_leaves_the_bursts_and_the_disagreeme
 
 def test_long_commits_still_cluster_when_step_gaps_are_rare():
     commits = [12] * 6  # 11 intra-burst gaps per step gap: step gaps are < 10% of all gaps
-    r = reconstruct_steps(trace(per_token(commits, intra_ms=(0.5,)), source="events"),
-                          max_commit_len=16)
+    r = reconstruct_steps(
+        trace(per_token(commits, intra_ms=(0.5,)), source="events"), max_commit_len=16
+    )
     assert [s.commit_len for s in r.steps] == commits and r.reliable
 
 
@@ -175,8 +191,9 @@ def test_plain_decoding_read_late_often_stays_one_step_per_event():
     assert any("same read" in n for n in r.notes)
 
 
-def _client_reads(arrivals_ms: list[float], rng, p_late: float, late_ms: float
-                  ) -> list[tuple[float, int]]:
+def _client_reads(
+    arrivals_ms: list[float], rng, p_late: float, late_ms: float
+) -> list[tuple[float, int]]:
     """What a client stamps: after each read it waits for the next event and wakes 0.2 ms
     after it, or (with probability p_late) an exponential delay later, and reads everything
     that has arrived by then (one stamp for the read)."""
@@ -257,22 +274,28 @@ def test_server_summary_disagreement_marks_client_unreliable():
     # that is wrong and the client is not blamed
     t = trace(per_step([2, 2, 2, 2, 2]), spec=ServerSpecFields(verify_ct=2))
     r = reconstruct_steps(t)
-    assert r.reliable and "disagree" in r.cross_check and "server's figure is wrong" in r.cross_check
+    assert (
+        r.reliable and "disagree" in r.cross_check and "server's figure is wrong" in r.cross_check
+    )
 
 
 def test_too_few_chunks_and_failed_requests():
     assert reconstruct_steps(trace([(10.0, 5)])).method == "none"
-    r = reconstruct_steps(trace(per_step([2, 2]), error=ErrorInfo(kind="stream_truncated",
-                                                                  message="cut")))
+    r = reconstruct_steps(
+        trace(per_step([2, 2]), error=ErrorInfo(kind="stream_truncated", message="cut"))
+    )
     assert not r.reliable and "request failed" in r.reason
 
 
-@pytest.mark.parametrize("fields, expected", [
-    (ServerSpecFields(accept_length=2.5), 2.5),
-    (ServerSpecFields(verify_ct=4), 10 / 4),
-    (ServerSpecFields(accept_histogram=[1, 1, 2]), (1 + 2 + 6) / 4),
-    (ServerSpecFields(accepted_drafts=5, proposed_drafts=9), None),
-])
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        (ServerSpecFields(accept_length=2.5), 2.5),
+        (ServerSpecFields(verify_ct=4), 10 / 4),
+        (ServerSpecFields(accept_histogram=[1, 1, 2]), (1 + 2 + 6) / 4),
+        (ServerSpecFields(accepted_drafts=5, proposed_drafts=9), None),
+    ],
+)
 def test_server_mean_commit_len(fields, expected):
     t = trace([(1.0, 1), (2.0, 9)], spec=fields)
     assert all_steps_mean_commit_len(t.server_spec, t.completion_tokens) == expected
@@ -297,14 +320,17 @@ def test_summary_token_weighted_decode_tps_and_sources():
     assert s["requests"] == 3 and s["errors"] == 1 and s["error_kinds"] == {"http_status": 1}
     assert s["decode_tps"] == pytest.approx(40 / 0.9, rel=1e-6)
     assert s["ttft_s_p50"] == pytest.approx(0.1)
-    assert s["mean_commit_len"] == pytest.approx(40 / 15) and s["mean_commit_len_source"] == "client"
+    assert (
+        s["mean_commit_len"] == pytest.approx(40 / 15) and s["mean_commit_len_source"] == "client"
+    )
     assert s["mean_step_s"] == pytest.approx(0.9 / 15) and s["mean_step_s_source"] == "client"
 
 
 def test_summary_prefers_server_commit_and_derives_step_time():
     # Coalesced chunks (unreliable client steps) but the server says verify_ct.
-    t = trace([(100.0, 1), (200.0, 9), (300.0, 10)], spec=ServerSpecFields(verify_ct=5),
-              completion=20)
+    t = trace(
+        [(100.0, 1), (200.0, 9), (300.0, 10)], spec=ServerSpecFields(verify_ct=5), completion=20
+    )
     s = summarize([t], max_commit_len=4)
     assert s["mean_commit_len"] == pytest.approx(4.0) and s["mean_commit_len_source"] == "server"
     assert s["decode_tps"] == pytest.approx(19 / 0.2)
@@ -349,7 +375,7 @@ def test_one_late_read_among_many_steps_is_a_note_not_coalescing():
     assert any("max commit length" in n for n in r.notes)
     often = per_step(commits)
     for i in range(100, 3, -6):  # every sixth pair merged
-        often[i - 1:i + 1] = [(often[i][0], often[i - 1][1] + often[i][1])]
+        often[i - 1 : i + 1] = [(often[i][0], often[i - 1][1] + often[i][1])]
     assert not reconstruct_steps(trace(often), max_commit_len=8).reliable
 
 
@@ -370,8 +396,13 @@ def test_llamacpp_plain_stream_read_late_is_one_step_per_event():
     for i in (8, 9, 20, 21, 22, 30):
         times[i - 1] = times[i]  # read together with the next event, after their steps' time
     chunks = [(t, 1) for t in times]
-    fields = ServerSpecFields(verify_ct=39, accepted_drafts=0, proposed_drafts=0,
-                              accept_length=1.0, source="llamacpp.timings")
+    fields = ServerSpecFields(
+        verify_ct=39,
+        accepted_drafts=0,
+        proposed_drafts=0,
+        accept_length=1.0,
+        source="llamacpp.timings",
+    )
     r = reconstruct_steps(trace(chunks, source="events", spec=fields))
     assert {s.commit_len for s in r.steps} == {1}, r.reason
     assert r.reliable and r.mean_commit_len == 1.0
@@ -387,7 +418,10 @@ def test_bursts_that_took_a_step_per_token_are_late_reads_without_server_fields(
     late = reconstruct_steps(trace([(t, 1) for t in times], source="events"))
     assert late.method == "chunk" and {s.commit_len for s in late.steps} == {1}, late.reason
     assert "late reads" in late.reason and late.mean_commit_len == 1.0
-    spec = reconstruct_steps(trace(per_token([1, 2, 1, 1, 3, 1, 2, 1] * 4, step_ms=40.0,
-                                             intra_ms=(0.2, 0.0, 0.1)),
-                                   source="events"))
+    spec = reconstruct_steps(
+        trace(
+            per_token([1, 2, 1, 1, 3, 1, 2, 1] * 4, step_ms=40.0, intra_ms=(0.2, 0.0, 0.1)),
+            source="events",
+        )
+    )
     assert spec.method == "burst" and spec.mean_commit_len > 1.3, spec.reason

@@ -20,8 +20,9 @@ from test_store_index import _run_dir
 @pytest.fixture
 def runs(tmp_path):
     fast = _run_dir(tmp_path / "fast", 138.0, 5.0, 5.0 / 138.0, findings=("context_scaling",))
-    slow = _run_dir(tmp_path / "slow", 32.7, 2.9, 2.9 / 32.7,
-                    findings=("context_scaling", "acceptance_decay"))
+    slow = _run_dir(
+        tmp_path / "slow", 32.7, 2.9, 2.9 / 32.7, findings=("context_scaling", "acceptance_decay")
+    )
     return fast, slow
 
 
@@ -68,11 +69,19 @@ def test_comparative_finding_of_b_stays_in_findings_when_a_has_the_id():
     from specscope.analysis.model import Analysis, Finding
     from specscope.store.compare import compare_analyses
 
-    a = Analysis(decode_tps=30.0, mean_commit_len=1.0, mean_step_s=1 / 30, requests=2,
-                 findings=[Finding(id="speculation_overhead", summary="alone")])
+    a = Analysis(
+        decode_tps=30.0,
+        mean_commit_len=1.0,
+        mean_step_s=1 / 30,
+        requests=2,
+        findings=[Finding(id="speculation_overhead", summary="alone")],
+    )
     b = Analysis(decode_tps=20.0, mean_commit_len=1.4, mean_step_s=0.07, requests=2)
-    b_vs_a = Analysis(decode_tps=20.0, requests=2, findings=[
-        Finding(id="speculation_overhead", summary="slower than plain A", factor=1.5)])
+    b_vs_a = Analysis(
+        decode_tps=20.0,
+        requests=2,
+        findings=[Finding(id="speculation_overhead", summary="slower than plain A", factor=1.5)],
+    )
     cmp = compare_analyses(a, b, b_vs_a)
     assert [f.id for f in cmp.findings] == ["speculation_overhead"]
     assert cmp.to_dict()["findings"][0]["summary"] == "slower than plain A"
@@ -108,11 +117,15 @@ def test_speculative_run_against_the_plain_baseline_keeps_speculation_overhead(o
 
 
 def test_comparative_findings_survive_when_a_has_the_same_id():
-    a = [Finding(id="speculation_overhead", summary="low commit, no baseline"),
-         Finding(id="context_scaling", summary="a", factor=None)]
-    b = [Finding(id="speculation_overhead", summary="slower than A", factor=1.4),
-         Finding(id="context_scaling", summary="b", factor=1.1),
-         Finding(id="acceptance_decay", summary="new", factor=1.2)]
+    a = [
+        Finding(id="speculation_overhead", summary="low commit, no baseline"),
+        Finding(id="context_scaling", summary="a", factor=None),
+    ]
+    b = [
+        Finding(id="speculation_overhead", summary="slower than A", factor=1.4),
+        Finding(id="context_scaling", summary="b", factor=1.1),
+        Finding(id="acceptance_decay", summary="new", factor=1.2),
+    ]
     got = [f.id for f in differing_findings(a, b)]
     assert got == ["speculation_overhead", "acceptance_decay"]
     # without a factor (not measured against A) a shared id is old news

@@ -14,8 +14,14 @@ from specscope.trace import RunDirWriter, RunInfo
 
 def _run_dir(path, tps, commit, step, status="complete", findings=()):
     w = RunDirWriter(path, RunInfo(kind="diagnose", endpoint="http://127.0.0.1:9"))
-    w.write_analysis({"decode_tps": tps, "mean_commit_len": commit, "mean_step_s": step,
-                      "findings": [{"id": f, "summary": f, "confidence": 0.5} for f in findings]})
+    w.write_analysis(
+        {
+            "decode_tps": tps,
+            "mean_commit_len": commit,
+            "mean_step_s": step,
+            "findings": [{"id": f, "summary": f, "confidence": 0.5} for f in findings],
+        }
+    )
     w.close(status)
     return path
 
@@ -63,8 +69,9 @@ def test_probe_runs_show_their_numbers(tmp_path, monkeypatch, twin_server):
     monkeypatch.setenv("SPECSCOPE_HOME", str(tmp_path))
     handle = twin_server("healthy", time_scale=0.1)
     runner = CliRunner()
-    res = runner.invoke(app, ["probe", handle.url, "--prompt-tokens", "64", "--max-tokens", "48",
-                              "--json"])
+    res = runner.invoke(
+        app, ["probe", handle.url, "--prompt-tokens", "64", "--max-tokens", "48", "--json"]
+    )
     assert res.exit_code == 0, res.output
     probe_tps = json.loads(res.stdout)["summary"]["decode_tps"]
     res = runner.invoke(app, ["runs", "--json"])

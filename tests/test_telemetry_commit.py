@@ -32,8 +32,13 @@ def test_vllm_log_line_is_per_drafted_step_in_logs_and_analysis():
 
 def test_all_steps_summaries_win_and_agree_between_logs_and_analysis():
     vllm = parse_vllm_spec(VLLM_LINE, PrefixParser())
-    sglang = {"format": "sglang_decode", "commit_len": 2.5, "n_steps": 40, "scope": "interval",
-              "fields": {}}
+    sglang = {
+        "format": "sglang_decode",
+        "commit_len": 2.5,
+        "n_steps": 40,
+        "scope": "interval",
+        "fields": {},
+    }
     sglang2 = {**sglang, "commit_len": 3.0, "n_steps": 60}
     summary = LogSummary()
     for p in (vllm, sglang, sglang2):

@@ -114,7 +114,9 @@ def ddtree_line(draw):
             ]
         )
     )
-    tail = draw(st.sampled_from(["", " ", "\r", "\x1b[0m", " extra=1", " DDTREE metrics avg_commit_len=2"]))
+    tail = draw(
+        st.sampled_from(["", " ", "\r", "\x1b[0m", " extra=1", " DDTREE metrics avg_commit_len=2"])
+    )
     return f"{prefix}{engine} metrics {body}{tail}"
 
 
@@ -123,7 +125,11 @@ def sglang_decode_line(draw):
     """The canonical `Decode batch` shape (sglang.py's fast path) and its near misses."""
     rank = draw(ranks)
     second = draw(st.integers(0, 61))
-    stamp = draw(st.sampled_from([f"2026-11-29 10:00:{second:02d}", "2026-13-40 10:00:00", "2026-11-29T10:00:01"]))
+    stamp = draw(
+        st.sampled_from(
+            [f"2026-11-29 10:00:{second:02d}", "2026-13-40 10:00:00", "2026-11-29T10:00:01"]
+        )
+    )
     prefix = draw(
         st.sampled_from(
             [
@@ -140,12 +146,19 @@ def sglang_decode_line(draw):
     sep = draw(st.sampled_from([",", ".", " [12],"]))
     accept = draw(
         st.sampled_from(
-            [f"accept len: {acc}, accept rate: {rate}, ", f"accept len: {acc}, ", f"accept rate: {rate}, ", ""]
+            [
+                f"accept len: {acc}, accept rate: {rate}, ",
+                f"accept len: {acc}, ",
+                f"accept rate: {rate}, ",
+                "",
+            ]
         )
     )
     graph = draw(st.sampled_from(["cuda graph: True, ", "npu graph: False, ", ""]))
     queue = draw(st.sampled_from(["0", "3", "x"]))
-    tail = draw(st.sampled_from(["", ", ", " ", "\r", ", est. decode TFLOPS/s (per GPU): 1.0", "…"]))
+    tail = draw(
+        st.sampled_from(["", ", ", " ", "\r", ", est. decode TFLOPS/s (per GPU): 1.0", "…"])
+    )
     return (
         f"{prefix}Decode batch{sep} #running-req: {draw(st.sampled_from(['1', '24', 'x']))}, "
         f"#token: 2701, token usage: 0.02, {accept}{graph}gen throughput (token/s): {gen}, "
@@ -319,7 +332,11 @@ def test_canonical_interval_lines_take_the_fast_parsers(monkeypatch):
         monkeypatch.setattr(scan, "clean_bytes", real_clean)
         assert got == expected
         assert calls == []  # no line went through the general parsers
-        assert got["formats"] == ({"sglang_decode": 1, "vllm_spec": 1} if opts["rank"] else {"sglang_decode": 2, "vllm_spec": 1})
+        assert got["formats"] == (
+            {"sglang_decode": 1, "vllm_spec": 1}
+            if opts["rank"]
+            else {"sglang_decode": 2, "vllm_spec": 1}
+        )
         assert got["filtered"]["other_rank"] == (1 if opts["rank"] else 0)
 
 

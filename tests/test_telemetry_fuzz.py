@@ -20,16 +20,67 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 
 # Text that is likely to reach deep into the parsers: markers, separators, numbers, placeholders.
 PIECES = [
-    "Decode batch", ".", ",", " [12]", "#running-req: ", "accept len: ", "accept rate: ",
-    "cuda graph: ", "True", "#token: ", ": ", ", ", "SpecDecoding metrics: ",
-    "Mean acceptance length: ", "Per-position acceptance rate: ", "Draft acceptance rate: ", "%",
-    "Accepted: ", " tokens", "DDTREE metrics ", "DFLASH metrics ", "avg_accepted_drafts=",
-    "avg_commit_len=", "req=", "step=", "avg_commit=", "AL=", "accepted=", "/", "(", ")",
-    "draft acceptance rate = ", "draft acceptance = ", " accepted / ", " generated)",
-    "mean acceptance length = ", "statistics x: #calls = ", "#gen drafts = ", "#acc tokens = ",
-    '"timings": {', '"draft_n": ', "}", "[2026-11-29 10:00:00 TP0] ", "[TP1 EP0] ",
-    "Nov 29 10:00:00 h p[1]: ", "INFO 05-01 14:24:50 ", "1", "2.00", "-3", "nan", "inf", "…", "..",
-    "1e999", "\x1b[0m", "\x00", "\r", " ", "\t", "é", "0x1F",
+    "Decode batch",
+    ".",
+    ",",
+    " [12]",
+    "#running-req: ",
+    "accept len: ",
+    "accept rate: ",
+    "cuda graph: ",
+    "True",
+    "#token: ",
+    ": ",
+    ", ",
+    "SpecDecoding metrics: ",
+    "Mean acceptance length: ",
+    "Per-position acceptance rate: ",
+    "Draft acceptance rate: ",
+    "%",
+    "Accepted: ",
+    " tokens",
+    "DDTREE metrics ",
+    "DFLASH metrics ",
+    "avg_accepted_drafts=",
+    "avg_commit_len=",
+    "req=",
+    "step=",
+    "avg_commit=",
+    "AL=",
+    "accepted=",
+    "/",
+    "(",
+    ")",
+    "draft acceptance rate = ",
+    "draft acceptance = ",
+    " accepted / ",
+    " generated)",
+    "mean acceptance length = ",
+    "statistics x: #calls = ",
+    "#gen drafts = ",
+    "#acc tokens = ",
+    '"timings": {',
+    '"draft_n": ',
+    "}",
+    "[2026-11-29 10:00:00 TP0] ",
+    "[TP1 EP0] ",
+    "Nov 29 10:00:00 h p[1]: ",
+    "INFO 05-01 14:24:50 ",
+    "1",
+    "2.00",
+    "-3",
+    "nan",
+    "inf",
+    "…",
+    "..",
+    "1e999",
+    "\x1b[0m",
+    "\x00",
+    "\r",
+    " ",
+    "\t",
+    "é",
+    "0x1F",
 ]
 structured = st.lists(st.sampled_from(PIECES) | st.text(max_size=5), max_size=30).map("".join)
 any_text = st.text(max_size=300) | structured
@@ -66,7 +117,9 @@ def test_scanner_never_raises_on_bytes(blob):
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -81,10 +134,29 @@ def test_json_parsers_never_raise(obj):
 
 
 @FUZZ
-@given(st.text(max_size=400) | st.lists(st.sampled_from([
-    "vllm:spec_decode_num_drafts_total", "{", "}", 'position="', '"', " ", "1", "x", "\n", "# TYPE ",
-    " counter", "sglang:spec_accept_length", "NaN",
-]), max_size=25).map("".join))
+@given(
+    st.text(max_size=400)
+    | st.lists(
+        st.sampled_from(
+            [
+                "vllm:spec_decode_num_drafts_total",
+                "{",
+                "}",
+                'position="',
+                '"',
+                " ",
+                "1",
+                "x",
+                "\n",
+                "# TYPE ",
+                " counter",
+                "sglang:spec_accept_length",
+                "NaN",
+            ]
+        ),
+        max_size=25,
+    ).map("".join)
+)
 def test_metrics_text_parses_or_says_why(text):
     try:
         parse_metrics_text(text)
@@ -103,13 +175,17 @@ def ddtree_line(draw):
     rank = draw(ranks)
     second = draw(st.integers(0, 59))
     ts = f"2026-11-29 10:00:{second:02d}"
-    prefix = draw(st.sampled_from([
-        f"[{ts} {rank}] " if rank else f"[{ts}] ",
-        f"Nov 29 10:00:{second:02d} gpu01 python[7]: [{ts} {rank}] " if rank else "",
-        f"[{rank}] " if rank else "",
-        f"\x1b[32m[{ts} {rank}] " if rank else "x ",
-        f"garbage {rank}] ",
-    ]))
+    prefix = draw(
+        st.sampled_from(
+            [
+                f"[{ts} {rank}] " if rank else f"[{ts}] ",
+                f"Nov 29 10:00:{second:02d} gpu01 python[7]: [{ts} {rank}] " if rank else "",
+                f"[{rank}] " if rank else "",
+                f"\x1b[32m[{ts} {rank}] " if rank else "x ",
+                f"garbage {rank}] ",
+            ]
+        )
+    )
     engine = draw(st.sampled_from(["DDTREE", "DFLASH"]))
     parts = []
     if draw(st.booleans()):
@@ -132,12 +208,14 @@ def ddtree_line(draw):
     return f"{prefix}{engine} metrics " + " ".join(parts) + tail
 
 
-noise = st.sampled_from([
-    "INFO: 127.0.0.1 - POST /generate 200",
-    "[2026-11-29 10:00:00 TP0] Decode batch, #running-req: 1, #token: 5, token usage: 0.00, accept len: 2.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0",
-    "TP0] but nothing else",
-    "",
-])
+noise = st.sampled_from(
+    [
+        "INFO: 127.0.0.1 - POST /generate 200",
+        "[2026-11-29 10:00:00 TP0] Decode batch, #running-req: 1, #token: 5, token usage: 0.00, accept len: 2.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0",
+        "TP0] but nothing else",
+        "",
+    ]
+)
 
 
 @pytest.mark.parametrize("rank", ["TP0", "TP1", None])

@@ -46,8 +46,9 @@ def test_all_steps_commit_len_counts_steps_that_drafted_nothing():
 
 
 def test_timings_record_carries_the_all_steps_commit_length():
-    rec = parse_llamacpp_timings({"id": 3, "timings": {"predicted_n": 129, "draft_n": 120,
-                                                       "draft_n_accepted": 112}})
+    rec = parse_llamacpp_timings(
+        {"id": 3, "timings": {"predicted_n": 129, "draft_n": 120, "draft_n_accepted": 112}}
+    )
     assert rec is not None
     assert rec["n_steps"] == 128 - 112
     assert rec["commit_len"] == pytest.approx(128 / 16)

@@ -18,7 +18,9 @@ def _mixed_log(path: Path, copies: int) -> None:
     lines: list[str] = []
     for name in sorted(FIXTURES.glob("*.log")):
         lines += name.read_text(errors="replace").splitlines()
-    lines.append('[2026-11-29 10:00:00 TP0] DDTREE metrics req=x step=1 avg_accepted_drafts=oops avg_commit_len=2.00')
+    lines.append(
+        "[2026-11-29 10:00:00 TP0] DDTREE metrics req=x step=1 avg_accepted_drafts=oops avg_commit_len=2.00"
+    )
     lines.append("\x00\x01 binary garbage \xff")
     with open(path, "w") as f:
         for i in range(copies):
@@ -59,7 +61,9 @@ def _assert_same(a, b, where="summary"):
 
 def test_gzip_and_small_files_stay_sequential(tmp_path):
     small = tmp_path / "small.log"
-    small.write_text("[2026-11-29 10:00:00 TP0] DDTREE metrics avg_accepted_drafts=1.00 avg_commit_len=2.00\n")
+    small.write_text(
+        "[2026-11-29 10:00:00 TP0] DDTREE metrics avg_accepted_drafts=1.00 avg_commit_len=2.00\n"
+    )
     assert not parallel_mod.parallel_eligible(str(small), 2)
     gz = tmp_path / "big.log.gz"
     gz.write_bytes(b"\x1f\x8b" + b"\x00" * 16)

@@ -38,8 +38,13 @@ def test_sglang_reference_lines():
     assert old.commit_len == 1.95 and old.accept_rate == 0.49
     assert old.scope == "interval"
     assert old.fields == {
-        "running_req": 1, "token": 186, "token_usage": 0.0, "graph": "cuda", "graph_used": True,
-        "gen_throughput": 178.86, "queue_req": 0,
+        "running_req": 1,
+        "token": 186,
+        "token_usage": 0.0,
+        "graph": "cuda",
+        "graph_used": True,
+        "gen_throughput": 178.86,
+        "queue_req": 0,
     }
     # Newer build: "Decode batch," with an EP rank and an NPU graph label.
     assert new.ts == _local(2026, 7, 21, 15, 0, 13)
@@ -104,11 +109,20 @@ def test_llamacpp_reference_lines():
 
 def test_llamacpp_timings_object():
     # PR #12603's example fields; draft fields only appear when the request speculated.
-    obj = {"timings": {"predicted_n": 200, "predicted_ms": 1000.0, "draft_n": 347, "draft_n_accepted": 65}}
+    obj = {
+        "timings": {
+            "predicted_n": 200,
+            "predicted_ms": 1000.0,
+            "draft_n": 347,
+            "draft_n_accepted": 65,
+        }
+    }
     parsed = parse_llamacpp_timings(obj)
     assert parsed is not None and parsed["accept_rate"] == pytest.approx(65 / 347)
     assert parse_llamacpp_timings({"timings": {"predicted_n": 200}}) is None
-    rec = parse_line('response {"id": "x", "timings": {"predicted_n": 200, "draft_n": 347, "draft_n_accepted": 65}}')
+    rec = parse_line(
+        'response {"id": "x", "timings": {"predicted_n": 200, "draft_n": 347, "draft_n_accepted": 65}}'
+    )
     assert rec is not None and not isinstance(rec, Malformed)
     assert rec.format == "llamacpp_timings" and rec.fields["predicted_n"] == 200
 
@@ -117,7 +131,12 @@ def test_ddtree_and_lucebox_reference_lines():
     summary, recs = _records("ddtree_reference.log")
     assert summary.malformed == 0
     full, bare, luce = recs
-    assert (full.request_id, full.step, full.accepted_drafts, full.commit_len) == ("abc", 3, 2.0, 3.0)
+    assert (full.request_id, full.step, full.accepted_drafts, full.commit_len) == (
+        "abc",
+        3,
+        2.0,
+        3.0,
+    )
     assert full.scope == "step" and full.n_steps == 1 and full.rank == "TP0"
     assert full.ts == _local(2026, 11, 29, 10, 0, 0)
     assert (bare.rank, bare.ts, bare.commit_len) == ("TP0", None, 3.0)
@@ -159,7 +178,11 @@ def test_custom_pattern():
     pat = r"\[(?P<rank>TP\d+)\] spec step rid=(?P<request_id>\w+) acc=(?P<accepted_drafts>\d+)"
     rec = parse_line("[TP0] spec step rid=r1 acc=3", format_="custom", pattern=pat)
     assert (rec.format, rec.rank, rec.request_id, rec.commit_len, rec.scope) == (
-        "custom", "TP0", "r1", 4.0, "step"
+        "custom",
+        "TP0",
+        "r1",
+        4.0,
+        "step",
     )
     with pytest.raises(PatternError):
         parse_line("x", pattern="(unclosed")

@@ -32,8 +32,12 @@ sglang:spec_accept_rate{{model_name="m",engine_type="unified",tp_rank="0",pp_ran
 
 
 def test_vllm_counters_delta_with_per_position():
-    before = parse_metrics_text(VLLM.format(drafts=100, draft_tokens=300, accepted=150, p0=80, p1=50), 10.0)
-    after = parse_metrics_text(VLLM.format(drafts=300, draft_tokens=900, accepted=550, p0=260, p1=170), 20.0)
+    before = parse_metrics_text(
+        VLLM.format(drafts=100, draft_tokens=300, accepted=150, p0=80, p1=50), 10.0
+    )
+    after = parse_metrics_text(
+        VLLM.format(drafts=300, draft_tokens=900, accepted=550, p0=260, p1=170), 20.0
+    )
     (rec,) = metrics_delta(before, after)
     assert rec.format == "prometheus" and rec.scope == "run_delta"
     assert rec.n_steps == 200

@@ -100,7 +100,9 @@ def test_logs_cmd_is_not_run_through_a_shell(tmp_path):
 def test_logs_cmd_hanging_is_killed_with_a_clear_message():
     with pytest.raises(SourceError, match=r"did not finish within 0\.5s"):
         read_logs(LogQuery(logs_cmd="sleep 30", command_timeout_s=0.5))
-    result = runner.invoke(app, ["logs", "--logs-cmd", "sleep 30", "--cmd-timeout", "0.5", "--json"])
+    result = runner.invoke(
+        app, ["logs", "--logs-cmd", "sleep 30", "--cmd-timeout", "0.5", "--json"]
+    )
     assert result.exit_code == 2 and "did not finish" in " ".join(result.output.split())
 
 
@@ -116,7 +118,10 @@ def test_logs_cmd_that_prints_then_hangs_keeps_its_output():
     ("cmd", "needle"),
     [
         ("definitely-not-a-command-xyz --since -60s", "command not found"),
-        (_py("import sys; sys.stderr.write('no journal here\\n'); sys.exit(3)"), "exited with status 3: no journal here"),
+        (
+            _py("import sys; sys.stderr.write('no journal here\\n'); sys.exit(3)"),
+            "exited with status 3: no journal here",
+        ),
         ('journalctl "unbalanced', "cannot split"),
     ],
 )

@@ -29,7 +29,9 @@ def _complete(url: str) -> tuple[str, int, int, int]:
         {"prompt": "hello", "max_tokens": MAX_TOKENS, "stream": False, "ignore_eos": True}
     ).encode()
     t0 = time.perf_counter_ns()
-    req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/v1/completions", body, {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         out = json.loads(resp.read())
     return out["id"], out["usage"]["completion_tokens"], t0, time.perf_counter_ns()
@@ -44,7 +46,9 @@ def test_twin_log_metrics_and_records_per_request(twin_server, tmp_path):
     for i in range(2):
         rid, n_tokens, t0, t1 = _complete(srv.url)
         assert n_tokens == MAX_TOKENS
-        traces.append(RequestTrace(index=i, request_id=rid, spec=RequestSpec(), t_send_ns=t0, t_end_ns=t1))
+        traces.append(
+            RequestTrace(index=i, request_id=rid, spec=RequestSpec(), t_send_ns=t0, t_end_ns=t1)
+        )
     after = scrape_metrics(srv.url + "/metrics")
     lifetime = fetch_server_info(srv.url)
 

@@ -32,7 +32,9 @@ def _trace(i: int, chunks: list[tuple[int, int]], error: ErrorInfo | None = None
 def test_round_trip_and_schema(tmp_path):
     with RunDirWriter(tmp_path / "r", RunInfo(kind="probe", endpoint="http://x")) as w:
         w.append_request(_trace(0, [(100_000_000, 1), (150_000_000, 3), (200_000_000, 2)]))
-        w.append_request(_trace(1, [], ErrorInfo(kind="http_status", message="500", http_status=500)))
+        w.append_request(
+            _trace(1, [], ErrorInfo(kind="http_status", message="500", http_status=500))
+        )
         w.append_telemetry([{"format": "ddtree", "commit_len": 3.0}])
     run = load_run(tmp_path / "r")
     assert run.info.status == "complete"

@@ -24,9 +24,18 @@ from specscope.twin.model import (
     step_time,
 )
 
-SHIPPED = ["batch-headroom", "batch-verify-cost", "coalescing", "context-verify-cost",
-           "draft-window", "expensive-tree", "healthy", "seed-regression", "shared-drafter",
-           "speculation-overhead"]
+SHIPPED = [
+    "batch-headroom",
+    "batch-verify-cost",
+    "coalescing",
+    "context-verify-cost",
+    "draft-window",
+    "expensive-tree",
+    "healthy",
+    "seed-regression",
+    "shared-drafter",
+    "speculation-overhead",
+]
 
 
 def _run(sc, prompt: int, n: int, seeds=range(10)) -> tuple[float, float]:
@@ -41,10 +50,25 @@ def _run(sc, prompt: int, n: int, seeds=range(10)) -> tuple[float, float]:
 
 def test_shipped_scenarios_load_and_document_every_key() -> None:
     assert scenario_names() == SHIPPED
-    keys = ["s0", "per_context_token", "per_verified_token", "per_batch_request",
-            "drift_per_output_token", "noise_sigma", "depth_probs", "decay_per_output_token",
-            "window", "window_penalty", "replay_histogram", "stream_interval",
-            "per_token_events", "disconnect_prob", "error_5xx_prob", "stall_s", "time_scale"]
+    keys = [
+        "s0",
+        "per_context_token",
+        "per_verified_token",
+        "per_batch_request",
+        "drift_per_output_token",
+        "noise_sigma",
+        "depth_probs",
+        "decay_per_output_token",
+        "window",
+        "window_penalty",
+        "replay_histogram",
+        "stream_interval",
+        "per_token_events",
+        "disconnect_prob",
+        "error_5xx_prob",
+        "stall_s",
+        "time_scale",
+    ]
     for name in SHIPPED:
         sc = load_scenario(name)
         assert sc.name == name

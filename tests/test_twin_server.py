@@ -36,8 +36,9 @@ def _truths(srv, run_dir: Path) -> list[dict]:
 
 def test_probe_recovers_true_commit_length_and_step_time(twin_server, fast_scenario, tmp_path):
     srv = twin_server(fast_scenario)
-    code, out = _probe(srv.url, tmp_path / "run", "--prompt-tokens", "64", "--max-tokens", "240",
-                       "--repeat", "3")
+    code, out = _probe(
+        srv.url, tmp_path / "run", "--prompt-tokens", "64", "--max-tokens", "240", "--repeat", "3"
+    )
     assert code == 0, out
     s = out["summary"]
     truths = _truths(srv, tmp_path / "run")
@@ -56,8 +57,18 @@ def test_probe_records_faults_and_the_server_survives(twin_server, fast_scenario
     data["step"]["s0"] = 0.003
     data["faults"].update(disconnect_prob=0.3, error_5xx_prob=0.3)
     srv = twin_server(Scenario.model_validate(data))
-    code, out = _probe(srv.url, tmp_path / "run", "--prompt-tokens", "16", "--max-tokens", "60",
-                       "--repeat", "12", "--concurrency", "2")
+    code, out = _probe(
+        srv.url,
+        tmp_path / "run",
+        "--prompt-tokens",
+        "16",
+        "--max-tokens",
+        "60",
+        "--repeat",
+        "12",
+        "--concurrency",
+        "2",
+    )
     assert code == 1  # the target misbehaved: errors recorded
     s = out["summary"]
     assert s["requests"] == 24 and 0 < s["errors"] < 24
@@ -66,8 +77,9 @@ def test_probe_records_faults_and_the_server_survives(twin_server, fast_scenario
     assert any(t.error and t.error.http_status == 503 for t in run.requests), kinds
     assert len(kinds) >= 2, kinds  # 5xx and truncated streams
     # Still serving, nothing left running.
-    code, out = _probe(srv.url, tmp_path / "run2", "--prompt-tokens", "16", "--max-tokens", "5",
-                       "--repeat", "1")
+    code, out = _probe(
+        srv.url, tmp_path / "run2", "--prompt-tokens", "16", "--max-tokens", "5", "--repeat", "1"
+    )
     assert out["summary"]["requests"] == 1
     assert srv.app.state.ctx.scheduler.running == {}
 
@@ -100,8 +112,9 @@ async def test_non_streaming_disconnect_is_released(twin_server):
     srv = twin_server("healthy", time_scale=1.0)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as s:
         with pytest.raises(asyncio.TimeoutError):
-            async with s.post(srv.url + "/v1/completions",
-                              json={"prompt": "x", "max_tokens": 5000}) as r:
+            async with s.post(
+                srv.url + "/v1/completions", json={"prompt": "x", "max_tokens": 5000}
+            ) as r:
                 await r.read()
     sched = srv.app.state.ctx.scheduler
     deadline = time.monotonic() + 10
@@ -137,8 +150,12 @@ async def test_stream_interval_coalesces_like_sglang(twin_server):
 async def test_per_token_events_burst_each_step(twin_server):
     srv = twin_server("healthy", time_scale=0.05, per_token_events=True)
     stamps: list[float] = []
-    async with aiohttp.ClientSession() as s, s.post(srv.url + "/v1/completions", json={
-            "prompt": "x y", "max_tokens": 80, "stream": True}) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            srv.url + "/v1/completions", json={"prompt": "x y", "max_tokens": 80, "stream": True}
+        ) as r,
+    ):
         async for line in r.content:
             if line.startswith(b"data: {"):
                 stamps.append(time.perf_counter())
@@ -158,8 +175,10 @@ async def test_continuous_batching_steps_requests_together(twin_server, tmp_path
     srv = twin_server("healthy", time_scale=0.05, truth_file=truth_file)
 
     async def one(s: aiohttp.ClientSession, i: int) -> int:
-        async with s.post(srv.url + "/generate", json={
-                "text": f"prompt {i}", "sampling_params": {"max_new_tokens": 100}}) as r:
+        async with s.post(
+            srv.url + "/generate",
+            json={"text": f"prompt {i}", "sampling_params": {"max_new_tokens": 100}},
+        ) as r:
             body = await r.json()
             return body["meta_info"]["completion_tokens"]
 
@@ -177,8 +196,12 @@ async def test_stall_fault_shows_as_a_gap(twin_server, fast_scenario):
     data["faults"].update(stall_prob=1.0, stall_s=0.5)
     srv = twin_server(Scenario.model_validate(data))
     stamps = []
-    async with aiohttp.ClientSession() as s, s.post(srv.url + "/v1/completions", json={
-            "prompt": "x", "max_tokens": 60, "stream": True}) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            srv.url + "/v1/completions", json={"prompt": "x", "max_tokens": 60, "stream": True}
+        ) as r,
+    ):
         async for line in r.content:
             if line.startswith(b"data: {"):
                 stamps.append(time.perf_counter())
@@ -199,8 +222,7 @@ def test_probe_reads_the_seed_story_close_to_truth(twin_server, tmp_path):
     (time_scale 0.3 keeps it ~15 s; every simulated time, and so tps, scales by 1/0.3)."""
     scale = 0.3
     srv = twin_server("seed-regression", time_scale=scale)
-    code, out = _probe(srv.url, tmp_path / "run", "--prompt-tokens", "2701", "--max-tokens",
-                       "1500")
+    code, out = _probe(srv.url, tmp_path / "run", "--prompt-tokens", "2701", "--max-tokens", "1500")
     assert code == 0, out
     s = out["summary"]
     truth = _truths(srv, tmp_path / "run")[0]

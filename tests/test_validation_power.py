@@ -20,8 +20,12 @@ def test_null_servers_give_no_finding_but_context_scaling(scenarios):
     """Quick diagnoses of servers whose only effect is context scaling (the issue's two-point
     and coalescing false alarms): over 24 runs, at most 2 findings that are not true."""
     outs = [pw.run_case(c) for c in pw.null_cases(scenarios, seeds=range(100, 108))]
-    false = [(o.case.name, o.case.seed, fid) for o in outs for fid in o.reported
-             if not pw.is_right(o, fid)]
+    false = [
+        (o.case.name, o.case.seed, fid)
+        for o in outs
+        for fid in o.reported
+        if not pw.is_right(o, fid)
+    ]
     assert len(false) <= 2, false
     assert sum("context_scaling" in o.reported for o in outs) >= 22
     # every claim not reported is stated with its interval, and its test is recorded

@@ -55,14 +55,19 @@ def _engine_backend() -> tuple[Any, str]:
     info = backend.info
     if not info.num_draft_tokens:
         raise ServerStartError("the engine built without speculation")
-    return backend, (f"engine {info.model} on {device} ({info.spec_algorithm}, "
-                     f"{info.num_draft_tokens} draft tokens)")
+    return backend, (
+        f"engine {info.model} on {device} ({info.spec_algorithm}, "
+        f"{info.num_draft_tokens} draft tokens)"
+    )
 
 
 @contextlib.contextmanager
-def embedded_server(scenario: str | None = None, time_scale: float | None = None,
-                    backend: str | None = None, log_file: Path | None = None
-                    ) -> Iterator[EmbeddedServer]:
+def embedded_server(
+    scenario: str | None = None,
+    time_scale: float | None = None,
+    backend: str | None = None,
+    log_file: Path | None = None,
+) -> Iterator[EmbeddedServer]:
     """Start the default server on 127.0.0.1 in a thread; yield it, stop it on exit.
 
     `backend` "engine" or "twin" forces one (an engine that fails then raises
@@ -83,8 +88,10 @@ def embedded_server(scenario: str | None = None, time_scale: float | None = None
             except Exception as e:
                 if backend == "engine":
                     raise ServerStartError(f"engine: {e.__class__.__name__}: {e}") from None
-                notes.append(f"embedded engine not used ({e.__class__.__name__}: {e}); "
-                             f"diagnosing the twin ({DEFAULT_SCENARIO}) instead")
+                notes.append(
+                    f"embedded engine not used ({e.__class__.__name__}: {e}); "
+                    f"diagnosing the twin ({DEFAULT_SCENARIO}) instead"
+                )
         if handle is None:
             name = scenario or DEFAULT_SCENARIO
             handle = start_twin_server(name, time_scale=time_scale, log_file=log_file)

@@ -24,9 +24,15 @@ def start_cli(args: list[str], home: Path, *, new_session: bool = False) -> subp
     """`specscope ARGS` with its runs under `home`, output piped; `new_session`: in its own
     process group (Ctrl-C to the group, as a terminal sends it)."""
     env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
-    return subprocess.Popen([sys.executable, "-m", "specscope.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=new_session, preexec_fn=_sigint_default)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specscope.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=new_session,
+        preexec_fn=_sigint_default,
+    )
 
 
 def run_specscope(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:

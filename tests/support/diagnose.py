@@ -17,8 +17,15 @@ from typer.testing import CliRunner
 
 from specscope.cli import app
 
-CONTRACT_KEYS = ("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s", "findings",
-                 "attribution", "run_dir")
+CONTRACT_KEYS = (
+    "decode_tps",
+    "ttft_s",
+    "mean_commit_len",
+    "mean_step_s",
+    "findings",
+    "attribution",
+    "run_dir",
+)
 FINDING_KEYS = ("id", "summary", "confidence", "factor", "evidence", "next")
 TIMEOUT_S = 240
 # How long a test waits for a running CLI to reach a state (requests written, a plan recorded).
@@ -28,8 +35,14 @@ WAIT_S = 90
 def specscope(*args: str, home: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
     """`specscope ARGS` in a child process with its runs under `home`."""
     env = {**os.environ, "SPECSCOPE_HOME": str(home), "COLUMNS": "120"}
-    return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "specscope.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def cli(*args: str, home: Path) -> Result:
@@ -41,8 +54,9 @@ def cli(*args: str, home: Path) -> Result:
     return res
 
 
-def diagnose_json(url: str | None, out: Path, *extra: str
-                  ) -> tuple[dict, subprocess.CompletedProcess]:
+def diagnose_json(
+    url: str | None, out: Path, *extra: str
+) -> tuple[dict, subprocess.CompletedProcess]:
     """`specscope diagnose [URL] --json --out OUT EXTRA...`: its one JSON object, no traceback."""
     args = ["diagnose", *([url] if url else []), "--json", "--out", str(out), *extra]
     proc = specscope(*args, home=out.parent)

@@ -136,8 +136,9 @@ def sse(obj: Any) -> bytes:
 
 
 async def _stream_start(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                       "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
     await resp.prepare(request)
     return resp
 
@@ -152,8 +153,10 @@ async def tokenize_handler(request: web.Request) -> web.Response:
 
 def models_handler(owner: str) -> Callable:
     async def handler(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": "test-model", "object": "model", "owned_by": owner}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "test-model", "object": "model", "owned_by": owner}]}
+        )
+
     return handler
 
 
@@ -182,9 +185,13 @@ def sglang_app(sched: Schedule, *, old_names: bool = False) -> web.Application:
             ct += n
             text += " tok" * n
             last = i == len(sizes) - 1
-            meta: dict[str, Any] = {"id": "req-1", "prompt_tokens": prompt, "completion_tokens": ct,
-                                    "cached_tokens": 0,
-                                    "finish_reason": {"type": "length", "length": ct} if last else None}
+            meta: dict[str, Any] = {
+                "id": "req-1",
+                "prompt_tokens": prompt,
+                "completion_tokens": ct,
+                "cached_tokens": 0,
+                "finish_reason": {"type": "length", "length": ct} if last else None,
+            }
             if last:
                 verify = len(s.commits)
                 correct = sum(c - 1 for c in s.commits)
@@ -210,8 +217,12 @@ def sglang_app(sched: Schedule, *, old_names: bool = False) -> web.Application:
         return resp
 
     async def server_info(_: web.Request) -> web.Response:
-        return web.json_response({"speculative_algorithm": "EAGLE", "internal_states": [
-            {"avg_spec_accept_length": 2.8, "last_gen_throughput": 70.0}]})
+        return web.json_response(
+            {
+                "speculative_algorithm": "EAGLE",
+                "internal_states": [{"avg_spec_accept_length": 2.8, "last_gen_throughput": 70.0}],
+            }
+        )
 
     app = web.Application()
     app.router.add_get("/get_server_info", server_info)
@@ -226,30 +237,58 @@ def sglang_app(sched: Schedule, *, old_names: bool = False) -> web.Application:
 # metrics.speculative_decoding on the final usage chunk.
 
 
-def openai_app(sched: Schedule, *, owner: str = "vllm", spec_metrics: str | None = "detailed",
-               reject_stream_options: bool = False, tokenize: bool = True,
-               version: bool = True) -> web.Application:
+def openai_app(
+    sched: Schedule,
+    *,
+    owner: str = "vllm",
+    spec_metrics: str | None = "detailed",
+    reject_stream_options: bool = False,
+    tokenize: bool = True,
+    version: bool = True,
+) -> web.Application:
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         if reject_stream_options and "stream_options" in body:
-            return web.json_response({"error": {"message": "stream_options: extra fields not "
-                                                "permitted", "type": "invalid_request_error"}},
-                                     status=400)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "stream_options: extra fields not permitted",
+                        "type": "invalid_request_error",
+                    }
+                },
+                status=400,
+            )
         chat = request.path.endswith("/chat/completions")
         s = sched.for_max_tokens(_max_tokens(body))
         so = body.get("stream_options") or {}
         include_usage = bool(so.get("include_usage"))
         continuous = include_usage and bool(so.get("continuous_usage_stats"))
         logprobs = bool(body.get("logprobs"))
-        prompt_text = (body["messages"][-1]["content"] if chat else body.get("prompt", ""))
+        prompt_text = body["messages"][-1]["content"] if chat else body.get("prompt", "")
         prompt = len(word_tokens(prompt_text))
         resp = await _stream_start(request)
-        base = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": 1, "model": "test-model"}
+        base = {
+            "id": "cmpl-1",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 1,
+            "model": "test-model",
+        }
         if chat:
-            await resp.write(sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                            "content": ""},
-                                                       "logprobs": None, "finish_reason": None}]}))
+            await resp.write(
+                sse(
+                    {
+                        **base,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
+            )
         sizes = [1, *s.commits]
         ct = 0
         for i, n in enumerate(sizes):
@@ -260,21 +299,33 @@ def openai_app(sched: Schedule, *, owner: str = "vllm", spec_metrics: str | None
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
                 choice["delta"] = {"content": piece}
-                choice["logprobs"] = ({"content": [{"token": " tok", "logprob": -0.1}] * n}
-                                      if logprobs else None)
+                choice["logprobs"] = (
+                    {"content": [{"token": " tok", "logprob": -0.1}] * n} if logprobs else None
+                )
             else:
                 choice["text"] = piece
-                choice["logprobs"] = ({"tokens": [" tok"] * n, "token_logprobs": [-0.1] * n}
-                                      if logprobs else None)
+                choice["logprobs"] = (
+                    {"tokens": [" tok"] * n, "token_logprobs": [-0.1] * n} if logprobs else None
+                )
                 choice["stop_reason"] = None
             chunk: dict[str, Any] = {**base, "choices": [choice]}
             if continuous:
-                chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": ct,
-                                  "total_tokens": prompt + ct}
+                chunk["usage"] = {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": ct,
+                    "total_tokens": prompt + ct,
+                }
             await resp.write(sse(chunk))
         if include_usage:
-            final: dict[str, Any] = {**base, "choices": [], "usage": {
-                "prompt_tokens": prompt, "completion_tokens": ct, "total_tokens": prompt + ct}}
+            final: dict[str, Any] = {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": ct,
+                    "total_tokens": prompt + ct,
+                },
+            }
             if spec_metrics:
                 steps = len(s.commits)
                 acc = [c - 1 for c in s.commits]
@@ -284,9 +335,12 @@ def openai_app(sched: Schedule, *, owner: str = "vllm", spec_metrics: str | None
                 sd: dict[str, Any] = {
                     "mean_acceptance_length": 1 + sum(acc) / steps,
                     "draft_acceptance_rate": sum(acc) / (steps * s.max_drafts),
-                    "acceptance_histogram": hist, "num_spec_steps": steps,
-                    "num_accepted_draft_tokens": sum(acc), "num_draft_tokens": steps * s.max_drafts,
-                    "num_spec_tokens": s.max_drafts}
+                    "acceptance_histogram": hist,
+                    "num_spec_steps": steps,
+                    "num_accepted_draft_tokens": sum(acc),
+                    "num_draft_tokens": steps * s.max_drafts,
+                    "num_spec_tokens": s.max_drafts,
+                }
                 if spec_metrics == "detailed":
                     sd["per_step_accepted"] = acc
                     sd["per_step_drafted"] = [s.max_drafts] * steps
@@ -327,17 +381,44 @@ def llamacpp_app(sched: Schedule, *, intra_burst_s: float = 0.001) -> web.Applic
                 if j:
                     await asyncio.sleep(intra_burst_s)
                 k += 1
-                await resp.write(sse({"index": 0, "content": " tok", "tokens": [42], "stop": False,
-                                      "id_slot": 0, "tokens_predicted": k,
-                                      "tokens_evaluated": prompt}))
+                await resp.write(
+                    sse(
+                        {
+                            "index": 0,
+                            "content": " tok",
+                            "tokens": [42],
+                            "stop": False,
+                            "id_slot": 0,
+                            "tokens_predicted": k,
+                            "tokens_evaluated": prompt,
+                        }
+                    )
+                )
         drafted = len(s.commits) * s.max_drafts
         accepted = sum(c - 1 for c in s.commits)
-        await resp.write(sse({"index": 0, "content": "", "tokens": [], "id_slot": 0, "stop": True,
-                              "model": "test-model", "tokens_predicted": k,
-                              "tokens_evaluated": prompt, "stop_type": "limit",
-                              "timings": {"prompt_n": prompt, "prompt_ms": 5.0, "predicted_n": k,
-                                          "predicted_ms": 100.0, "draft_n": drafted,
-                                          "draft_n_accepted": accepted}}))
+        await resp.write(
+            sse(
+                {
+                    "index": 0,
+                    "content": "",
+                    "tokens": [],
+                    "id_slot": 0,
+                    "stop": True,
+                    "model": "test-model",
+                    "tokens_predicted": k,
+                    "tokens_evaluated": prompt,
+                    "stop_type": "limit",
+                    "timings": {
+                        "prompt_n": prompt,
+                        "prompt_ms": 5.0,
+                        "predicted_n": k,
+                        "predicted_ms": 100.0,
+                        "draft_n": drafted,
+                        "draft_n_accepted": accepted,
+                    },
+                }
+            )
+        )
         return resp
 
     async def tokenize(request: web.Request) -> web.Response:
@@ -347,8 +428,13 @@ def llamacpp_app(sched: Schedule, *, intra_burst_s: float = 0.001) -> web.Applic
         return web.json_response({"tokens": word_tokens(body["content"])})
 
     async def props(_: web.Request) -> web.Response:
-        return web.json_response({"default_generation_settings": {"n_ctx": 4096},
-                                  "total_slots": 1, "build_info": "b9999-test"})
+        return web.json_response(
+            {
+                "default_generation_settings": {"n_ctx": 4096},
+                "total_slots": 1,
+                "build_info": "b9999-test",
+            }
+        )
 
     app = web.Application()
     app.router.add_get("/props", props)
@@ -361,8 +447,18 @@ def llamacpp_app(sched: Schedule, *, intra_burst_s: float = 0.001) -> web.Applic
 # ---------------------------------------------------------------------------------------------
 # Misbehaving servers: one failure mode per app, optionally only for some request numbers.
 
-FAULTS = ("http_500", "empty", "no_done", "truncated", "cut", "bad_json", "not_sse",
-          "hang_first", "stall", "server_error_event")
+FAULTS = (
+    "http_500",
+    "empty",
+    "no_done",
+    "truncated",
+    "cut",
+    "bad_json",
+    "not_sse",
+    "hang_first",
+    "stall",
+    "server_error_event",
+)
 
 
 def fault_app(mode: str, *, fail_every: int = 1, hang_s: float = 5.0) -> web.Application:
@@ -385,14 +481,17 @@ def fault_app(mode: str, *, fail_every: int = 1, hang_s: float = 5.0) -> web.App
             await asyncio.sleep(hang_s)
             return web.Response(text="late")
         resp = await _stream_start(request)
-        chunk = {"id": "x", "choices": [{"index": 0, "text": " a", "finish_reason": None}],
-                 "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+        chunk = {
+            "id": "x",
+            "choices": [{"index": 0, "text": " a", "finish_reason": None}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        }
         if mode == "empty":
             await resp.write_eof()
             return resp
         if mode == "bad_json":
             await resp.write(sse(chunk))
-            await resp.write(b"data: {\"choices\": [oops\n\n")
+            await resp.write(b'data: {"choices": [oops\n\n')
             await resp.write(sse(b"[DONE]"))
             return resp
         if mode == "server_error_event":
@@ -403,8 +502,11 @@ def fault_app(mode: str, *, fail_every: int = 1, hang_s: float = 5.0) -> web.App
         if mode == "truncated":
             return resp  # ends cleanly without finish or [DONE]
         if mode == "no_done":
-            done = {"id": "x", "choices": [{"index": 0, "text": " b", "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+            done = {
+                "id": "x",
+                "choices": [{"index": 0, "text": " b", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
             await resp.write(sse(done))
             return resp
         if mode == "stall":
@@ -431,10 +533,17 @@ async def _good(request: web.Request, body: dict[str, Any], s: Schedule) -> web.
         await asyncio.sleep(s.step_s)
         ct += n
         last = i == len(s.commits)
-        await resp.write(sse({"id": "ok", "choices": [{"index": 0, "text": " t" * n,
-                                                       "finish_reason": "length" if last else None}],
-                              "usage": {"prompt_tokens": 3, "completion_tokens": ct,
-                                        "total_tokens": 3 + ct}}))
+        await resp.write(
+            sse(
+                {
+                    "id": "ok",
+                    "choices": [
+                        {"index": 0, "text": " t" * n, "finish_reason": "length" if last else None}
+                    ],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": ct, "total_tokens": 3 + ct},
+                }
+            )
+        )
     await resp.write(sse(b"[DONE]"))
     return resp
 
@@ -479,6 +588,7 @@ class OneShotConnectionServer:
         async def stop() -> None:
             if self._server is not None:
                 self._server.close()
+
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -507,28 +617,49 @@ class OneShotConnectionServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _respond(self, writer: asyncio.StreamWriter, method: str, path: str,
-                       body: dict[str, Any]) -> None:
+    async def _respond(
+        self, writer: asyncio.StreamWriter, method: str, path: str, body: dict[str, Any]
+    ) -> None:
         if path == "/completion" and method == "POST":
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
             s = self.sched.for_max_tokens(_max_tokens(body))
             k = 0
             for i, n in enumerate([1, *s.commits]):
                 await asyncio.sleep(s.ttft_s if i == 0 else s.step_s)
                 k += n
-                ev = sse({"index": 0, "content": " tok" * n, "tokens": [42] * n, "stop": False,
-                          "tokens_predicted": k})
+                ev = sse(
+                    {
+                        "index": 0,
+                        "content": " tok" * n,
+                        "tokens": [42] * n,
+                        "stop": False,
+                        "tokens_predicted": k,
+                    }
+                )
                 writer.write(b"%x\r\n%s\r\n" % (len(ev), ev))
                 await writer.drain()
-            ev = sse({"index": 0, "content": "", "stop": True, "stop_type": "limit",
-                      "tokens_predicted": k, "timings": {"predicted_n": k}})
+            ev = sse(
+                {
+                    "index": 0,
+                    "content": "",
+                    "stop": True,
+                    "stop_type": "limit",
+                    "tokens_predicted": k,
+                    "timings": {"predicted_n": k},
+                }
+            )
             self.answered.append(path)  # before the last bytes: the client may return on them
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(ev), ev))
             await writer.drain()
             return
         answers: dict[str, Any] = {
-            "/v1/models": {"object": "list", "data": [{"id": "test-model", "owned_by": "llamacpp"}]},
+            "/v1/models": {
+                "object": "list",
+                "data": [{"id": "test-model", "owned_by": "llamacpp"}],
+            },
             "/props": {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1},
         }
         if path == "/tokenize" and method == "POST":
@@ -538,6 +669,8 @@ class OneShotConnectionServer:
         status = b"200 OK" if obj is not None else b"404 Not Found"
         raw = json.dumps(obj if obj is not None else {"error": "not found"}).encode()
         self.answered.append(path)
-        writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (status, len(raw), raw))
+        writer.write(
+            b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, len(raw), raw)
+        )
         await writer.drain()

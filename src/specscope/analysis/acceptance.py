@@ -405,9 +405,7 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
     parallel duplicates do not double-count); otherwise summaries weighted by n_steps (lifetime
     counters are skipped: they are not about this run)."""
     recs = [r for r in records if _commit_of(r) is not None]
-    per_step = [
-        r for r in recs if is_step_record(r.format, r.scope, r.n_steps)
-    ]
+    per_step = [r for r in recs if is_step_record(r.format, r.scope, r.n_steps)]
     if per_step:
         ranks = [r.rank for r in per_step if r.rank]
         keep = "TP0" if "TP0" in ranks else (ranks[0] if ranks else None)
@@ -433,13 +431,20 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
         return None
     tally = CommitTally()
     for r in summaries:
-        tally.add(float(_commit_of(r)), per_step=False, n_steps=r.n_steps,
-                  basis=basis_of(r.format, r.scope, r.fields))
+        tally.add(
+            float(_commit_of(r)),
+            per_step=False,
+            n_steps=r.n_steps,
+            basis=basis_of(r.format, r.scope, r.fields),
+        )
     figs = tally.figures()
     drafted_only = figs.mean_commit_len is None
     mean = figs.per_drafted_step if drafted_only else figs.mean_commit_len
-    used = [r for r in summaries
-            if (basis_of(r.format, r.scope, r.fields) == DRAFTED_STEPS) == drafted_only]
+    used = [
+        r
+        for r in summaries
+        if (basis_of(r.format, r.scope, r.fields) == DRAFTED_STEPS) == drafted_only
+    ]
     formats = sorted({r.format for r in used})
     weighting = (
         "weighted by steps" if any(r.n_steps for r in used) else "unweighted: no step counts"
@@ -448,7 +453,11 @@ def from_telemetry(records: Iterable[SpecRecord]) -> ServerAcceptance | None:
         mean_commit_len=mean,
         n_steps=float(sum(r.n_steps if r.n_steps and r.n_steps > 0 else 1 for r in used)),
         source=f"server summaries ({', '.join(formats)}; {weighting}"
-        + ("; per drafted step: steps that drafted nothing are not counted)" if drafted_only else ")"),
+        + (
+            "; per drafted step: steps that drafted nothing are not counted)"
+            if drafted_only
+            else ")"
+        ),
         per_step=False,
         per_drafted_step=drafted_only,
     )

@@ -38,10 +38,12 @@ def draft_window(flavor: str | None, window_tokens: float) -> str:
 
 def context_cliff(window_tokens: float, stated_window: int) -> str:
     """A drop at a context length the drafter's stated window does not explain."""
-    return (f"not the draft window setting (the server states {stated_window} tokens): compare "
-            f"acceptance by prompt category (--workload mixed) and by prompt length around "
-            f"{window_tokens:.0f} tokens; a drafter trained on shorter texts than that loses "
-            "acceptance there whatever its window")
+    return (
+        f"not the draft window setting (the server states {stated_window} tokens): compare "
+        f"acceptance by prompt category (--workload mixed) and by prompt length around "
+        f"{window_tokens:.0f} tokens; a drafter trained on shorter texts than that loses "
+        "acceptance there whatever its window"
+    )
 
 
 def speculation_overhead(flavor: str | None) -> str:
@@ -63,13 +65,17 @@ def speculation_overhead(flavor: str | None) -> str:
 def acceptance_low(flavor: str | None) -> str:
     """What to check when the drafter's guesses are rarely accepted (no baseline)."""
     base = "check temperature (greedy gives the best acceptance), the prompt domain and "
-    return base + {
-        "sglang": "the drafter/target pairing (--speculative-algorithm, "
-        "--speculative-draft-model-path)",
-        "vllm": "the drafter/target pairing ('method' / 'model' in --speculative-config)",
-        "llamacpp": "the drafter: a draft model (-md) of the target's family and tokenizer, or "
-        "for n-gram --spec-type text that repeats itself",
-    }.get(normalise(flavor), "the drafter/target pairing") + "; pass a known-good run as --baseline"
+    return (
+        base
+        + {
+            "sglang": "the drafter/target pairing (--speculative-algorithm, "
+            "--speculative-draft-model-path)",
+            "vllm": "the drafter/target pairing ('method' / 'model' in --speculative-config)",
+            "llamacpp": "the drafter: a draft model (-md) of the target's family and tokenizer, or "
+            "for n-gram --spec-type text that repeats itself",
+        }.get(normalise(flavor), "the drafter/target pairing")
+        + "; pass a known-good run as --baseline"
+    )
 
 
 def chunk_coalescing(flavor: str | None) -> str:

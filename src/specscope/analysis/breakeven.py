@@ -90,8 +90,9 @@ class RunSteps:
         return int(self.commit.size)
 
 
-def time_blocks(t_mid: np.ndarray, strata: np.ndarray, batch: np.ndarray
-                ) -> tuple[tuple[np.ndarray, ...], ...]:
+def time_blocks(
+    t_mid: np.ndarray, strata: np.ndarray, batch: np.ndarray
+) -> tuple[tuple[np.ndarray, ...], ...]:
     """The bootstrap's units: within each sweep point, blocks of consecutive batch steps.
 
     Requests stepped together share every step's duration, so at concurrency C the C requests'
@@ -156,9 +157,16 @@ def run_steps(m: Measured) -> RunSteps | None:
     arr = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
     ok = np.isfinite(arr["s"]) & (arr["s"] > 0)
     units = time_blocks(arr["t"][ok], np.asarray(strata)[ok], arr["b"][ok])
-    return RunSteps(arr["k"][ok], arr["s"][ok], arr["c"][ok], arr["p"][ok], arr["b"][ok],
-                    arr["left"][ok] >= arr["k"].max(), units,
-                    tuple(sorted(levels)))
+    return RunSteps(
+        arr["k"][ok],
+        arr["s"][ok],
+        arr["c"][ok],
+        arr["p"][ok],
+        arr["b"][ok],
+        arr["left"][ok] >= arr["k"].max(),
+        units,
+        tuple(sorted(levels)),
+    )
 
 
 @dataclass(frozen=True)
@@ -216,8 +224,12 @@ def fit_rate_model(rs: RunSteps, idx: np.ndarray | None = None) -> RateModel | N
     degree = max(1, min(3, len(rs.levels) - 1))
     cm = _lstsq([x**d for d in range(degree + 1)] + [c], k)
     by_batch = [k[b == u].mean() for u in np.unique(b)]
-    return RateModel((st[0], st[1], st[2]), tuple(float(v) for v in cm),
-                     x_max=float(np.log2(max(rs.levels))), commit_max=max(1.0, float(max(by_batch))))
+    return RateModel(
+        (st[0], st[1], st[2]),
+        tuple(float(v) for v in cm),
+        x_max=float(np.log2(max(rs.levels))),
+        commit_max=max(1.0, float(max(by_batch))),
+    )
 
 
 def crossing(x: np.ndarray, gap: np.ndarray, high: float | None = None) -> float | None:
@@ -271,6 +283,7 @@ class Axis:
         if v <= 1 / (1 + MATERIAL_GAIN) and (ci is None or ci[1] < 1):
             return "behind"
         return "level"
+
     factors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -317,8 +330,8 @@ class Breakeven:
             "fewer_drafts": None if self.fewer_drafts is None else self.fewer_drafts.to_json(),
             "factors": [*self.concurrency.factors, *self.context.factors],
             "interval_method": f"{CI_LEVEL:.0%} percentile bootstrap over blocks of consecutive "
-                               "batch steps (within each sweep point of both runs), refitting "
-                               "both models",
+            "batch steps (within each sweep point of both runs), refitting "
+            "both models",
         }
 
 
@@ -326,11 +339,20 @@ def _pair(ci: tuple[float, float] | None) -> list[float] | None:
     return None if ci is None else [ci[0], ci[1]]
 
 
-def unavailable(reason: str = "too few reliable client-timed steps in this run or the "
-                "baseline to fit the step-time model") -> dict[str, Any]:
+def unavailable(
+    reason: str = "too few reliable client-timed steps in this run or the "
+    "baseline to fit the step-time model",
+) -> dict[str, Any]:
     """The `breakeven` object when nothing could be fitted: every number null, and why."""
-    return {"concurrency": None, "concurrency_ci": None, "context": None, "context_ci": None,
-            "reason": reason, "recommendation": "", "factors": []}
+    return {
+        "concurrency": None,
+        "concurrency_ci": None,
+        "context": None,
+        "context_ci": None,
+        "reason": reason,
+        "recommendation": "",
+        "factors": [],
+    }
 
 
 def _resample(rs: RunSteps, rng: np.random.Generator) -> np.ndarray:
@@ -345,8 +367,9 @@ def _axis_grid(low: float, high: float, log: bool) -> np.ndarray:
     return np.geomspace(low, top, GRID) if log else np.linspace(low, top, GRID)
 
 
-def _factors(mo: RateModel, mb: RateModel, axis: str, lo: tuple[float, float],
-             hi: tuple[float, float]) -> list[dict[str, Any]]:
+def _factors(
+    mo: RateModel, mb: RateModel, axis: str, lo: tuple[float, float], hi: tuple[float, float]
+) -> list[dict[str, Any]]:
     """The advantage lost from `lo` to `hi` (batch, context) as two exact factors:
     (r_o/r_b at lo) / (r_o/r_b at hi) = step-time factor x acceptance factor."""
     step = (mo.step_s(*hi) / mo.step_s(*lo)) / (mb.step_s(*hi) / mb.step_s(*lo))
@@ -354,18 +377,21 @@ def _factors(mo: RateModel, mb: RateModel, axis: str, lo: tuple[float, float],
     step, accept = float(step), float(accept)
     total = np.log(step * accept)
     what = "batch" if axis == "concurrency" else "context"
-    span = f"from {what} {lo[0] if axis == 'concurrency' else lo[1]:.0f} to " \
-           f"{hi[0] if axis == 'concurrency' else hi[1]:.0f}"
+    span = (
+        f"from {what} {lo[0] if axis == 'concurrency' else lo[1]:.0f} to "
+        f"{hi[0] if axis == 'concurrency' else hi[1]:.0f}"
+    )
     step_name = "verify_cost_with_batch" if axis == "concurrency" else "step_cost_with_context"
     acc_name = "acceptance_with_batch" if axis == "concurrency" else "acceptance_with_context"
     step_text = (
         "this run's step grows faster with batch than the baseline's (each request adds its "
         "verified tokens to the one forward pass: batch x verified tokens)"
-        if axis == "concurrency" else
-        "this run's step grows faster with context than the baseline's"
+        if axis == "concurrency"
+        else "this run's step grows faster with context than the baseline's"
     )
     acc_text = (
-        "commit length falls with batch (shared drafter capacity)" if axis == "concurrency"
+        "commit length falls with batch (shared drafter capacity)"
+        if axis == "concurrency"
         else "commit length falls with context (drafter window)"
     )
 
@@ -373,21 +399,40 @@ def _factors(mo: RateModel, mb: RateModel, axis: str, lo: tuple[float, float],
         return float(np.log(f) / total) if abs(total) > 1e-9 else None
 
     return [
-        {"name": step_name, "axis": axis, "factor": step, "share_of_loss": share(step),
-         "description": f"{step_text}, {span}: x{step:.2f} on the advantage"},
-        {"name": acc_name, "axis": axis, "factor": accept, "share_of_loss": share(accept),
-         "description": f"{acc_text}, {span}: x{accept:.2f} on the advantage"},
+        {
+            "name": step_name,
+            "axis": axis,
+            "factor": step,
+            "share_of_loss": share(step),
+            "description": f"{step_text}, {span}: x{step:.2f} on the advantage",
+        },
+        {
+            "name": acc_name,
+            "axis": axis,
+            "factor": accept,
+            "share_of_loss": share(accept),
+            "description": f"{acc_text}, {span}: x{accept:.2f} on the advantage",
+        },
     ]
 
 
-def _solve_axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: float,
-                at: float, log: bool) -> tuple[list[float | None], np.ndarray]:
+def _solve_axis(
+    name: str,
+    fits: list[tuple[RateModel, RateModel]],
+    low: float,
+    high: float,
+    at: float,
+    log: bool,
+) -> tuple[list[float | None], np.ndarray]:
     """Crossings (None: none up to EXTRAPOLATE x high) of every (this, baseline) model pair."""
     x = _axis_grid(low, high, log)
     out: list[float | None] = []
     for mo, mb in fits:
-        gap = (mo.rate(x, at) - mb.rate(x, at)) if name == "concurrency" else (
-            mo.rate(1.0, x) - mb.rate(1.0, x))
+        gap = (
+            (mo.rate(x, at) - mb.rate(x, at))
+            if name == "concurrency"
+            else (mo.rate(1.0, x) - mb.rate(1.0, x))
+        )
         if gap[0] <= 0:
             out.append(float("-inf"))  # slower from the start: no breakeven to find
         else:
@@ -395,8 +440,14 @@ def _solve_axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, 
     return out, x
 
 
-def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: float,
-          at: float, unit: str) -> Axis:
+def _axis(
+    name: str,
+    fits: list[tuple[RateModel, RateModel]],
+    low: float,
+    high: float,
+    at: float,
+    unit: str,
+) -> Axis:
     log = name == "concurrency"
     crosses, _ = _solve_axis(name, fits, low, high, at, log)
     point_x = crosses[0]
@@ -404,8 +455,11 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
 
     def adv(v: float, pair: tuple[RateModel, RateModel]) -> float:
         o, b = pair
-        r = (o.rate(v, at) / b.rate(v, at)) if name == "concurrency" else (
-            o.rate(1.0, v) / b.rate(1.0, v))
+        r = (
+            (o.rate(v, at) / b.rate(v, at))
+            if name == "concurrency"
+            else (o.rate(1.0, v) / b.rate(1.0, v))
+        )
         return float(r)
 
     def adv_ci(v: float) -> tuple[float, float] | None:
@@ -422,15 +476,29 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
     factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < MATERIAL_LOSS * a_lo else []
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
-        ax = Axis(name, low, high, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
-                  advantage_low_ci=adv_lo_ci, advantage_high_ci=adv_hi_ci)
-        words = {"behind": "slower than", "level": "not distinguishable from",
-                 "ahead": "faster than"}
+        ax = Axis(
+            name,
+            low,
+            high,
+            advantage_low=a_lo,
+            advantage_high=a_hi,
+            factors=factors,
+            advantage_low_ci=adv_lo_ci,
+            advantage_high_ci=adv_hi_ci,
+        )
+        words = {
+            "behind": "slower than",
+            "level": "not distinguishable from",
+            "ahead": "faster than",
+        }
         at_lo = f"{a_lo:.2f}x{_ci_text(ax.advantage_low_ci)} at {low:.0f}"
         at_hi = f"{a_hi:.2f}x{_ci_text(ax.advantage_high_ci)} at {high:.0f}"
-        return replace(ax, reason=f"no {name} crossover in {rng_txt}: not faster than the "
-                       f"baseline at the start, {words[ax.side('low')]} it ({at_lo}); "
-                       f"{words[ax.side('high')]} it at the end ({at_hi})")
+        return replace(
+            ax,
+            reason=f"no {name} crossover in {rng_txt}: not faster than the "
+            f"baseline at the start, {words[ax.side('low')]} it ({at_lo}); "
+            f"{words[ax.side('high')]} it at the end ({at_hi})",
+        )
     # a resample without a crossing in the searched range sits beyond it (or, slower from the
     # start, below it): an open end of the interval, printed as null
     top = high * EXTRAPOLATE
@@ -442,16 +510,35 @@ def _axis(name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: 
         if ci == (None, None):
             ci = None  # open at both ends: no interval to give
     if point_x is not None and point_x <= high:
-        return Axis(name, low, high, point=point_x, ci=ci, advantage_low=a_lo,
-                    advantage_high=a_hi, factors=factors, advantage_low_ci=adv_lo_ci,
-                    advantage_high_ci=adv_hi_ci)
+        return Axis(
+            name,
+            low,
+            high,
+            point=point_x,
+            ci=ci,
+            advantage_low=a_lo,
+            advantage_high=a_hi,
+            factors=factors,
+            advantage_low_ci=adv_lo_ci,
+            advantage_high_ci=adv_hi_ci,
+        )
     extra = point_x
     reason = f"no {name} crossover in {rng_txt}: this run stays faster ({a_hi:.2f}x at {high:.0f})"
     if extra is not None:
         reason += f"; the fitted model extrapolates one near {extra:.0f}{unit} (unmeasured)"
-    return Axis(name, low, high, ci=ci if extra is not None else None, extrapolated=extra,
-                reason=reason, advantage_low=a_lo, advantage_high=a_hi, factors=factors,
-                advantage_low_ci=adv_lo_ci, advantage_high_ci=adv_hi_ci)
+    return Axis(
+        name,
+        low,
+        high,
+        ci=ci if extra is not None else None,
+        extrapolated=extra,
+        reason=reason,
+        advantage_low=a_lo,
+        advantage_high=a_hi,
+        factors=factors,
+        advantage_low_ci=adv_lo_ci,
+        advantage_high_ci=adv_hi_ci,
+    )
 
 
 @dataclass(frozen=True)
@@ -472,25 +559,42 @@ class FewerDrafts:
 
     def with_interval(self, resampled: list[FewerDrafts]) -> FewerDrafts:
         """This prediction with the interval of its gain (at its K') over bootstrap refits."""
-        g = np.asarray([r.rates[self.best] / r.rates[r.drafts] - 1.0 for r in resampled
-                        if r.drafts == self.drafts])
+        g = np.asarray(
+            [
+                r.rates[self.best] / r.rates[r.drafts] - 1.0
+                for r in resampled
+                if r.drafts == self.drafts
+            ]
+        )
         if g.size < 20:
             return self
         lo, hi = percentile_interval(g)
-        return FewerDrafts(self.batch, self.drafts, self.best, self.rates, self.gain,
-                           (float(lo), float(hi)))
+        return FewerDrafts(
+            self.batch, self.drafts, self.best, self.rates, self.gain, (float(lo), float(hi))
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"batch": self.batch, "drafts": self.drafts, "best_drafts": self.best,
-                "predicted_tps": list(self.rates), "predicted_gain": self.gain,
-                "predicted_gain_ci": None if self.gain_ci is None else list(self.gain_ci),
-                "gain_vs_off": self.rates[self.best] / self.rates[0] - 1.0,
-                "assumes": "the step time above the baseline's scales with the draft count; "
-                           "K' drafts accept min(accepted, K')"}
+        return {
+            "batch": self.batch,
+            "drafts": self.drafts,
+            "best_drafts": self.best,
+            "predicted_tps": list(self.rates),
+            "predicted_gain": self.gain,
+            "predicted_gain_ci": None if self.gain_ci is None else list(self.gain_ci),
+            "gain_vs_off": self.rates[self.best] / self.rates[0] - 1.0,
+            "assumes": "the step time above the baseline's scales with the draft count; "
+            "K' drafts accept min(accepted, K')",
+        }
 
 
-def fewer_drafts(rs: RunSteps, mo: RateModel, mb: RateModel, batch: float, at: float,
-                 idx: np.ndarray | None = None) -> FewerDrafts | None:
+def fewer_drafts(
+    rs: RunSteps,
+    mo: RateModel,
+    mb: RateModel,
+    batch: float,
+    at: float,
+    idx: np.ndarray | None = None,
+) -> FewerDrafts | None:
     """The draft count that maximises the per-request rate at `batch` (see FewerDrafts), from
     the steps `idx` (all by default); None with fewer than two drafts per step or too few uncut
     steps near that batch."""
@@ -521,26 +625,41 @@ def _ci_text(ci: tuple[float, float] | None) -> str:
 def _pays(fewer: FewerDrafts | None) -> bool:
     """Fewer drafts are worth saying: a K' between off and all, with a material predicted gain
     whose interval excludes none."""
-    return (fewer is not None and 0 < fewer.best < fewer.drafts and fewer.gain >= MATERIAL_GAIN
-            and (fewer.gain_ci is None or fewer.gain_ci[0] > 0))
+    return (
+        fewer is not None
+        and 0 < fewer.best < fewer.drafts
+        and fewer.gain >= MATERIAL_GAIN
+        and (fewer.gain_ci is None or fewer.gain_ci[0] > 0)
+    )
 
 
 def _fewer_text(f: FewerDrafts) -> str:
     vs_off = f.rates[f.best] / f.rates[0] - 1.0
     ci = "" if f.gain_ci is None else f" [{f.gain_ci[0]:+.0%}, {f.gain_ci[1]:+.0%}]"
-    return (f"{f.best} draft tokens per step instead of {f.drafts} (a smaller tree) at batch "
-            f"{f.batch:.0f} predicts {f.gain:+.0%}{ci} per request over this run and "
-            f"{vs_off:+.0%} over the baseline (assuming the step's extra time scales with the "
-            f"drafts). Where: {FLAGS_FEWER_DRAFTS}.")
+    return (
+        f"{f.best} draft tokens per step instead of {f.drafts} (a smaller tree) at batch "
+        f"{f.batch:.0f} predicts {f.gain:+.0%}{ci} per request over this run and "
+        f"{vs_off:+.0%} over the baseline (assuming the step's extra time scales with the "
+        f"drafts). Where: {FLAGS_FEWER_DRAFTS}."
+    )
 
 
-def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None,
-               at: float, fewer: FewerDrafts | None = None) -> tuple[str, float | None]:
+def _recommend(
+    conc: Axis,
+    ctx: Axis,
+    mo: RateModel | None,
+    mb: RateModel | None,
+    at: float,
+    fewer: FewerDrafts | None = None,
+) -> tuple[str, float | None]:
     parts: list[str] = []
     gain = None
     # against another speculative config the policy is "switch to it", not "switch off"
-    off = "Speculation off" if mb is None or float(mb.commit_len(1.0, at)) < 1.05 else (
-        "The baseline's speculative configuration")
+    off = (
+        "Speculation off"
+        if mb is None or float(mb.commit_len(1.0, at)) < 1.05
+        else ("The baseline's speculative configuration")
+    )
     if conc.point is not None and mo is not None and mb is not None:
         n = max(1, int(np.floor(conc.point)))
         gain = float(mb.rate(conc.high, at) / mo.rate(conc.high, at) - 1.0)
@@ -551,8 +670,9 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
                 f"{conc.advantage_low:.2f}x at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
             )
         else:
-            at_hi = (f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at "
-                     f"{conc.high:.0f}")
+            at_hi = (
+                f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at {conc.high:.0f}"
+            )
             parts.append(
                 f"The fitted crossover is at batch {conc.point:.1f}, but at the top of the sweep "
                 f"this run is not materially and significantly slower ({at_hi}): measure higher "
@@ -569,46 +689,65 @@ def _recommend(conc: Axis, ctx: Axis, mo: RateModel | None, mb: RateModel | None
                 f"Where: {FLAGS_FEWER_DRAFTS}."
             )
         else:
-            parts.append("Most of the loss is acceptance falling with batch (shared drafter "
-                         "capacity): fewer draft tokens will not recover it; switching off will.")
+            parts.append(
+                "Most of the loss is acceptance falling with batch (shared drafter "
+                "capacity): fewer draft tokens will not recover it; switching off will."
+            )
     elif conc.reason and conc.point is None and conc.advantage_low is not None:
         lo_side, hi_side = conc.side("low"), conc.side("high")
         at_lo = f"{conc.advantage_low:.2f}x{_ci_text(conc.advantage_low_ci)} at {conc.low:.0f}"
-        at_hi = (f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at "
-                 f"{conc.high:.0f}")
+        at_hi = f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at {conc.high:.0f}"
         if lo_side == "behind":
             gain = float(1 / conc.advantage_low - 1)
             if hi_side == "ahead":
-                parts.append(f"Speculation is slower than the baseline at low load ({at_lo}) "
-                             f"and faster under load ({at_hi}): off at low load (+{gain:.0%} per "
-                             f"request at {conc.low:.0f}), on under load.")
+                parts.append(
+                    f"Speculation is slower than the baseline at low load ({at_lo}) "
+                    f"and faster under load ({at_hi}): off at low load (+{gain:.0%} per "
+                    f"request at {conc.low:.0f}), on under load."
+                )
             elif hi_side == "behind":
-                parts.append(f"Speculation is slower than the baseline at every measured "
-                             f"concurrency ({at_lo}, {at_hi}): turn it off (+{gain:.0%} per "
-                             f"request at {conc.low:.0f}).")
+                parts.append(
+                    f"Speculation is slower than the baseline at every measured "
+                    f"concurrency ({at_lo}, {at_hi}): turn it off (+{gain:.0%} per "
+                    f"request at {conc.low:.0f})."
+                )
             else:
-                parts.append(f"Speculation is slower than the baseline at low load ({at_lo}) and "
-                             f"level with it under load ({at_hi}): turn it off (+{gain:.0%} per "
-                             f"request at {conc.low:.0f}).")
+                parts.append(
+                    f"Speculation is slower than the baseline at low load ({at_lo}) and "
+                    f"level with it under load ({at_hi}): turn it off (+{gain:.0%} per "
+                    f"request at {conc.low:.0f})."
+                )
         elif lo_side == "level":
-            parts.append(f"No material, significant difference from the baseline at concurrency "
-                         f"{conc.low:.0f} ({at_lo}; {at_hi}): this data supports no policy change; "
-                         "measure with more repeats (--repeat) on a quieter machine.")
+            parts.append(
+                f"No material, significant difference from the baseline at concurrency "
+                f"{conc.low:.0f} ({at_lo}; {at_hi}): this data supports no policy change; "
+                "measure with more repeats (--repeat) on a quieter machine."
+            )
         else:
-            tail = (f"; the model puts a crossover near {conc.extrapolated:.0f}: measure there "
-                    "before relying on it" if conc.extrapolated is not None else "")
-            parts.append(f"Keep speculation on over concurrency [{conc.low:.0f}, {conc.high:.0f}] "
-                         f"({conc.advantage_high:.2f}x at {conc.high:.0f}){tail}.")
+            tail = (
+                f"; the model puts a crossover near {conc.extrapolated:.0f}: measure there "
+                "before relying on it"
+                if conc.extrapolated is not None
+                else ""
+            )
+            parts.append(
+                f"Keep speculation on over concurrency [{conc.low:.0f}, {conc.high:.0f}] "
+                f"({conc.advantage_high:.2f}x at {conc.high:.0f}){tail}."
+            )
             if _pays(fewer):
                 parts.append(f"At high batch: {_fewer_text(fewer)}")
     if ctx.point is not None:
-        parts.append(f"{off} above context {ctx.point:.0f} tokens. Where: "
-                     f"{FLAGS_CONTEXT_OFF}.")
+        parts.append(f"{off} above context {ctx.point:.0f} tokens. Where: {FLAGS_CONTEXT_OFF}.")
     return " ".join(parts) or "Not enough sweep data for a policy.", gain
 
 
-def _curves(fits: list[tuple[RateModel, RateModel]], low: float, high: float, at: float,
-            measured: dict[str, dict[int, list[float]]]) -> dict[str, Any]:
+def _curves(
+    fits: list[tuple[RateModel, RateModel]],
+    low: float,
+    high: float,
+    at: float,
+    measured: dict[str, dict[int, list[float]]],
+) -> dict[str, Any]:
     """Plot-ready per-request tps vs concurrency: both fitted curves with 95% bands and the
     measured per-request rates at each sweep point."""
     x = np.geomspace(low, high * EXTRAPOLATE, 40)
@@ -620,9 +759,10 @@ def _curves(fits: list[tuple[RateModel, RateModel]], low: float, high: float, at
             q = np.nanquantile(rates[1:], [(1 - CI_LEVEL) / 2, (1 + CI_LEVEL) / 2], axis=0)
             out[f"{label}_tps_low"], out[f"{label}_tps_high"] = q[0].tolist(), q[1].tolist()
         pts = measured[label]
-        out[f"{label}_points"] = {"concurrency": sorted(pts),
-                                  "decode_tps_per_request": [float(np.mean(pts[c]))
-                                                             for c in sorted(pts)]}
+        out[f"{label}_points"] = {
+            "concurrency": sorted(pts),
+            "decode_tps_per_request": [float(np.mean(pts[c])) for c in sorted(pts)],
+        }
     return out
 
 
@@ -634,8 +774,9 @@ def _measured_points(m: Measured) -> dict[int, list[float]]:
     return pts
 
 
-def breakeven(m: Measured, mb: Measured, *, seed: int = 0,
-              resamples: int = DEFAULT_RESAMPLES) -> Breakeven | None:
+def breakeven(
+    m: Measured, mb: Measured, *, seed: int = 0, resamples: int = DEFAULT_RESAMPLES
+) -> Breakeven | None:
     """This run (m) against the baseline (mb); None when either has too few reliable steps."""
     ro, rb = run_steps(m), run_steps(mb)
     if ro is None or rb is None:
@@ -653,14 +794,21 @@ def breakeven(m: Measured, mb: Measured, *, seed: int = 0,
             fits.append((fo, fb))
             picks.append(idx)
     sweep = [c for c in ro.levels if c in rb.levels]
-    conc_at = float(np.median(ro.context[ro.batch > 1])) if (ro.batch > 1).any() else float(
-        np.median(ro.context))
+    conc_at = (
+        float(np.median(ro.context[ro.batch > 1]))
+        if (ro.batch > 1).any()
+        else float(np.median(ro.context))
+    )
     if len(sweep) >= 2:
         conc = _axis("concurrency", fits, float(min(sweep)), float(max(sweep)), conc_at, "")
     else:
-        conc = Axis("concurrency", 1.0, float(max(sweep or [1])),
-                    reason="no concurrency crossover: needs a concurrency sweep (e.g. "
-                    "--concurrency 1,4,16) in both runs")
+        conc = Axis(
+            "concurrency",
+            1.0,
+            float(max(sweep or [1])),
+            reason="no concurrency crossover: needs a concurrency sweep (e.g. "
+            "--concurrency 1,4,16) in both runs",
+        )
     one_o, one_b = ro.context[ro.batch == 1], rb.context[rb.batch == 1]
     if one_o.size and one_b.size:
         c_lo = float(max(one_o.min(), one_b.min()))
@@ -669,20 +817,31 @@ def breakeven(m: Measured, mb: Measured, *, seed: int = 0,
         c_lo = c_hi = 0.0
     # within one generation context and output position move together (ARCHITECTURE §1): a
     # context crossover needs prompts of different lengths in both runs
-    spread = min(np.ptp(r.prompt[r.batch == 1]) if (r.batch == 1).any() else 0.0
-                 for r in (ro, rb))
+    spread = min(np.ptp(r.prompt[r.batch == 1]) if (r.batch == 1).any() else 0.0 for r in (ro, rb))
     if c_hi - c_lo >= MIN_CONTEXT_SPREAD and spread >= MIN_CONTEXT_SPREAD:
         ctx = _axis("context", fits, c_lo, c_hi, 0.0, " tokens")
     else:
-        ctx = Axis("context", c_lo, c_hi, reason="no context crossover: needs a context sweep "
-                   f"(prompt lengths {MIN_CONTEXT_SPREAD}+ tokens apart) in both runs")
+        ctx = Axis(
+            "context",
+            c_lo,
+            c_hi,
+            reason="no context crossover: needs a context sweep "
+            f"(prompt lengths {MIN_CONTEXT_SPREAD}+ tokens apart) in both runs",
+        )
     fewer = fewer_drafts(ro, fit_o, fit_b, conc.high, conc_at) if len(sweep) >= 2 else None
     if fewer is not None:
-        redone = (fewer_drafts(ro, fo, fb, conc.high, conc_at, idx)
-                  for (fo, fb), idx in zip(fits[1:], picks, strict=True))
+        redone = (
+            fewer_drafts(ro, fo, fb, conc.high, conc_at, idx)
+            for (fo, fb), idx in zip(fits[1:], picks, strict=True)
+        )
         fewer = fewer.with_interval([r for r in redone if r is not None])
     rec, gain = _recommend(conc, ctx, fit_o, fit_b, conc_at, fewer)
-    curves = _curves(fits, conc.low, max(conc.high, conc.low + 1), conc_at,
-                     {"observed": _measured_points(m), "baseline": _measured_points(mb)})
+    curves = _curves(
+        fits,
+        conc.low,
+        max(conc.high, conc.low + 1),
+        conc_at,
+        {"observed": _measured_points(m), "baseline": _measured_points(mb)},
+    )
     curves.update(crossover=conc.point, context=conc_at)
     return Breakeven(conc, ctx, rec, curves, predicted_gain=gain, fewer_drafts=fewer)

@@ -45,14 +45,19 @@ def _prompt_text(t: RequestTrace) -> str | None:
     return None
 
 
-def category_table(traces: Sequence[RequestTrace],
-                   reconstructions: Sequence[StepReconstruction] | None = None,
-                   max_commit_len: int | None = None) -> list[dict[str, Any]]:
+def category_table(
+    traces: Sequence[RequestTrace],
+    reconstructions: Sequence[StepReconstruction] | None = None,
+    max_commit_len: int | None = None,
+) -> list[dict[str, Any]]:
     """One row per category in first-seen order; [] when no request carries a category."""
     if not any(t.spec.category for t in traces):
         return []
-    recs = (list(reconstructions) if reconstructions is not None
-            else [reconstruct_steps(t, max_commit_len=max_commit_len) for t in traces])
+    recs = (
+        list(reconstructions)
+        if reconstructions is not None
+        else [reconstruct_steps(t, max_commit_len=max_commit_len) for t in traces]
+    )
     groups: dict[str, list[tuple[RequestTrace, StepReconstruction]]] = {}
     for t, r in zip(traces, recs, strict=True):
         groups.setdefault(t.spec.category or UNCATEGORISED, []).append((t, r))
@@ -61,26 +66,29 @@ def category_table(traces: Sequence[RequestTrace],
         ok = [(t, r) for t, r in pairs if t.ok]
         loops = {t.index: find_loop(t.text) for t, _ in ok}
         looping = [i for i, lp in loops.items() if lp is not None]
-        copies = [c for t, _ in ok
-                  if (c := copied_share(_prompt_text(t), t.text)) is not None]
+        copies = [c for t, _ in ok if (c := copied_share(_prompt_text(t), t.text)) is not None]
         head = _headline(ok)
         commit = head.mean_commit_len if head else None
-        clean_head = _headline([(t, r) for t, r in ok if loops[t.index] is None]) if looping else head
-        rows.append({
-            "category": name,
-            "requests": len(pairs),
-            "ok": len(ok),
-            "completion_tokens": sum(t.completion_tokens or 0 for t, _ in ok),
-            "mean_commit_len": commit,
-            "commit_source": head.mean_commit_len_source if head else None,
-            "mean_commit_len_ci": _ci(head.mean_commit_len_ci) if head else None,
-            "mean_commit_len_without_loops": clean_head.mean_commit_len if clean_head else None,
-            "decode_tps": head.decode_tps if head else None,
-            "decode_tps_ci": _ci(head.decode_tps_ci) if head else None,
-            "looping_requests": len(looping),
-            "loop_share_max": max((loops[i].share for i in looping), default=None),  # type: ignore[union-attr]
-            "copied_share": sum(copies) / len(copies) if copies else None,
-        })
+        clean_head = (
+            _headline([(t, r) for t, r in ok if loops[t.index] is None]) if looping else head
+        )
+        rows.append(
+            {
+                "category": name,
+                "requests": len(pairs),
+                "ok": len(ok),
+                "completion_tokens": sum(t.completion_tokens or 0 for t, _ in ok),
+                "mean_commit_len": commit,
+                "commit_source": head.mean_commit_len_source if head else None,
+                "mean_commit_len_ci": _ci(head.mean_commit_len_ci) if head else None,
+                "mean_commit_len_without_loops": clean_head.mean_commit_len if clean_head else None,
+                "decode_tps": head.decode_tps if head else None,
+                "decode_tps_ci": _ci(head.decode_tps_ci) if head else None,
+                "looping_requests": len(looping),
+                "loop_share_max": max((loops[i].share for i in looping), default=None),  # type: ignore[union-attr]
+                "copied_share": sum(copies) / len(copies) if copies else None,
+            }
+        )
     return rows
 
 

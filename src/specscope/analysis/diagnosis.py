@@ -49,9 +49,17 @@ def _headline_fields(out: Analysis, head: Headline | None) -> None:
     out.commit_len_source = head.commit_len_detail or None
     out.ttft_s = head.ttft_s
     fields = head.json_fields()
-    for key in ("mean_commit_len_source", "mean_commit_len_per_drafted_step",
-                "drafted_step_share", "mean_step_s_source", "decode_tps_ci",
-                "mean_commit_len_ci", "mean_step_s_ci", "ttft_s_ci", "interval_method"):
+    for key in (
+        "mean_commit_len_source",
+        "mean_commit_len_per_drafted_step",
+        "drafted_step_share",
+        "mean_step_s_source",
+        "decode_tps_ci",
+        "mean_commit_len_ci",
+        "mean_step_s_ci",
+        "ttft_s_ci",
+        "interval_method",
+    ):
         setattr(out, key, fields[key])
 
 
@@ -60,9 +68,12 @@ def _coverage(head: Headline | None) -> dict:
     if head is None or head.share_counts is None:
         return {}
     drafted, steps = head.share_counts
-    return {"drafted_steps": drafted, "verify_steps": steps,
-            "per_drafted_step": head.mean_commit_len_per_drafted_step,
-            "coverage_source": head.share_source or ""}
+    return {
+        "drafted_steps": drafted,
+        "verify_steps": steps,
+        "per_drafted_step": head.mean_commit_len_per_drafted_step,
+        "coverage_source": head.share_source or "",
+    }
 
 
 def analyze(
@@ -88,10 +99,16 @@ def analyze(
         out.notes.append(
             f"{len(run.errors)} request(s) failed ({', '.join(kinds)}); analysed the rest"
         )
-    out.serving = serving.serving_of_run(run, max_commit_len=max_commit_len_from(run.info.server_info))
+    out.serving = serving.serving_of_run(
+        run, max_commit_len=max_commit_len_from(run.info.server_info)
+    )
     _headline_fields(out, m.head)
-    out.precision = precision_summary(run.info.precision, out.decode_tps, out.decode_tps_ci,
-                                      m.head.requests if m.head is not None else 0)
+    out.precision = precision_summary(
+        run.info.precision,
+        out.decode_tps,
+        out.decode_tps_ci,
+        m.head.requests if m.head is not None else 0,
+    )
     speculation = fx.speculation(m, telemetry)
     out.speculation, out.speculation_reason = speculation.label, speculation.reason
     if not m.ok:
@@ -104,8 +121,11 @@ def analyze(
     table, mt = step_tables(m)
     span = fx.main_span(mt)
     st = fx.step_time_facts(table, mt, span)
-    shape = (fx.acceptance_shape(table, mt, source=f"client steps, {m.main_label}")
-             if table is not None and table.n else fx.AcceptanceShape())
+    shape = (
+        fx.acceptance_shape(table, mt, source=f"client steps, {m.main_label}")
+        if table is not None and table.n
+        else fx.AcceptanceShape()
+    )
     out.notes.extend(shape.notes)
     server = acc.from_telemetry(telemetry) if telemetry else None
     if server is not None and server.per_step and server.by_request and not m.reliable:
@@ -130,8 +150,9 @@ def analyze(
         out.breakeven = be.to_json() if be is not None else unavailable()
 
     out.step_time_model = plain(st.model)
-    out.series = build_series(m, mt, server, tp, conc, step_profile=st.profile,
-                              baseline=base.series if base else None)
+    out.series = build_series(
+        m, mt, server, tp, conc, step_profile=st.profile, baseline=base.series if base else None
+    )
     if be is not None:
         out.series["breakeven"] = be.curves
     facts = Facts(
@@ -174,8 +195,9 @@ def analyze(
         step_table=table,
         two_point_window=tp.window,
         main_prefill_shares=[r.ttft_s / r.e2e_s for r in m.main if r.ttft_s and r.e2e_s],
-        main_chunk_gaps=[list(np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9)
-                         for r in m.main],
+        main_chunk_gaps=[
+            list(np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9) for r in m.main
+        ],
         **_coverage(m.head),
     )
     decisions = decide(facts)

@@ -28,8 +28,9 @@ EARLY_START = 128  # "the first tokens": acceptance before any decay, for the de
 def speculation(m: Measured, telemetry: list[SpecRecord] | None) -> SpeculationState:
     """On / off / unknown for this run, from its reliable client steps, the server's
     per-request fields, its info endpoint and any telemetry records."""
-    return state_of_requests(m.run.info.server_info, m.ok, [m.recs[r.index] for r in m.ok],
-                             telemetry or ())
+    return state_of_requests(
+        m.run.info.server_info, m.ok, [m.recs[r.index] for r in m.ok], telemetry or ()
+    )
 
 
 @dataclass(frozen=True)
@@ -199,8 +200,9 @@ class TwoPointFacts:
     window: StepTable | None = None  # the N2 requests' steps past N1
 
 
-def two_point_facts(m: Measured, fit: stm.StepTimeFit | None, mt: StepTable | None
-                    ) -> TwoPointFacts:
+def two_point_facts(
+    m: Measured, fit: stm.StepTimeFit | None, mt: StepTable | None
+) -> TwoPointFacts:
     tp, n2 = two_point(m.ok)
     window_step_s = context_factor = None
     window = None
@@ -238,13 +240,17 @@ def concurrency_samples(m: Measured) -> dict[int, list[float]]:
     return out
 
 
-def concurrency_points(m: Measured, samples: dict[int, list[float]]
-                       ) -> tuple[tuple[int, float, float | None], ...]:
+def concurrency_points(
+    m: Measured, samples: dict[int, list[float]]
+) -> tuple[tuple[int, float, float | None], ...]:
     """(concurrency, mean per-request decode tps, mean reliable step time) per sweep point."""
     out = []
     for c, tps in samples.items():
-        rs = [r for r in m.ok if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP
-              and concurrency_of(r) == c]
+        rs = [
+            r
+            for r in m.ok
+            if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP and concurrency_of(r) == c
+        ]
         st = [s.step_s for s in m.reliable_steps(rs)]
         out.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
     return tuple(out)
@@ -268,8 +274,7 @@ class BaselineFacts:
     series: dict[str, Any]
 
 
-def baseline_facts(baseline: Run, mb: Measured, m: Measured, seed: int = 0
-                   ) -> BaselineFacts | None:
+def baseline_facts(baseline: Run, mb: Measured, m: Measured, seed: int = 0) -> BaselineFacts | None:
     """None when either run has no usable decode window."""
     h, hb = m.headline, mb.headline
     if hb is None or h is None:

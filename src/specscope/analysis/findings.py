@@ -104,7 +104,9 @@ class Facts:
     step_table: StepTable | None = None  # the steps of the step-time fit (concurrency 1)
     two_point_window: StepTable | None = None  # steps of the two-point N2 requests past N1
     main_prefill_shares: list[float] = field(default_factory=list)  # ttft / e2e per main request
-    main_chunk_gaps: list[list[float]] = field(default_factory=list)  # s between chunks, per request
+    main_chunk_gaps: list[list[float]] = field(
+        default_factory=list
+    )  # s between chunks, per request
     # draft coverage (analysis.headline): steps that drafted something, all steps, the
     # server's per-drafted-step commit length, and where the counts come from
     drafted_steps: float | None = None
@@ -194,8 +196,9 @@ def _complete_steps(t: StepTable | None) -> StepTable | None:
     that early depends on the steps before it only, never on its own commit."""
     if t is None or not t.n:
         return t
-    ends = {int(r): float(np.max(t.pos[t.rid == r] + t.commit[t.rid == r])) for r in
-            np.unique(t.rid)}
+    ends = {
+        int(r): float(np.max(t.pos[t.rid == r] + t.commit[t.rid == r])) for r in np.unique(t.rid)
+    }
     k = float(t.commit.max())
     keep = t.pos + k <= np.asarray([ends[int(r)] for r in t.rid])
     return type(t)(t.commit[keep], t.step_s[keep], t.context[keep], t.pos[keep], t.rid[keep])
@@ -217,8 +220,9 @@ def _content_var(f: Facts) -> float:
     if a is not None and a.window is not None and a.window.at is not None:
         col = (t.context > a.window.at).astype(float)
         fitted = fitted + a.window.coef * (col - col.mean())
-    ends = {int(r): float(np.max(t.pos[t.rid == r] + t.commit[t.rid == r])) for r in
-            np.unique(t.rid)}
+    ends = {
+        int(r): float(np.max(t.pos[t.rid == r] + t.commit[t.rid == r])) for r in np.unique(t.rid)
+    }
     long_enough = np.asarray([ends[int(r)] >= CONTENT_POS for r in t.rid])
     sel = long_enough & (t.pos < CONTENT_POS - float(t.commit.max()))
     return sig.content_variance(t.commit[sel], t.rid[sel], fitted=fitted[sel], min_steps=4)
@@ -235,13 +239,21 @@ def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
     cluster-robust over 64-step blocks of the main requests' steps."""
     L = f.headline.mean_commit_len if f.headline else None
     mt = f.main_table
-    method = f"one-sided z test of mean commit length < {threshold} ({what}), " \
+    method = (
+        f"one-sided z test of mean commit length < {threshold} ({what}), "
         "cluster-robust over 64-step blocks"
+    )
     if L is None or L <= 0 or mt is None or mt.n < 8:
         return sig.untestable(method + ": no reliable steps to test on", 0.0, "x")
     se = sig.ratio_log_se(mt.commit, np.ones(mt.n), sig.blocks(mt.rid, split_short=True))
-    return sig.z_test(math.log(threshold / L), float("nan") if se is None else se, min_effect=0.0,
-                      method=method, unit="x", log_ratio=True)
+    return sig.z_test(
+        math.log(threshold / L),
+        float("nan") if se is None else se,
+        min_effect=0.0,
+        method=method,
+        unit="x",
+        log_ratio=True,
+    )
 
 
 # --- chunk_coalescing --------------------------------------------------------------------------
@@ -258,8 +270,14 @@ def chunk_coalescing(f: Facts) -> Claim | None:
         "commit lengths are unreliable; commit length comes from "
         f"{f.commit_len_source or 'nowhere (no server telemetry)'}.",
         evidence=[_ev("reason", r, "", "client chunks") for r in f.unreliable_reasons]
-        + [_ev("decided by", "counting checks of the stream (not a sampled effect)", "",
-               "analysis/steps.py")],
+        + [
+            _ev(
+                "decided by",
+                "counting checks of the stream (not a sampled effect)",
+                "",
+                "analysis/steps.py",
+            )
+        ],
         next=advice.chunk_coalescing(f.flavor),
         test=None,
     )
@@ -304,9 +322,11 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
     t = _long_requests(_complete_steps(f.acceptance_table), DECAY_MIN_STEPS)
     if t is None or t.n < 40:
         return None
-    method = (f"OLS of commit length on output position over requests of >= {DECAY_MIN_STEPS} "
-              "steps, with request fixed effects, SE inflated for serial correlation "
-              "(Newey-West, 64 lags)")
+    method = (
+        f"OLS of commit length on output position over requests of >= {DECAY_MIN_STEPS} "
+        "steps, with request fixed effects, SE inflated for serial correlation "
+        "(Newey-West, 64 lags)"
+    )
     extra = []
     if a is not None and a.window is not None and a.window.at is not None:
         extra.append((t.context > a.window.at).astype(float))
@@ -318,11 +338,16 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
         before = float(t.commit[~above].mean()) if (~above).any() else 0.0
         if above.sum() < 20 or (~above).sum() < 20 or before <= 0 or cut >= span:
             continue
-        beta, se, df = sig.fe_ols(t.commit, np.column_stack([above.astype(float), *extra]),
-                                  t.rid)
-        test = sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_DECAY,
-                          unit="fraction", df=df, tests=DECAY_SHAPES,
-                          method=f"{method}: step after output position {cut}")
+        beta, se, df = sig.fe_ols(t.commit, np.column_stack([above.astype(float), *extra]), t.rid)
+        test = sig.z_test(
+            -float(beta[0]) / before,
+            float(se[0]) / before,
+            min_effect=MIN_DECAY,
+            unit="fraction",
+            df=df,
+            tests=DECAY_SHAPES,
+            method=f"{method}: step after output position {cut}",
+        )
         shapes.append(_DecayShape(test, "step", float(cut), before, before + float(beta[0])))
     if span > 0:
         beta, se, df = sig.fe_ols(t.commit, np.column_stack([t.pos / 1000.0, *extra]), t.rid)
@@ -330,9 +355,14 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
         if level > 0:
             scale = span / 1000.0 / level
             test = sig.z_test(
-                -float(beta[0]) * scale, float(se[0]) * scale, min_effect=MIN_DECAY,
-                unit="fraction", df=df, tests=DECAY_SHAPES,
-                method=f"{method}: linear, relative drop over {span:.0f} output tokens")
+                -float(beta[0]) * scale,
+                float(se[0]) * scale,
+                min_effect=MIN_DECAY,
+                unit="fraction",
+                df=df,
+                tests=DECAY_SHAPES,
+                method=f"{method}: linear, relative drop over {span:.0f} output tokens",
+            )
             shapes.append(_DecayShape(test, "linear", None, level, level * (1 - test.effect)))
     if not shapes:
         return None
@@ -345,8 +375,9 @@ def acceptance_decay(f: Facts) -> Claim | None:
     if shape is None:
         return None
     src_acc = f.acceptance_source or _src_steps(f)
-    where = (f"after output position ~{shape.at:.0f}" if shape.kind == "step"
-             else "along the generation")
+    where = (
+        f"after output position ~{shape.at:.0f}" if shape.kind == "step" else "along the generation"
+    )
     drop = 1 - shape.after / shape.before if shape.before > 0 else 0.0
     ev = [
         _ev("mean commit length early", shape.before, "tokens/step", src_acc),
@@ -356,8 +387,14 @@ def acceptance_decay(f: Facts) -> Claim | None:
         *_cost_ev(f.decay_cost, "mean early / mean overall"),
     ]
     if a is not None and a.decay is not None:
-        ev.append(_ev("acceptance model search (BIC) chose", a.model, "",
-                      f"decay {a.decay.before:.2f} -> {a.decay.after:.2f} tokens/step"))
+        ev.append(
+            _ev(
+                "acceptance model search (BIC) chose",
+                a.model,
+                "",
+                f"decay {a.decay.before:.2f} -> {a.decay.after:.2f} tokens/step",
+            )
+        )
     if f.honeymoon:
         hm = f.honeymoon
         ev.append(
@@ -407,21 +444,32 @@ def _stated_window_explains(stated: int, lo: float, hi: float) -> bool:
 
 def _window_within(f: Facts, at: float, before: float) -> sig.Test:
     t = _complete_steps(f.acceptance_table)
-    method = ("OLS of commit length on [context > W] and output position with request fixed "
-              "effects, SE inflated for serial correlation (Newey-West, 64 lags)")
+    method = (
+        "OLS of commit length on [context > W] and output position with request fixed "
+        "effects, SE inflated for serial correlation (Newey-West, 64 lags)"
+    )
     if t is None or t.n < 40 or before <= 0:
         return sig.untestable(method + ": too few steps", MIN_WINDOW, "fraction")
     x = np.column_stack([(t.context > at).astype(float), t.pos / 1000.0])
     beta, se, df = sig.fe_ols(t.commit, x, t.rid)
     # the cut was searched over COARSE_CUTS candidates, and this is one of two tests
-    return sig.z_test(-float(beta[0]) / before, float(se[0]) / before, min_effect=MIN_WINDOW,
-                      method=method, unit="fraction", df=df, tests=2 * COARSE_CUTS)
+    return sig.z_test(
+        -float(beta[0]) / before,
+        float(se[0]) / before,
+        min_effect=MIN_WINDOW,
+        method=method,
+        unit="fraction",
+        df=df,
+        tests=2 * COARSE_CUTS,
+    )
 
 
 def _window_across(f: Facts) -> sig.Test:
     t = _complete_steps(f.acceptance_table)
-    method = ("permutation test over requests of the largest drop of early commit length "
-              "between prompt lengths")
+    method = (
+        "permutation test over requests of the largest drop of early commit length "
+        "between prompt lengths"
+    )
     if t is None or t.n == 0:
         return sig.untestable(method + ": no steps", MIN_WINDOW, "fraction")
     early = t.pos < EARLY_POS
@@ -436,16 +484,25 @@ def _window_across(f: Facts) -> sig.Test:
     if res is None:
         return sig.untestable(method + ": one prompt length", MIN_WINDOW, "fraction")
     cut, _, p = res
-    two = sig.two_sample_log(mv[pr <= cut], mv[pr > cut], min_effect=1 / (1 - MIN_WINDOW) - 1,
-                             method="drop at the cut", tests=2 * max(1, np.unique(pr).size - 1))
+    two = sig.two_sample_log(
+        mv[pr <= cut],
+        mv[pr > cut],
+        min_effect=1 / (1 - MIN_WINDOW) - 1,
+        method="drop at the cut",
+        tests=2 * max(1, np.unique(pr).size - 1),
+    )
 
     def drop(ratio_minus_1: float) -> float:  # below/above - 1 -> 1 - above/below
         return 1 - 1 / (1 + ratio_minus_1) if ratio_minus_1 > -1 else float("-inf")
 
     return sig.Test(
         method=f"{method} ({mv.size} requests, best cut at prompt {cut:.0f}); {two.method}",
-        effect=drop(two.effect), ci=(drop(two.ci[0]), drop(two.ci[1])), p=p,
-        min_effect=MIN_WINDOW, unit="fraction", statistic=two.statistic,
+        effect=drop(two.effect),
+        ci=(drop(two.ci[0]), drop(two.ci[1])),
+        p=p,
+        min_effect=MIN_WINDOW,
+        unit="fraction",
+        statistic=two.statistic,
         p_material=two.p_material,
     )
 
@@ -465,23 +522,33 @@ def draft_window(f: Facts) -> Claim | None:
     src_acc = f.acceptance_source or _src_steps(f)
     lo, hi = w.at_range or (w.at or 0.0, w.at or 0.0)
     ev = [
-        _ev("window estimate (first context with low acceptance)", hi, "tokens",
-            "change-point search"),
+        _ev(
+            "window estimate (first context with low acceptance)",
+            hi,
+            "tokens",
+            "change-point search",
+        ),
         _ev("window lies above", lo, "tokens", "change-point search"),
         _ev("commit length below the window", w.before, "tokens/step", src_acc),
         _ev("commit length above the window", w.after, "tokens/step", src_acc),
         *_cost_ev(f.window_cost, "commit length without the cliff / observed"),
     ]
-    drop = (f"Acceptance drops once the context exceeds ~{hi:.0f} tokens "
-            f"({w.before:.2f} -> {w.after:.2f} tokens/step)")
+    drop = (
+        f"Acceptance drops once the context exceeds ~{hi:.0f} tokens "
+        f"({w.before:.2f} -> {w.after:.2f} tokens/step)"
+    )
     summary, next_ = f"{drop}: the drafter's window.", advice.draft_window(f.flavor, hi)
     stated = stated_draft_window(f.server_info)
     if stated is not None:
-        ev.append(_ev("draft window the server states", stated[0], "tokens", f"server info: {stated[1]}"))
+        ev.append(
+            _ev("draft window the server states", stated[0], "tokens", f"server info: {stated[1]}")
+        )
         if not _stated_window_explains(stated[0], lo, hi):
             # The drop is measured; its cause is not the window the server runs with.
-            summary = (f"{drop}, but the server's draft window is {stated[0]} tokens: not the "
-                       "window; the text at that length is harder for this drafter.")
+            summary = (
+                f"{drop}, but the server's draft window is {stated[0]} tokens: not the "
+                "window; the text at that length is harder for this drafter."
+            )
             next_ = advice.context_cliff(hi, stated[0])
     return Claim(
         id="draft_window",
@@ -501,10 +568,14 @@ def _overhead_summary(split: Split, spec_tps: float | None, plain_tps: float | N
     more_tokens = 1.0 / split.acceptance_factor if split.acceptance_factor else float("nan")
     rates = f"{spec_tps or 0:.1f} vs {plain_tps or 0:.1f} tok/s plain"
     if ratio >= 1:
-        return (f"Speculation makes this server {ratio:.2f}x slower ({rates}): each verify step "
-                f"costs {step_cost:.2f}x a plain step and commits {more_tokens:.2f}x more tokens.")
-    return (f"Speculation makes this server {1 / ratio:.2f}x faster ({rates}): each verify step "
-            f"costs {step_cost:.2f}x a plain step and commits {more_tokens:.2f}x more tokens.")
+        return (
+            f"Speculation makes this server {ratio:.2f}x slower ({rates}): each verify step "
+            f"costs {step_cost:.2f}x a plain step and commits {more_tokens:.2f}x more tokens."
+        )
+    return (
+        f"Speculation makes this server {1 / ratio:.2f}x faster ({rates}): each verify step "
+        f"costs {step_cost:.2f}x a plain step and commits {more_tokens:.2f}x more tokens."
+    )
 
 
 # Against a plain baseline: slower by >= 5% (bootstrap interval of the tps ratio). Without one:
@@ -523,9 +594,13 @@ def speculation_overhead(f: Facts) -> Claim | None:
         return Claim(
             id="speculation_overhead",
             summary="Speculation against plain decoding: not testable (no decode split).",
-            evidence=[], next=advice.speculation_overhead(f.flavor),
-            test=sig.untestable("tps ratio plain/speculative: the baseline or this run has no "
-                                "usable decode window", MIN_OVERHEAD, "x"),
+            evidence=[],
+            next=advice.speculation_overhead(f.flavor),
+            test=sig.untestable(
+                "tps ratio plain/speculative: the baseline or this run has no usable decode window",
+                MIN_OVERHEAD,
+                "x",
+            ),
         )
     if _plain_baseline(f) and f.split is not None and h is not None:
         method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
@@ -535,12 +610,20 @@ def speculation_overhead(f: Facts) -> Claim | None:
             se_t = _decode_time_log_se(f)
             if se_t is not None:
                 lr = (math.log(f.split.tps_ratio), math.sqrt(2.0) * se_t)
-                method = ("tps ratio plain/speculative, one request a side: z on the log with "
-                          "the observed decode time's block SE for both sides")
+                method = (
+                    "tps ratio plain/speculative, one request a side: z on the log with "
+                    "the observed decode time's block SE for both sides"
+                )
         test = (
-            sig.z_test(*_with_content(lr, 1, f), min_effect=MIN_OVERHEAD, unit="x",
-                       method=method + ", widened by the content variance", log_ratio=True)
-            if lr else sig.untestable(method + ": no interval", MIN_OVERHEAD, "x")
+            sig.z_test(
+                *_with_content(lr, 1, f),
+                min_effect=MIN_OVERHEAD,
+                unit="x",
+                method=method + ", widened by the content variance",
+                log_ratio=True,
+            )
+            if lr
+            else sig.untestable(method + ": no interval", MIN_OVERHEAD, "x")
         )
         return Claim(
             id="speculation_overhead",
@@ -591,15 +674,22 @@ def acceptance_low(f: Facts) -> Claim | None:
         residual = _family_factors(f).get("acceptance_low")
         if residual is None or residual <= 0:
             return None
-        method = ("acceptance factor beyond the shape's costs, bootstrap 95% interval (z on "
-                  "the log)")
-        lr = sig.log_ratio_from_ci(f.split.acceptance_factor, f.split_ci.acceptance_factor) \
-            if f.split_ci else None
+        method = "acceptance factor beyond the shape's costs, bootstrap 95% interval (z on the log)"
+        lr = (
+            sig.log_ratio_from_ci(f.split.acceptance_factor, f.split_ci.acceptance_factor)
+            if f.split_ci
+            else None
+        )
         test = (
-            sig.z_test(*_with_content((math.log(residual), lr[1]), 2, f), unit="x",
-                       min_effect=MIN_LOW_RELATIVE, log_ratio=True,
-                       method=method + ", widened by the content variance of both prompts")
-            if lr else sig.untestable(method + ": no interval", MIN_LOW_RELATIVE, "x")
+            sig.z_test(
+                *_with_content((math.log(residual), lr[1]), 2, f),
+                unit="x",
+                min_effect=MIN_LOW_RELATIVE,
+                log_ratio=True,
+                method=method + ", widened by the content variance of both prompts",
+            )
+            if lr
+            else sig.untestable(method + ": no interval", MIN_LOW_RELATIVE, "x")
         )
         return Claim(
             id="acceptance_low",
@@ -608,8 +698,12 @@ def acceptance_low(f: Facts) -> Claim | None:
             f"(x{residual:.2f}).",
             evidence=[
                 _ev("mean commit length", L, "tokens/step", f.commit_len_source),
-                _ev("baseline mean commit length", f.baseline.mean_commit_len, "tokens/step",
-                    "baseline run"),
+                _ev(
+                    "baseline mean commit length",
+                    f.baseline.mean_commit_len,
+                    "tokens/step",
+                    "baseline run",
+                ),
                 _ev("acceptance factor", f.split.acceptance_factor, "x", "attribution"),
             ],
             next="check drafter version, temperature and prompt domain against the baseline; "
@@ -653,8 +747,12 @@ def _fit_se(f: Facts) -> tuple[dict[str, float], int] | None:
         cols.append(t.commit[ok])
         names.append("per_commit_token")
     keep = fit.kept
-    se, g = sig.huber_sandwich(np.column_stack(cols)[keep], fit.residuals[keep],
-                               HUBER_K * fit.sigma, sig.blocks(t.rid[ok][keep]))
+    se, g = sig.huber_sandwich(
+        np.column_stack(cols)[keep],
+        fit.residuals[keep],
+        HUBER_K * fit.sigma,
+        sig.blocks(t.rid[ok][keep]),
+    )
     per = {"per_context_token": KTOK, "per_output_token": KTOK}
     return {n: float(v) / per.get(n, 1.0) for n, v in zip(names, se, strict=True)}, g
 
@@ -664,8 +762,10 @@ def step_time_drift(f: Facts) -> Claim | None:
     if dr is None or fit is None:
         return None
     se_slope = (dr.ci[1] - dr.ci[0]) / (2 * sig.Z95)
-    method = ("robust (Huber) regression slope of step time on output position at fixed "
-              f"context, SE inflated for autocorrelation (rho={fit.autocorr:.2f})")
+    method = (
+        "robust (Huber) regression slope of step time on output position at fixed "
+        f"context, SE inflated for autocorrelation (rho={fit.autocorr:.2f})"
+    )
     df = None
     robust = _fit_se(f)
     if robust is not None and "per_output_token" in robust[0]:
@@ -675,8 +775,12 @@ def step_time_drift(f: Facts) -> Claim | None:
         method += " or cluster-robust over 64-step blocks (sandwich), the larger"
     scale = dr.span_tokens / dr.mean_step_s if dr.mean_step_s > 0 else float("nan")
     test = sig.z_test(
-        dr.share, se_slope * scale, min_effect=DRIFT_MIN_SHARE, unit="fraction of the mean step",
-        method=method + "; effect = drift over the generation / mean step", df=df,
+        dr.share,
+        se_slope * scale,
+        min_effect=DRIFT_MIN_SHARE,
+        unit="fraction of the mean step",
+        method=method + "; effect = drift over the generation / mean step",
+        df=df,
     )
     return Claim(
         id="step_time_drift",
@@ -684,8 +788,12 @@ def step_time_drift(f: Facts) -> Claim | None:
         f"+{dr.slope_s_per_token * 1e3 * 1000:.2f} ms per 1000 output tokens "
         f"(+{dr.share:.0%} of the mean step over {dr.span_tokens:.0f} tokens).",
         evidence=[
-            _ev("drift slope", dr.slope_s_per_token, "s/token",
-                "robust regression, steps of all requests"),
+            _ev(
+                "drift slope",
+                dr.slope_s_per_token,
+                "s/token",
+                "robust regression, steps of all requests",
+            ),
             _ev("drift slope 95% CI low", dr.ci[0], "s/token", "robust regression"),
             _ev("drift slope 95% CI high", dr.ci[1], "s/token", "robust regression"),
             _ev("drift over the generation", dr.total_drift_s, "s", "slope x output span"),
@@ -715,8 +823,9 @@ def context_scaling(f: Facts) -> Claim | None:
     if fit is None:
         return None
     se = fit.se.get("per_context_token", float("inf"))
-    method = "robust (Huber) regression slope of step time on context, SE inflated for " \
-        "autocorrelation"
+    method = (
+        "robust (Huber) regression slope of step time on context, SE inflated for autocorrelation"
+    )
     robust = _fit_se(f)
     if robust is not None:
         se = max(se, robust[0]["per_context_token"])
@@ -731,15 +840,23 @@ def context_scaling(f: Facts) -> Claim | None:
             "context growth and output-length drift cannot be told apart.",
             evidence=[
                 _ev("step-time growth start->end", g, "", _src_steps(f)),
-                _ev("slope along the generation", fit.per_context_token, "s/token",
-                    "robust regression"),
+                _ev(
+                    "slope along the generation",
+                    fit.per_context_token,
+                    "s/token",
+                    "robust regression",
+                ),
             ],
             next="short prompt, long generation (specscope diagnose --prompt-tokens 64 "
             "--max-tokens 2048) separates output length from context; a context sweep gives "
             "the attention slope",
-            test=sig.z_test(g, g / z if z else float("nan"), min_effect=CONFOUNDED_GROWTH,
-                            method=method + " (context and output position confounded)",
-                            unit="fraction"),
+            test=sig.z_test(
+                g,
+                g / z if z else float("nan"),
+                min_effect=CONFOUNDED_GROWTH,
+                method=method + " (context and output position confounded)",
+                unit="fraction",
+            ),
             factor=factor,
             cap=0.35,
         )
@@ -759,9 +876,13 @@ def context_scaling(f: Facts) -> Claim | None:
         ],
         next="expected at concurrency 1; shorter prompts, prefix caching or a faster "
         "attention kernel reduce it",
-        test=sig.z_test(share, share / z if z else float("nan"), min_effect=CONTEXT_SHARE,
-                        method=method + "; effect = context term / step at the main context",
-                        unit="fraction"),
+        test=sig.z_test(
+            share,
+            share / z if z else float("nan"),
+            min_effect=CONTEXT_SHARE,
+            method=method + "; effect = context term / step at the main context",
+            unit="fraction",
+        ),
         factor=factor,
     )
 
@@ -790,23 +911,32 @@ def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
             se = math.sqrt(se_w**2 + se_m**2 + 2 * _content_var(f))
             # a window of two short repeats is two blocks: its SE has one degree of freedom,
             # so the test is Student t with the Welch degrees of freedom of the two SEs
-            df = sig.welch_df([(se_w**2, sig.n_clusters(blocks_w)),
-                               (se_m**2, sig.n_clusters(blocks_m))])
+            df = sig.welch_df(
+                [(se_w**2, sig.n_clusters(blocks_w)), (se_m**2, sig.n_clusters(blocks_m))]
+            )
             return sig.z_test(
-                math.log(rate_w / full_adj), se, min_effect=TWO_POINT_BIAS, unit="x",
-                log_ratio=True, df=df,
+                math.log(rate_w / full_adj),
+                se,
+                min_effect=TWO_POINT_BIAS,
+                unit="x",
+                log_ratio=True,
+                df=df,
                 method=f"{method}: t test on the log of the window's {w.n} steps vs the full "
                 f"generation's {mt.n}, cluster-robust over 64-step blocks (Welch df "
                 f"{df or float('inf'):.1f}), plus between-prompt content variance a side",
             )
-    return sig.two_sample_log(tp.rates, [full_adj], min_effect=TWO_POINT_BIAS, method=method,
-                              extra_var=_content_var(f))
+    return sig.two_sample_log(
+        tp.rates, [full_adj], min_effect=TWO_POINT_BIAS, method=method, extra_var=_content_var(f)
+    )
 
 
 def two_point_bias(f: Facts) -> Claim | None:
     tp, h = f.two_point, f.headline
-    if tp is None or h is None or not h.decode_tps or not f.main_label.startswith(
-        "full_generation"
+    if (
+        tp is None
+        or h is None
+        or not h.decode_tps
+        or not f.main_label.startswith("full_generation")
     ):
         return None
     src_steps = _src_steps(f)
@@ -816,8 +946,12 @@ def two_point_bias(f: Facts) -> Claim | None:
     full_adj = h.decode_tps * ctx_f
     over_adj = tp.decode_tps / full_adj - 1
     ev = [
-        _ev(f"two-point decode tps (max_tokens {tp.n1}->{tp.n2})", tp.decode_tps, "tok/s",
-            "two_point requests"),
+        _ev(
+            f"two-point decode tps (max_tokens {tp.n1}->{tp.n2})",
+            tp.decode_tps,
+            "tok/s",
+            "two_point requests",
+        ),
         _ev("full-generation decode tps", h.decode_tps, "tok/s", src_steps),
         _ev("overstatement", over, "", "ratio - 1"),
         _ev("of which the context difference explains", ctx_f, "x", "step-time model"),
@@ -827,13 +961,31 @@ def two_point_bias(f: Facts) -> Claim | None:
     ]
     if f.honeymoon is not None:
         hm = f.honeymoon
-        ev.append(_ev("commit length in the window (full generation)", hm.window_commit_len,
-                      "tokens/step", src_steps))
-        ev.append(_ev("commit length over the full generation", hm.long_commit_len,
-                      "tokens/step", src_steps))
+        ev.append(
+            _ev(
+                "commit length in the window (full generation)",
+                hm.window_commit_len,
+                "tokens/step",
+                src_steps,
+            )
+        )
+        ev.append(
+            _ev(
+                "commit length over the full generation",
+                hm.long_commit_len,
+                "tokens/step",
+                src_steps,
+            )
+        )
     if f.two_point_window_step_s and h.mean_step_s:
-        ev.append(_ev("step time in the two-point window", f.two_point_window_step_s, "s",
-                      "two_point:n2 steps"))
+        ev.append(
+            _ev(
+                "step time in the two-point window",
+                f.two_point_window_step_s,
+                "s",
+                "two_point:n2 steps",
+            )
+        )
         ev.append(_ev("step time over the full generation", h.mean_step_s, "s", src_steps))
     ctx_note = (
         f" ({over_adj:.0%} beyond what the context difference explains)"
@@ -871,25 +1023,36 @@ def _decode_time_log_se(f: Facts) -> float | None:
     if not gaps:
         return None
     ids = np.concatenate([np.full(g.size, i) for i, g in enumerate(gaps)])
-    return sig.ratio_log_se(np.concatenate(gaps), np.ones(ids.size),
-                            sig.blocks(ids, split_short=True))
+    return sig.ratio_log_se(
+        np.concatenate(gaps), np.ones(ids.size), sig.blocks(ids, split_short=True)
+    )
 
 
 def _prefill_test(f: Facts, share: float) -> sig.Test:
     shares = np.asarray(f.main_prefill_shares, dtype=float)
     if shares.size >= 3:
         se = float(shares.std(ddof=1)) / math.sqrt(shares.size)
-        return sig.z_test(float(shares.mean()) - PREFILL_SHARE, se, df=shares.size - 1,
-                          min_effect=MIN_PREFILL_EXCESS, unit="share above 0.5",
-                          method=f"one-sample t test of ttft/e2e over {shares.size} requests")
+        return sig.z_test(
+            float(shares.mean()) - PREFILL_SHARE,
+            se,
+            df=shares.size - 1,
+            min_effect=MIN_PREFILL_EXCESS,
+            unit="share above 0.5",
+            method=f"one-sample t test of ttft/e2e over {shares.size} requests",
+        )
     method = "z test of ttft/e2e, decode-time SE cluster-robust over 64-step blocks"
     se_d = _decode_time_log_se(f)
     if f.main_table is None or not f.main_table.n:
         method += " (of chunk gaps: steps unreliable)"
     if se_d is None:
         return sig.untestable(method + ": no decode time", MIN_PREFILL_EXCESS)
-    return sig.z_test(share - PREFILL_SHARE, share * (1 - share) * se_d,
-                      min_effect=MIN_PREFILL_EXCESS, method=method, unit="share above 0.5")
+    return sig.z_test(
+        share - PREFILL_SHARE,
+        share * (1 - share) * se_d,
+        min_effect=MIN_PREFILL_EXCESS,
+        method=method,
+        unit="share above 0.5",
+    )
 
 
 def prefill_bound(f: Facts) -> Claim | None:
@@ -928,12 +1091,14 @@ def batching_interference(f: Facts) -> Claim | None:
         id="batching_interference",
         summary=f"At concurrency {cmax[0]} each request decodes at {ratio:.0%} of its "
         f"concurrency-{c1[0]} speed ({cmax[1]:.1f} vs {c1[1]:.1f} tok/s).",
-        evidence=[_ev(f"per-request tps at C={c}", v, "tok/s", "concurrency_sweep")
-                  for c, v, _ in pts],
+        evidence=[
+            _ev(f"per-request tps at C={c}", v, "tok/s", "concurrency_sweep") for c, v, _ in pts
+        ],
         next="measure at the deployment's real concurrency; tune max running requests / "
         "speculative settings per batch size (speculation pays less in large batches)",
         test=sig.two_sample_log(
-            f.concurrency_samples.get(c1[0], [c1[1]]), f.concurrency_samples.get(cmax[0], []),
+            f.concurrency_samples.get(c1[0], [c1[1]]),
+            f.concurrency_samples.get(cmax[0], []),
             min_effect=1 / BATCH_RATIO - 1,
             method=f"per-request tps at C={c1[0]} / at C={cmax[0]}",
         ),
@@ -991,9 +1156,14 @@ def draft_coverage(f: Facts) -> Claim | None:
         next="the drafter finds nothing to propose on these steps (n-gram lookup without a "
         "match): a shorter minimum n-gram, a larger lookup window, or a model-based drafter "
         "(EAGLE, a draft model), which drafts on every step",
-        test=sig.z_test(share, se, min_effect=NO_DRAFT_SHARE, unit="share of steps",
-                        method=f"z test of the no-draft share over {n} steps "
-                        f"({units:.0f} blocks of {COVERAGE_BLOCK} steps as units)"),
+        test=sig.z_test(
+            share,
+            se,
+            min_effect=NO_DRAFT_SHARE,
+            unit="share of steps",
+            method=f"z test of the no-draft share over {n} steps "
+            f"({units:.0f} blocks of {COVERAGE_BLOCK} steps as units)",
+        ),
         factor=cost,
     )
 
@@ -1017,7 +1187,8 @@ RULES: tuple[Rule, ...] = (
 #: Claims about a drafter: made only where the run's speculation state is on (evidence that
 #: drafts exist), never against a plain server or one whose state is unknown.
 NEEDS_SPECULATION: frozenset[Rule] = frozenset(
-    {acceptance_decay, draft_window, speculation_overhead, acceptance_low, draft_coverage})
+    {acceptance_decay, draft_window, speculation_overhead, acceptance_low, draft_coverage}
+)
 
 
 @dataclass(frozen=True)
@@ -1058,8 +1229,11 @@ def _why_not(c: Claim, q: float) -> str:
         return f"no {c.id}: not testable here ({t.method})"
     fx = f"{t.effect:+.1%} (95% CI {t.ci[0]:+.1%}..{t.ci[1]:+.1%}; {t.method})"
     if q > sig.ALPHA:
-        why = ("the interval includes zero effect" if t.interval_includes_zero
-               else f"not significant after false-discovery control (q={q:.3f})")
+        why = (
+            "the interval includes zero effect"
+            if t.interval_includes_zero
+            else f"not significant after false-discovery control (q={q:.3f})"
+        )
     else:
         why = f"below the {t.min_effect:.0%} that matters"
     return f"no {c.id}: {fx}: {why}"
@@ -1078,26 +1252,47 @@ def decide(f: Facts) -> Decisions:
     for c in claims:
         if c.test is not None:
             t = c.test
-            records.append(FindingTest(
-                id=c.id, method=t.method, effect=_num(t.effect), ci=[_num(t.ci[0]), _num(t.ci[1])],
-                p=t.p, q=qs[c.id], min_effect=t.min_effect, unit=t.unit,
-                reported=_outcome(t, qs[c.id]) == "reported", outcome=_outcome(t, qs[c.id]),
-            ))
+            records.append(
+                FindingTest(
+                    id=c.id,
+                    method=t.method,
+                    effect=_num(t.effect),
+                    ci=[_num(t.ci[0]), _num(t.ci[1])],
+                    p=t.p,
+                    q=qs[c.id],
+                    min_effect=t.min_effect,
+                    unit=t.unit,
+                    reported=_outcome(t, qs[c.id]) == "reported",
+                    outcome=_outcome(t, qs[c.id]),
+                )
+            )
         if c.test is None:
-            found.append(Finding(id=c.id, summary=c.summary, evidence=c.evidence, next=c.next,
-                                 confidence=c.check_confidence, factor=c.factor))
+            found.append(
+                Finding(
+                    id=c.id,
+                    summary=c.summary,
+                    evidence=c.evidence,
+                    next=c.next,
+                    confidence=c.check_confidence,
+                    factor=c.factor,
+                )
+            )
             continue
         q = qs[c.id]
         if q <= sig.ALPHA and c.test.material:
-            found.append(Finding(
-                id=c.id, summary=c.summary, next=c.next, factor=c.factor,
-                evidence=c.evidence + _test_evidence(c.test, q, len(tested)),
-                confidence=sig.confidence(q, c.test, cap=c.cap),
-            ))
+            found.append(
+                Finding(
+                    id=c.id,
+                    summary=c.summary,
+                    next=c.next,
+                    factor=c.factor,
+                    evidence=c.evidence + _test_evidence(c.test, q, len(tested)),
+                    confidence=sig.confidence(q, c.test, cap=c.cap),
+                )
+            )
         else:
             rejected.append(_why_not(c, q))
     return Decisions(rank(found, f), rejected, records)
-
 
 
 def _importance(fd: Finding, f: Facts) -> float:

@@ -146,13 +146,24 @@ def _prometheus(records: Sequence[SpecRecord]) -> tuple[float, float, float | No
         d = r.fields.get("delta")
         if not isinstance(d, dict):
             continue
-        steps, tokens, reqs = d.get("itl_count"), d.get("generation_tokens"), d.get("finished_requests")
+        steps, tokens, reqs = (
+            d.get("itl_count"),
+            d.get("generation_tokens"),
+            d.get("finished_requests"),
+        )
         if not (steps and tokens and reqs) or tokens - reqs <= 0:
             continue
-        share = d["drafts"] / steps if d.get("drafts") is not None and steps >= d["drafts"] else None
-        return (tokens - reqs) / steps, float(steps), share, (
-            "Prometheus vllm:inter_token_latency_seconds_count and generation_tokens (run delta, "
-            "server-wide)"
+        share = (
+            d["drafts"] / steps if d.get("drafts") is not None and steps >= d["drafts"] else None
+        )
+        return (
+            (tokens - reqs) / steps,
+            float(steps),
+            share,
+            (
+                "Prometheus vllm:inter_token_latency_seconds_count and generation_tokens (run delta, "
+                "server-wide)"
+            ),
         )
     return None
 
@@ -174,12 +185,16 @@ def _chunk_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
 
 def _client_rows(reqs: Sequence[_Request]) -> tuple[np.ndarray, str]:
     steps = [st for q in reqs for st in q.rec.steps]
-    return unit_rows([st.commit_len for st in steps], [st.step_s for st in steps],
-                     [q.trace.index for q in reqs for _ in q.rec.steps])
+    return unit_rows(
+        [st.commit_len for st in steps],
+        [st.step_s for st in steps],
+        [q.trace.index for q in reqs for _ in q.rec.steps],
+    )
 
 
-def _drafted(reqs: Sequence[_Request], telemetry: ServerAcceptance | None
-             ) -> tuple[float | None, str | None, tuple[float, float] | None]:
+def _drafted(
+    reqs: Sequence[_Request], telemetry: ServerAcceptance | None
+) -> tuple[float | None, str | None, tuple[float, float] | None]:
     """(per-drafted-step commit length, its source, (drafted steps, steps)) from what the server
     said per request, else the figure from its log/counter summaries."""
     per_tok = per_n = share_d = share_n = 0.0
@@ -351,8 +366,9 @@ def headline(
     )
 
 
-def _log_commit(reqs: Sequence[_Request], server: ServerAcceptance | None
-                ) -> tuple[float | None, str]:
+def _log_commit(
+    reqs: Sequence[_Request], server: ServerAcceptance | None
+) -> tuple[float | None, str]:
     """Commit length from server log records: per-step records of these requests, else an
     all-steps summary over the log window (never a drafted-steps-only one)."""
     if server is None:
@@ -366,8 +382,14 @@ def _log_commit(reqs: Sequence[_Request], server: ServerAcceptance | None
     return None, ""
 
 
-def _cross_checks(L: float | None, source: str | None, label: str, reqs: Sequence[_Request],
-                  server: ServerAcceptance | None, prom) -> list[str]:
+def _cross_checks(
+    L: float | None,
+    source: str | None,
+    label: str,
+    reqs: Sequence[_Request],
+    server: ServerAcceptance | None,
+    prom,
+) -> list[str]:
     """Where the chosen figure and other evidence disagree, say so, and say which is which."""
     notes: list[str] = []
     if not L or source != CLIENT:

@@ -160,7 +160,12 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
             f"{head.commit_len_detail})"
         )
     return Measured(
-        run=run, ok=ok, recs=recs, main=main, main_label=label, head=head,
+        run=run,
+        ok=ok,
+        recs=recs,
+        main=main,
+        main_label=label,
+        head=head,
         reliable=all(rc.reliable for rc in main_recs),
         reasons=tuple(sorted({rc.reason for rc in main_recs if not rc.reliable and rc.reason})),
         notes=tuple(notes),
@@ -171,13 +176,16 @@ def step_tables(m: Measured) -> tuple[StepTable | None, StepTable | None]:
     """(every reliable, client-timed step at concurrency 1: the fits' table; the main requests'
     reliable steps: what the costs are measured over)."""
     c1 = [
-        r for r in m.ok
+        r
+        for r in m.ok
         if concurrency_of(r) == 1 and m.recs[r.index].reliable and m.recs[r.index].timed_by_client
     ]
     all_steps = [s for r in c1 for s in m.recs[r.index].steps]
     main_steps = m.reliable_steps(m.main)
-    return (StepTable.of(all_steps) if all_steps else None,
-            StepTable.of(main_steps) if main_steps else None)
+    return (
+        StepTable.of(all_steps) if all_steps else None,
+        StepTable.of(main_steps) if main_steps else None,
+    )
 
 
 def server_step_tables(

@@ -77,8 +77,11 @@ class Reading:
         `decide`)."""
         if self.request_cv is None or self.requests < 2:
             return None
-        return float(stats.t.ppf(0.5 + CI_LEVEL / 2, self.requests - 1)) * self.request_cv / \
-            math.sqrt(self.requests)
+        return (
+            float(stats.t.ppf(0.5 + CI_LEVEL / 2, self.requests - 1))
+            * self.request_cv
+            / math.sqrt(self.requests)
+        )
 
 
 @dataclass(frozen=True)
@@ -159,23 +162,39 @@ def _ceil(x: float) -> int:
     return math.ceil(x - 1e-9)
 
 
-def affordable(budget: Budget, done: int, spent_s: float, spent_tokens: int,
-               seconds_per_request: float, tokens_per_request: int) -> tuple[int, str]:
+def affordable(
+    budget: Budget,
+    done: int,
+    spent_s: float,
+    spent_tokens: int,
+    seconds_per_request: float,
+    tokens_per_request: int,
+) -> tuple[int, str]:
     """How many more requests fit what is left, and which limit binds (BUDGET or MAX_REQUESTS)."""
     fits: list[tuple[int, str]] = [(budget.max_requests - done, MAX_REQUESTS)]
     if budget.seconds is not None:
         left = budget.seconds - spent_s
-        fits.append((math.floor(left / seconds_per_request) if seconds_per_request > 0 else 0,
-                     BUDGET))
+        fits.append(
+            (math.floor(left / seconds_per_request) if seconds_per_request > 0 else 0, BUDGET)
+        )
     if budget.tokens is not None and tokens_per_request > 0:
         fits.append(((budget.tokens - spent_tokens) // tokens_per_request, BUDGET))
     n, why = min(fits, key=lambda x: x[0])
     return max(0, n), why
 
 
-def decide(r: Reading, target: float, budget: Budget, *, attempted: int | None = None,
-           committed: int = 0, spent_s: float = 0.0, spent_tokens: int = 0,
-           seconds_per_request: float, tokens_per_request: int) -> Decision:
+def decide(
+    r: Reading,
+    target: float,
+    budget: Budget,
+    *,
+    attempted: int | None = None,
+    committed: int = 0,
+    spent_s: float = 0.0,
+    spent_tokens: int = 0,
+    seconds_per_request: float,
+    tokens_per_request: int,
+) -> Decision:
     """Stop (and why) or how many more requests to send, from the reading and what the budget
     has left. `attempted`: requests of the measurement sent so far, failed ones included (the
     request cap counts them; default the reading's); `seconds_per_request`: the measured mean
@@ -184,28 +203,48 @@ def decide(r: Reading, target: float, budget: Budget, *, attempted: int | None =
     if r.decode_tps is None:
         return Decision(0, NO_DATA, None, "no request with a decode window: nothing to judge")
     hw, hw_t = r.relative_half_width, r.t_half_width
-    if (r.over_requests and r.requests >= committed and hw is not None and hw <= target
-            and (hw_t is None or hw_t <= target)):
-        return Decision(0, PRECISION, r.requests,
-                        f"+-{hw:.1%} over {r.requests} requests <= +-{target:.1%}")
+    if (
+        r.over_requests
+        and r.requests >= committed
+        and hw is not None
+        and hw <= target
+        and (hw_t is None or hw_t <= target)
+    ):
+        return Decision(
+            0, PRECISION, r.requests, f"+-{hw:.1%} over {r.requests} requests <= +-{target:.1%}"
+        )
     needed = max(requests_needed(r, target), committed)
     more = max(1, needed - r.requests)
     if r.requests >= MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP:
         more = min(more, r.requests)  # at most double per round: re-read the spread first
     done = r.requests if attempted is None else attempted
-    fit, limit = affordable(budget, done, spent_s, spent_tokens, seconds_per_request,
-                            tokens_per_request)
+    fit, limit = affordable(
+        budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
+    )
     if fit <= 0:
-        what = ("the request cap" if limit == MAX_REQUESTS else "the budget")
-        return Decision(0, limit, needed, f"{needed} requests needed for +-{target:.1%}; "
-                        f"{what} allows no more after {r.requests}")
+        what = "the request cap" if limit == MAX_REQUESTS else "the budget"
+        return Decision(
+            0,
+            limit,
+            needed,
+            f"{needed} requests needed for +-{target:.1%}; "
+            f"{what} allows no more after {r.requests}",
+        )
     more = min(more, fit)
-    return Decision(more, None, needed, f"{needed} requests needed for +-{target:.1%}; "
-                    f"{r.requests} so far, {more} more")
+    return Decision(
+        more,
+        None,
+        needed,
+        f"{needed} requests needed for +-{target:.1%}; {r.requests} so far, {more} more",
+    )
 
 
-def summary(recorded: dict | None, decode_tps: float | None,
-            decode_tps_ci: Sequence[float | None] | None, requests: int) -> dict | None:
+def summary(
+    recorded: dict | None,
+    decode_tps: float | None,
+    decode_tps_ci: Sequence[float | None] | None,
+    requests: int,
+) -> dict | None:
     """The report's `precision` object: what the repeats aimed for and spent (`recorded`, the
     run's run.json `precision`) beside what the final headline reached. None for a run that
     had no precision target (a probe without --precision, an older run)."""

@@ -45,17 +45,25 @@ def prefix_cache(traces: Sequence[RequestTrace]) -> dict[str, Any] | None:
     if reported:
         hits = sum(1 for t in reported if (t.cached_tokens or 0) > CACHED_TOKENS_HIT)
         total = sum(t.cached_tokens or 0 for t in reported)
-        evidence = (f"server reported cached prompt tokens on {len(reported)} of {len(ok)} "
-                    f"requests; {hits} served more than {CACHED_TOKENS_HIT} tokens from cache "
-                    f"({total} in all)")
+        evidence = (
+            f"server reported cached prompt tokens on {len(reported)} of {len(ok)} "
+            f"requests; {hits} served more than {CACHED_TOKENS_HIT} tokens from cache "
+            f"({total} in all)"
+        )
         if hits and unique:
-            evidence += "; every prompt was unique, so these hits are of a shared template or prefix"
+            evidence += (
+                "; every prompt was unique, so these hits are of a shared template or prefix"
+            )
         return {"hits": hits, "requests": len(ok), "cached_tokens": total, "evidence": evidence}
     if not repeats:
-        return {"hits": 0, "requests": len(ok), "cached_tokens": None,
-                "evidence": "every prompt was different from its first line (the probe starts each "
-                            "with a per-run reference), so a prefix cache had nothing to serve; "
-                            "the server reported no cached token counts"}
+        return {
+            "hits": 0,
+            "requests": len(ok),
+            "cached_tokens": None,
+            "evidence": "every prompt was different from its first line (the probe starts each "
+            "with a per-run reference), so a prefix cache had nothing to serve; "
+            "the server reported no cached token counts",
+        }
     hits, firsts, laters = 0, [], []
     for g in repeats:
         g = sorted(g, key=lambda t: t.t_send_ns)
@@ -70,9 +78,11 @@ def prefix_cache(traces: Sequence[RequestTrace]) -> dict[str, Any] | None:
     if not laters:
         evidence = f"{len(repeats)} repeated prompt(s), but no TTFT to compare"
     else:
-        evidence = (f"{len(repeats)} prompt(s) sent more than once (--same-prompt or a file): "
-                    f"repeat TTFT median {statistics.median(laters):.3f} s vs first "
-                    f"{statistics.median(firsts):.3f} s; {hits} repeat(s) below "
-                    f"{REPEAT_TTFT_RATIO:.0%} of their first (likely cache hits; a cold first "
-                    "request can be slow from warm-up alone)")
+        evidence = (
+            f"{len(repeats)} prompt(s) sent more than once (--same-prompt or a file): "
+            f"repeat TTFT median {statistics.median(laters):.3f} s vs first "
+            f"{statistics.median(firsts):.3f} s; {hits} repeat(s) below "
+            f"{REPEAT_TTFT_RATIO:.0%} of their first (likely cache hits; a cold first "
+            "request can be slow from warm-up alone)"
+        )
     return {"hits": hits, "requests": len(ok), "cached_tokens": None, "evidence": evidence}

@@ -41,8 +41,13 @@ class Loop:
     unit: str  # the repeated unit (first 120 characters)
 
     def to_dict(self) -> dict[str, object]:
-        return {"period_words": self.period_words, "loop_words": self.loop_words,
-                "share": round(self.share, 4), "start_char": self.start_char, "unit": self.unit}
+        return {
+            "period_words": self.period_words,
+            "loop_words": self.loop_words,
+            "share": round(self.share, 4),
+            "start_char": self.start_char,
+            "unit": self.unit,
+        }
 
 
 def _periodic_suffix(words: list[str], p: int) -> int:
@@ -92,6 +97,6 @@ def copied_share(prompt: str | None, text: str | None, n: int = COPY_NGRAM) -> f
     if len(out) < n:
         return None
     src = _WORD.findall(prompt)
-    seen = {tuple(src[i:i + n]) for i in range(len(src) - n + 1)}
-    grams = [tuple(out[i:i + n]) for i in range(len(out) - n + 1)]
+    seen = {tuple(src[i : i + n]) for i in range(len(src) - n + 1)}
+    grams = [tuple(out[i : i + n]) for i in range(len(out) - n + 1)]
     return sum(g in seen for g in grams) / len(grams)

@@ -42,23 +42,30 @@ def _changed(factor: float | None, ci: Any, material: float) -> bool | None:
     return abs(factor - 1.0) > material
 
 
-def what_changed(comparison: dict[str, Any], a: Sequence[RequestTrace],
-                 b: Sequence[RequestTrace], ttft_a: float | None, ttft_b: float | None
-                 ) -> dict[str, Any]:
+def what_changed(
+    comparison: dict[str, Any],
+    a: Sequence[RequestTrace],
+    b: Sequence[RequestTrace],
+    ttft_a: float | None,
+    ttft_b: float | None,
+) -> dict[str, Any]:
     """A verdict over a compare's factors and both runs' traces (A the baseline)."""
     ra, rb = routing(a), routing(b)
     fields = sorted(set(ra["share"]) | set(rb["share"]))
     shifts = {f: rb["share"].get(f, 0.0) - ra["share"].get(f, 0.0) for f in fields}
-    routed = bool(ra["share"] and rb["share"]) and any(abs(v) > ROUTING_SHIFT
-                                                       for v in shifts.values())
+    routed = bool(ra["share"] and rb["share"]) and any(
+        abs(v) > ROUTING_SHIFT for v in shifts.values()
+    )
     ttft_ratio = ttft_b / ttft_a if ttft_a and ttft_b is not None else None
     # the factors' intervals live in the comparison's `attribution` (B analysed against A)
     intervals = comparison.get("attribution") or comparison
     checks = {
-        "acceptance": _changed(comparison.get("acceptance_factor"),
-                               intervals.get("acceptance_factor_ci"), MATERIAL),
-        "step_time": _changed(comparison.get("step_time_factor"),
-                              intervals.get("step_time_factor_ci"), MATERIAL),
+        "acceptance": _changed(
+            comparison.get("acceptance_factor"), intervals.get("acceptance_factor_ci"), MATERIAL
+        ),
+        "step_time": _changed(
+            comparison.get("step_time_factor"), intervals.get("step_time_factor_ci"), MATERIAL
+        ),
         "ttft": _changed(ttft_ratio, None, TTFT_MATERIAL),
         "routing": routed if ra["share"] and rb["share"] else None,
     }
@@ -72,9 +79,17 @@ def what_changed(comparison: dict[str, Any], a: Sequence[RequestTrace],
     unknown = [k for k, v in checks.items() if v is None]
     if unknown:
         verdict += f" (unknown: {', '.join(k.replace('_', ' ') for k in unknown)})"
-    return {"verdict": verdict, "changed": checks, "ttft_ratio": ttft_ratio,
-            "routing_a": ra["share"], "routing_b": rb["share"], "routing_shift": shifts,
-            "rule": (f"a factor changed when it is more than {MATERIAL:.0%} from 1 (TTFT "
-                     f"{TTFT_MATERIAL:.0%}) and its 95% interval, where known, excludes 1; "
-                     f"routing when a "
-                     f"field's share of tokens moved by more than {ROUTING_SHIFT:.0%}")}
+    return {
+        "verdict": verdict,
+        "changed": checks,
+        "ttft_ratio": ttft_ratio,
+        "routing_a": ra["share"],
+        "routing_b": rb["share"],
+        "routing_shift": shifts,
+        "rule": (
+            f"a factor changed when it is more than {MATERIAL:.0%} from 1 (TTFT "
+            f"{TTFT_MATERIAL:.0%}) and its 95% interval, where known, excludes 1; "
+            f"routing when a "
+            f"field's share of tokens moved by more than {ROUTING_SHIFT:.0%}"
+        ),
+    }

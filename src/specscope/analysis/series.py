@@ -15,8 +15,9 @@ from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Step
 
 
-def _groups(reqs: list[RequestTrace], recs: dict[int, StepReconstruction], key
-            ) -> dict[int, dec.Decomposition]:
+def _groups(
+    reqs: list[RequestTrace], recs: dict[int, StepReconstruction], key
+) -> dict[int, dec.Decomposition]:
     out: dict[int, list[Step]] = {}
     for r in reqs:
         k = key(r)
@@ -30,8 +31,9 @@ def _groups(reqs: list[RequestTrace], recs: dict[int, StepReconstruction], key
     }
 
 
-def commit_len_histogram(m: Measured, mt: StepTable | None, server: acc.ServerAcceptance | None
-                         ) -> dict[str, Any] | None:
+def commit_len_histogram(
+    m: Measured, mt: StepTable | None, server: acc.ServerAcceptance | None
+) -> dict[str, Any] | None:
     """Server per-step records first (the real histogram), else the main requests' reliable
     client steps, else the server's per-request accept histograms."""
     if server is not None and server.per_step and server.histogram:
@@ -77,8 +79,11 @@ def build_series(
             "mean_commit_len": means.tolist(),
         }
     sweep = [r for r in m.ok if tags.split(r.spec.tag)[0] == tags.CONTEXT_SWEEP]
-    groups = _groups(sweep or [r for r in m.ok if concurrency_of(r) == 1], m.recs,
-                     lambda r: prompt_len(r) or None)
+    groups = _groups(
+        sweep or [r for r in m.ok if concurrency_of(r) == 1],
+        m.recs,
+        lambda r: prompt_len(r) or None,
+    )
     if groups:
         out["tps_by_context"] = {
             "context": list(groups),

@@ -45,7 +45,9 @@ def stream_decode_tokens(trace: RequestTrace) -> int:
     """Tokens the stream delivered after its first token-bearing chunk (that chunk carries the
     token sampled from prefill, which is no verify step)."""
     first = next((c.n_tokens for c in trace.chunks if c.n_tokens > 0), 0)
-    total = trace.completion_tokens if trace.completion_tokens is not None else trace.tokens_received
+    total = (
+        trace.completion_tokens if trace.completion_tokens is not None else trace.tokens_received
+    )
     return max(int(total) - first, 0)
 
 
@@ -112,8 +114,9 @@ def _aligns(server: list[int], client: list[int], hidden: int) -> bool:
     return any(_is_subsequence_with_ones(server[j:], client) for j in _heads(server, hidden))
 
 
-def _kept_last_commit(commits: list[int], client: list[int] | None, excess: int, hidden: int,
-                      cut_by_max_tokens: bool) -> int:
+def _kept_last_commit(
+    commits: list[int], client: list[int] | None, excess: int, hidden: int, cut_by_max_tokens: bool
+) -> int:
     """What the last listed step committed, given that vLLM counts drafts accepted past
     max_tokens on a request's last step.
 
@@ -137,15 +140,14 @@ def _kept_last_commit(commits: list[int], client: list[int] | None, excess: int,
     return cut if cut > 1 else floor
 
 
-def _agreement(server: list[int], client: list[int], covers: str, hidden: int, all_steps: int
-               ) -> tuple[bool, str]:
+def _agreement(
+    server: list[int], client: list[int], covers: str, hidden: int, all_steps: int
+) -> tuple[bool, str]:
     """Whether the client's steps are the server's (after the leading steps of `hidden` tokens
     the client could not see), and a tally for the verdict."""
     heads = _heads(server, hidden)
     if covers == EVERY_STEP:
-        best = max(
-            sum(a == b for a, b in zip(client, server[j:], strict=False)) for j in heads
-        )
+        best = max(sum(a == b for a, b in zip(client, server[j:], strict=False)) for j in heads)
         return best >= AGREEMENT_SHARE * max(len(client), 1), f" ({best}/{len(client)} equal)"
     ok = any(_is_subsequence_with_ones(server[j:], client) for j in heads)
     return ok, f" ({len(client)} steps, {len(server)} of {all_steps} drafted)"
@@ -167,8 +169,9 @@ def check_server_steps(
     client = list(client_commits) if client_commits else None
     if commits:
         hidden_tokens = max(stream_tokens - sum(client), 0) if client else 0
-        keep = _kept_last_commit(commits, client, listed - stream_tokens, hidden_tokens,
-                                 cut_by_max_tokens)
+        keep = _kept_last_commit(
+            commits, client, listed - stream_tokens, hidden_tokens, cut_by_max_tokens
+        )
         if 1 <= keep < commits[-1]:
             capped = (commits[-1], keep)
             commits[-1] = keep
@@ -183,8 +186,9 @@ def check_server_steps(
             "explains, so the server's per-step list is wrong (the stream's usage counts are what "
             "the client received)"
         )
-        return ServerStepCheck(tuple(commits), covers, stream_tokens, listed, missing, capped,
-                               n_client, False, verdict)
+        return ServerStepCheck(
+            tuple(commits), covers, stream_tokens, listed, missing, capped, n_client, False, verdict
+        )
     covers, missing = (EVERY_STEP, 0) if short == 0 else (DRAFTED_STEPS, short)
     all_steps = len(commits) + missing
     agrees = False
@@ -199,8 +203,17 @@ def check_server_steps(
         what += f"; its last step says {capped[0]} tokens where max_tokens left {capped[1]}"
     if client is None:
         verdict = what + "; no client steps to compare"
-        return ServerStepCheck(tuple(commits), covers, stream_tokens, listed, missing, capped,
-                               n_client, agrees, verdict)
+        return ServerStepCheck(
+            tuple(commits),
+            covers,
+            stream_tokens,
+            listed,
+            missing,
+            capped,
+            n_client,
+            agrees,
+            verdict,
+        )
     # tokens the client's steps leave out: events that arrived in the prefill chunk's read
     # (not timed, so not steps there); each of those tokens is at most one server step
     hidden = max(stream_tokens - sum(client), 0)
@@ -227,8 +240,9 @@ def check_server_steps(
             f"{all_steps}, so the client's chunks split steps or the server's list leaves out "
             f"more than one-token steps: {what}"
         )
-    return ServerStepCheck(tuple(commits), covers, stream_tokens, listed, missing, capped,
-                           n_client, agrees, verdict)
+    return ServerStepCheck(
+        tuple(commits), covers, stream_tokens, listed, missing, capped, n_client, agrees, verdict
+    )
 
 
 @dataclass(frozen=True)
@@ -263,8 +277,13 @@ def server_commit(trace: RequestTrace, check: ServerStepCheck | None = None) -> 
         if check.covers == INCONSISTENT or not check.all_steps:
             return None
         per_drafted = check.mean_commit_len_per_drafted_step if check.missing_steps else None
-        return ServerCommit(float(check.all_steps), float(sum(check.commits) + check.missing_steps),
-                            per_drafted, float(check.drafted_steps), f"{src} per-step list")
+        return ServerCommit(
+            float(check.all_steps),
+            float(sum(check.commits) + check.missing_steps),
+            per_drafted,
+            float(check.drafted_steps),
+            f"{src} per-step list",
+        )
     if drafted_only(f):
         # steps = tokens - accepted drafts: every step commits one token plus what it accepted
         if f.accepted_drafts is None or tokens <= 0 or f.accepted_drafts >= tokens:
@@ -273,8 +292,13 @@ def server_commit(trace: RequestTrace, check: ServerStepCheck | None = None) -> 
         per = f.accept_length
         if per is None and f.verify_ct:
             per = (f.verify_ct + f.accepted_drafts) / f.verify_ct
-        return ServerCommit(steps, float(tokens), per, float(f.verify_ct) if f.verify_ct else None,
-                            f"{src} (drafted steps) + stream token count")
+        return ServerCommit(
+            steps,
+            float(tokens),
+            per,
+            float(f.verify_ct) if f.verify_ct else None,
+            f"{src} (drafted steps) + stream token count",
+        )
     mean = all_steps_mean_commit_len(f, trace.completion_tokens)
     if mean is None or tokens <= 0:
         return None

@@ -63,8 +63,9 @@ SLO_METRICS: dict[str, str] = {
     "e2e": "end-to-end latency",
 }
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
-_SLO_ITEM = re.compile(r"^\s*([a-z0-9_]+)\s*=\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*([a-zµ]*)\s*$",
-                       re.IGNORECASE)
+_SLO_ITEM = re.compile(
+    r"^\s*([a-z0-9_]+)\s*=\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*([a-zµ]*)\s*$", re.IGNORECASE
+)
 
 
 class SloError(ValueError):
@@ -77,11 +78,15 @@ def parse_slo(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     items = [p for p in text.split(",") if p.strip()]
     if not items:
-        raise SloError(f"--slo expects NAME=VALUE[,NAME=VALUE...] like ttft=2s,tpot=50ms (got {text!r})")
+        raise SloError(
+            f"--slo expects NAME=VALUE[,NAME=VALUE...] like ttft=2s,tpot=50ms (got {text!r})"
+        )
     for item in items:
         m = _SLO_ITEM.match(item)
         if m is None:
-            raise SloError(f"--slo: cannot read {item.strip()!r}; expected NAME=NUMBER UNIT like tpot=50ms")
+            raise SloError(
+                f"--slo: cannot read {item.strip()!r}; expected NAME=NUMBER UNIT like tpot=50ms"
+            )
         name, number, unit = m.group(1).lower(), float(m.group(2)), m.group(3).lower()
         if name not in SLO_METRICS:
             raise SloError(f"--slo: unknown metric {name!r}; use {', '.join(SLO_METRICS)}")
@@ -145,8 +150,13 @@ class RequestMetrics:
         return sum(s.commit_len for s in self.steps) / len(self.steps) if self.steps else None
 
     def slo_value(self, name: str) -> float | None:
-        return {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2e": self.e2e_s,
-                "itl": self.max_inter_token_s, "step": self.max_inter_step_s}[name]
+        return {
+            "ttft": self.ttft_s,
+            "tpot": self.tpot_s,
+            "e2e": self.e2e_s,
+            "itl": self.max_inter_token_s,
+            "step": self.max_inter_step_s,
+        }[name]
 
     def meets(self, slo: Mapping[str, float]) -> bool:
         """Every SLO met; a failed request or an unmeasurable value does not meet it."""
@@ -175,9 +185,16 @@ def request_metrics(trace: RequestTrace, steps: Sequence[Step], concurrency: int
     gaps = [(b[0] - a[0]) / 1e9 for a, b in itertools.pairwise(chunks)]
     n = trace.completion_tokens if trace.completion_tokens is not None else trace.tokens_received
     timed = [s for s in steps if s.commit_len > 0 and s.step_s > 0 and math.isfinite(s.step_s)]
-    return RequestMetrics(trace=trace, concurrency=concurrency, steps=timed, ttft_s=trace.ttft_s,
-                          tpot_s=tpot_s(trace), e2e_s=trace.e2e_s, output_tokens=int(n or 0),
-                          chunk_gaps_s=gaps)
+    return RequestMetrics(
+        trace=trace,
+        concurrency=concurrency,
+        steps=timed,
+        ttft_s=trace.ttft_s,
+        tpot_s=tpot_s(trace),
+        e2e_s=trace.e2e_s,
+        output_tokens=int(n or 0),
+        chunk_gaps_s=gaps,
+    )
 
 
 def timed_steps(trace: RequestTrace, *, max_commit_len: int | None = None) -> list[Step]:
@@ -196,8 +213,9 @@ def timed_steps(trace: RequestTrace, *, max_commit_len: int | None = None) -> li
     listed = trace.server_spec.per_step_accepted if trace.server_spec else None
     if rec.method != "server" or not listed:
         return []
-    client = reconstruct_steps(trace.model_copy(update={"server_spec": None}),
-                               max_commit_len=max_commit_len)
+    client = reconstruct_steps(
+        trace.model_copy(update={"server_spec": None}), max_commit_len=max_commit_len
+    )
     if client.reliable and client.timed_by_client and len(client.steps) >= len(listed):
         return list(client.steps)
     return []
@@ -218,15 +236,20 @@ def distribution(values: Sequence[float]) -> dict[str, Any]:
     if a.size == 0:
         return {"n": 0, **dict.fromkeys(keys)}
     pct = np.percentile(a, PERCENTILES)
-    out: dict[str, Any] = {"n": int(a.size), "mean": _round(a.mean()), "std": _round(a.std()),
-                           "min": _round(a.min())}
+    out: dict[str, Any] = {
+        "n": int(a.size),
+        "mean": _round(a.mean()),
+        "std": _round(a.std()),
+        "min": _round(a.min()),
+    }
     out.update({f"p{q}": _round(v) for q, v in zip(PERCENTILES, pct, strict=True)})
     out["max"] = _round(a.max())
     return out
 
 
-def bootstrap_ci(samples: Sequence[Sequence[float]], statistic: Callable[..., Any]
-                 ) -> list[float] | None:
+def bootstrap_ci(
+    samples: Sequence[Sequence[float]], statistic: Callable[..., Any]
+) -> list[float] | None:
     """95% percentile-bootstrap interval of `statistic` over paired per-request samples (one
     sequence per argument, aligned by request), seeded so a report is reproducible. None with
     fewer than two requests: one request has no spread to resample."""
@@ -236,10 +259,18 @@ def bootstrap_ci(samples: Sequence[Sequence[float]], statistic: Callable[..., An
     if all(np.ptp(d) == 0 for d in data):
         v = float(statistic(*data, axis=-1))
         return [_round(v), _round(v)]  # type: ignore[list-item]
-    res = stats.bootstrap(data, statistic, paired=True, vectorized=True, axis=-1,
-                          n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=CONFIDENCE,
-                          method="percentile", batch=200,
-                          rng=np.random.default_rng(BOOTSTRAP_SEED))
+    res = stats.bootstrap(
+        data,
+        statistic,
+        paired=True,
+        vectorized=True,
+        axis=-1,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        batch=200,
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
@@ -290,8 +321,9 @@ def _span_s(reqs: Sequence[RequestMetrics]) -> float | None:
     return span if span > 0 else None
 
 
-def _goodput(reqs: Sequence[RequestMetrics], slo: Mapping[str, float], span: float | None
-             ) -> dict[str, Any]:
+def _goodput(
+    reqs: Sequence[RequestMetrics], slo: Mapping[str, float], span: float | None
+) -> dict[str, Any]:
     met = [1.0 if r.meets(slo) else 0.0 for r in reqs]
     unknown = {k: sum(1 for r in reqs if r.ok and r.slo_value(k) is None) for k in slo}
     good = int(sum(met))
@@ -302,14 +334,17 @@ def _goodput(reqs: Sequence[RequestMetrics], slo: Mapping[str, float], span: flo
         "share": _round(good / len(reqs)) if reqs else None,
         "share_ci": bootstrap_ci([met], _mean),
         "good_rps": _round(good / span) if span else None,
-        "met_by_metric": {k: sum(1 for r in reqs if r.ok and (v := r.slo_value(k)) is not None
-                                 and v <= slo[k]) for k in slo},
+        "met_by_metric": {
+            k: sum(1 for r in reqs if r.ok and (v := r.slo_value(k)) is not None and v <= slo[k])
+            for k in slo
+        },
         "unmeasured_by_metric": {k: n for k, n in unknown.items() if n},
     }
 
 
-def group_metrics(reqs: Sequence[RequestMetrics], slo: Mapping[str, float] | None = None
-                  ) -> dict[str, Any]:
+def group_metrics(
+    reqs: Sequence[RequestMetrics], slo: Mapping[str, float] | None = None
+) -> dict[str, Any]:
     """Every serving metric over one group of requests (failed ones count in `requests`,
     `errors` and goodput, and in no latency)."""
     ok = [r for r in reqs if r.ok]
@@ -317,8 +352,9 @@ def group_metrics(reqs: Sequence[RequestMetrics], slo: Mapping[str, float] | Non
     tokens = sum(r.output_tokens for r in ok)
     with_steps = [r for r in ok if r.steps]
     step_rows = [(sum(r.step_latencies_s), float(len(r.steps))) for r in with_steps]
-    token_rows = [(sum(r.step_latencies_s), float(sum(s.commit_len for s in r.steps)))
-                  for r in with_steps]
+    token_rows = [
+        (sum(r.step_latencies_s), float(sum(s.commit_len for s in r.steps))) for r in with_steps
+    ]
     step_vals = [v for r in with_steps for v in r.step_latencies_s]
     token_vals = [v for r in with_steps for v in r.token_latencies_s]
     n_steps = sum(len(r.steps) for r in with_steps)
@@ -327,12 +363,14 @@ def group_metrics(reqs: Sequence[RequestMetrics], slo: Mapping[str, float] | Non
     relation = None
     if n_steps and n_commit:
         per_step, per_token, commit = total_s / n_steps, total_s / n_commit, n_commit / n_steps
-        relation = {"mean_inter_step_latency_s": _round(per_step),
-                    "mean_inter_token_latency_s": _round(per_token),
-                    "mean_commit_len": _round(commit),
-                    "steps": n_steps, "tokens": n_commit,
-                    "identity": "mean_inter_step_latency_s = mean_inter_token_latency_s x "
-                                "mean_commit_len"}
+        relation = {
+            "mean_inter_step_latency_s": _round(per_step),
+            "mean_inter_token_latency_s": _round(per_token),
+            "mean_commit_len": _round(commit),
+            "steps": n_steps,
+            "tokens": n_commit,
+            "identity": "mean_inter_step_latency_s = mean_inter_token_latency_s x mean_commit_len",
+        }
     return {
         "requests": len(reqs),
         "ok": len(ok),
@@ -382,11 +420,19 @@ def serving_metrics(
         levels.setdefault(metrics[t.index].concurrency, []).append(metrics[t.index])
     run = group_metrics([metrics[t.index] for t in main], slo)
     main_ids = [t.index for t in main]
-    by_level = [{"concurrency": c, **(run if [r.trace.index for r in rs] == main_ids
-                                      else group_metrics(rs, slo))}
-                for c, rs in sorted(levels.items())]
-    return {"scope": scope, "slo_s": dict(slo) if slo else None, "run": run,
-            "by_concurrency": by_level}
+    by_level = [
+        {
+            "concurrency": c,
+            **(run if [r.trace.index for r in rs] == main_ids else group_metrics(rs, slo)),
+        }
+        for c, rs in sorted(levels.items())
+    ]
+    return {
+        "scope": scope,
+        "slo_s": dict(slo) if slo else None,
+        "run": run,
+        "by_concurrency": by_level,
+    }
 
 
 def run_concurrency(run: Run) -> int:
@@ -400,30 +446,70 @@ def run_slo(run: Run) -> dict[str, float] | None:
     slo = run.info.args.get("slo") if isinstance(run.info.args, dict) else None
     if not isinstance(slo, dict):
         return None
-    clean = {k: float(v) for k, v in slo.items()
-             if k in SLO_METRICS and isinstance(v, int | float) and v > 0}
+    clean = {
+        k: float(v)
+        for k, v in slo.items()
+        if k in SLO_METRICS and isinstance(v, int | float) and v > 0
+    }
     return clean or None
 
 
-def serving_of_run(run: Run, steps: Mapping[int, Sequence[Step]] | None = None, *,
-                   max_commit_len: int | None = None) -> dict[str, Any]:
+def serving_of_run(
+    run: Run,
+    steps: Mapping[int, Sequence[Step]] | None = None,
+    *,
+    max_commit_len: int | None = None,
+) -> dict[str, Any]:
     """`serving_metrics` with the run's own concurrency and SLOs."""
-    return serving_metrics(run.requests, steps, run_concurrency=run_concurrency(run),
-                           slo=run_slo(run), max_commit_len=max_commit_len)
+    return serving_metrics(
+        run.requests,
+        steps,
+        run_concurrency=run_concurrency(run),
+        slo=run_slo(run),
+        max_commit_len=max_commit_len,
+    )
 
 
 # --- rows for exports --------------------------------------------------------------------------
 
 REQUEST_COLUMNS: tuple[str, ...] = (
-    "index", "request_id", "tag", "concurrency", "concurrency_slot", "ok", "error_kind",
-    "error_message", "http_status", "prompt_tokens", "output_tokens", "finish_reason",
-    "send_s", "ttft_s", "tpot_s", "e2e_s", "output_tps", "decode_tps", "chunks", "timed_steps",
-    "mean_commit_len", "mean_inter_step_latency_s", "max_inter_step_latency_s",
-    "max_inter_token_latency_s", "server_mean_commit_len", "meets_slo",
+    "index",
+    "request_id",
+    "tag",
+    "concurrency",
+    "concurrency_slot",
+    "ok",
+    "error_kind",
+    "error_message",
+    "http_status",
+    "prompt_tokens",
+    "output_tokens",
+    "finish_reason",
+    "send_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "output_tps",
+    "decode_tps",
+    "chunks",
+    "timed_steps",
+    "mean_commit_len",
+    "mean_inter_step_latency_s",
+    "max_inter_step_latency_s",
+    "max_inter_token_latency_s",
+    "server_mean_commit_len",
+    "meets_slo",
 )
 STEP_COLUMNS: tuple[str, ...] = (
-    "request_index", "step", "end_s", "commit_len", "inter_step_latency_s",
-    "inter_token_latency_s", "output_pos", "context_len", "source",
+    "request_index",
+    "step",
+    "end_s",
+    "commit_len",
+    "inter_step_latency_s",
+    "inter_token_latency_s",
+    "output_pos",
+    "context_len",
+    "source",
 )
 
 
@@ -433,9 +519,12 @@ def _origin_ns(run: Run) -> int:
     return min((r.t_send_ns for r in run.requests), default=0)
 
 
-def export_rows(run: Run, steps: Mapping[int, Sequence[Step]] | None = None, *,
-                max_commit_len: int | None = None
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def export_rows(
+    run: Run,
+    steps: Mapping[int, Sequence[Step]] | None = None,
+    *,
+    max_commit_len: int | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one row per request, one row per timed step), columns REQUEST_COLUMNS / STEP_COLUMNS.
     Times are seconds from the run's start on the client clock; unknown values are None."""
     slo = run_slo(run)
@@ -449,30 +538,52 @@ def export_rows(run: Run, steps: Mapping[int, Sequence[Step]] | None = None, *,
             st = timed_steps(t, max_commit_len=max_commit_len) if t.ok else []
         m = request_metrics(t, st, concurrency_of(t, conc))
         e = t.error
-        req_rows.append({
-            "index": t.index, "request_id": t.request_id, "tag": t.spec.tag,
-            "concurrency": m.concurrency, "concurrency_slot": t.concurrency_slot, "ok": t.ok,
-            "error_kind": e.kind if e else None, "error_message": e.message if e else None,
-            "http_status": e.http_status if e else None,
-            "prompt_tokens": t.spec.prompt_tokens or t.prompt_tokens_reported,
-            "output_tokens": m.output_tokens, "finish_reason": t.finish_reason,
-            "send_s": _round((t.t_send_ns - origin) / 1e9), "ttft_s": _round(m.ttft_s),
-            "tpot_s": _round(m.tpot_s), "e2e_s": _round(m.e2e_s),
-            "output_tps": _round(m.output_tps), "decode_tps": _round(m.decode_tps),
-            "chunks": sum(1 for c in t.chunks if c.n_tokens > 0), "timed_steps": len(m.steps),
-            "mean_commit_len": _round(m.mean_commit_len),
-            "mean_inter_step_latency_s": _round(sum(m.step_latencies_s) / len(m.steps))
-            if m.steps else None,
-            "max_inter_step_latency_s": _round(m.max_inter_step_s),
-            "max_inter_token_latency_s": _round(m.max_inter_token_s),
-            "server_mean_commit_len": _round(sc.mean_commit_len if (sc := server_commit(t)) else None),
-            "meets_slo": m.meets(slo) if slo else None,
-        })
+        req_rows.append(
+            {
+                "index": t.index,
+                "request_id": t.request_id,
+                "tag": t.spec.tag,
+                "concurrency": m.concurrency,
+                "concurrency_slot": t.concurrency_slot,
+                "ok": t.ok,
+                "error_kind": e.kind if e else None,
+                "error_message": e.message if e else None,
+                "http_status": e.http_status if e else None,
+                "prompt_tokens": t.spec.prompt_tokens or t.prompt_tokens_reported,
+                "output_tokens": m.output_tokens,
+                "finish_reason": t.finish_reason,
+                "send_s": _round((t.t_send_ns - origin) / 1e9),
+                "ttft_s": _round(m.ttft_s),
+                "tpot_s": _round(m.tpot_s),
+                "e2e_s": _round(m.e2e_s),
+                "output_tps": _round(m.output_tps),
+                "decode_tps": _round(m.decode_tps),
+                "chunks": sum(1 for c in t.chunks if c.n_tokens > 0),
+                "timed_steps": len(m.steps),
+                "mean_commit_len": _round(m.mean_commit_len),
+                "mean_inter_step_latency_s": _round(sum(m.step_latencies_s) / len(m.steps))
+                if m.steps
+                else None,
+                "max_inter_step_latency_s": _round(m.max_inter_step_s),
+                "max_inter_token_latency_s": _round(m.max_inter_token_s),
+                "server_mean_commit_len": _round(
+                    sc.mean_commit_len if (sc := server_commit(t)) else None
+                ),
+                "meets_slo": m.meets(slo) if slo else None,
+            }
+        )
         for i, s in enumerate(m.steps):
-            step_rows.append({
-                "request_index": t.index, "step": i, "end_s": _round((s.t_end_ns - origin) / 1e9),
-                "commit_len": s.commit_len, "inter_step_latency_s": _round(s.step_s),
-                "inter_token_latency_s": _round(s.step_s / s.commit_len),
-                "output_pos": s.output_pos, "context_len": s.context_len, "source": s.source,
-            })
+            step_rows.append(
+                {
+                    "request_index": t.index,
+                    "step": i,
+                    "end_s": _round((s.t_end_ns - origin) / 1e9),
+                    "commit_len": s.commit_len,
+                    "inter_step_latency_s": _round(s.step_s),
+                    "inter_token_latency_s": _round(s.step_s / s.commit_len),
+                    "output_pos": s.output_pos,
+                    "context_len": s.context_len,
+                    "source": s.source,
+                }
+            )
     return req_rows, step_rows

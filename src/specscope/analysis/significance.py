@@ -65,8 +65,15 @@ def _finite(*xs: float) -> bool:
 
 
 def z_test(
-    estimate: float, se: float, *, min_effect: float, method: str, unit: str = "",
-    log_ratio: bool = False, df: float | None = None, tests: int = 1,
+    estimate: float,
+    se: float,
+    *,
+    min_effect: float,
+    method: str,
+    unit: str = "",
+    log_ratio: bool = False,
+    df: float | None = None,
+    tests: int = 1,
 ) -> Test:
     """One-sided test of `estimate` > 0 with standard error `se` (normal, or Student t with
     `df` degrees of freedom). With `log_ratio`, estimate, se and the interval are on the log
@@ -78,9 +85,16 @@ def z_test(
     if se == 0:  # identical repeats: the measurement has no noise to test against
         floor = math.log1p(min_effect) if log_ratio else min_effect
         point = math.expm1(estimate) if log_ratio else estimate
-        return Test(method + " (no spread: exact)", point, (point, point),
-                    0.0 if estimate > 0 else 1.0, min_effect, unit, None,
-                    1.0 if estimate >= floor else 0.0)
+        return Test(
+            method + " (no spread: exact)",
+            point,
+            (point, point),
+            0.0 if estimate > 0 else 1.0,
+            min_effect,
+            unit,
+            None,
+            1.0 if estimate >= floor else 0.0,
+        )
     dist = stats.t(df) if df is not None and df >= 1 else stats.norm
     crit = float(dist.ppf(1 - 0.025 / tests))
     stat = estimate / se
@@ -92,8 +106,9 @@ def z_test(
     p_mat = float(dist.cdf((estimate - floor) / se))
     if log_ratio:
         estimate, lo, hi = math.expm1(estimate), math.expm1(lo), math.expm1(hi)
-    return Test(method, float(estimate), (float(lo), float(hi)), p, min_effect, unit,
-                float(stat), p_mat)
+    return Test(
+        method, float(estimate), (float(lo), float(hi)), p, min_effect, unit, float(stat), p_mat
+    )
 
 
 def log_ratio_from_ci(point: float, ci: tuple[float, float]) -> tuple[float, float] | None:
@@ -104,8 +119,9 @@ def log_ratio_from_ci(point: float, ci: tuple[float, float]) -> tuple[float, flo
     return math.log(point), (math.log(hi) - math.log(lo)) / (2 * Z95)
 
 
-def blocks(groups: np.ndarray, block: int = BLOCK_STEPS, *, split_short: bool = False
-           ) -> np.ndarray:
+def blocks(
+    groups: np.ndarray, block: int = BLOCK_STEPS, *, split_short: bool = False
+) -> np.ndarray:
     """Cluster ids: runs of `block` consecutive steps within each group (request), in order. A
     request shorter than a block is one cluster (its early-vs-late contrast is one draw); with
     `split_short` it is cut into 4 instead (for totals, where only the spread matters)."""
@@ -120,8 +136,7 @@ def blocks(groups: np.ndarray, block: int = BLOCK_STEPS, *, split_short: bool = 
     return out
 
 
-def long_run_inflation(resid: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS
-                       ) -> float:
+def long_run_inflation(resid: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS) -> float:
     """Variance inflation of a mean from serial correlation within requests, the larger of two
     estimates pooled over requests: 1 + 2 * the Bartlett-weighted residual autocorrelations up
     to `max_lag` (Newey-West), and batch means (B x the variance of means of B consecutive
@@ -143,15 +158,17 @@ def long_run_inflation(resid: np.ndarray, groups: np.ndarray, max_lag: int = BLO
     # less biased than the lag sums when the correlation is long and requests are short
     batch = 1.0
     for size in (8, 16, 32, 64):
-        means = [float(x[i:i + size].mean()) for x in parts for i in range(0, x.size - size + 1,
-                                                                           size)]
+        means = [
+            float(x[i : i + size].mean()) for x in parts for i in range(0, x.size - size + 1, size)
+        ]
         if len(means) >= 4 and var > 0:
             batch = max(batch, size * float(np.mean(np.square(means))) / var)
     return max(1.0, 1.0 + 2.0 * total, batch)
 
 
-def fe_ols(y: np.ndarray, x: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS
-           ) -> tuple[np.ndarray, np.ndarray, int]:
+def fe_ols(
+    y: np.ndarray, x: np.ndarray, groups: np.ndarray, max_lag: int = BLOCK_STEPS
+) -> tuple[np.ndarray, np.ndarray, int]:
     """OLS with request fixed effects (y and the columns of x demeaned within requests) and
     standard errors inflated for serial correlation (long_run_inflation): (beta, se, residual
     degrees of freedom)."""
@@ -182,8 +199,9 @@ def within(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return v - (sums / np.maximum(counts, 1))[inv]
 
 
-def huber_sandwich(x: np.ndarray, resid: np.ndarray, scale: float, clusters: np.ndarray
-                   ) -> tuple[np.ndarray, int]:
+def huber_sandwich(
+    x: np.ndarray, resid: np.ndarray, scale: float, clusters: np.ndarray
+) -> tuple[np.ndarray, int]:
     """Cluster-robust (CR1) standard errors of a Huber regression's coefficients, from its
     design, residuals and tuning scale (k * sigma): (se, number of clusters). The model-based
     errors of a robust fit assume independent, light-tailed noise; stalls, spikes and
@@ -238,8 +256,9 @@ def ratio_log_se(num: np.ndarray, den: np.ndarray, clusters: np.ndarray) -> floa
     return math.sqrt(var) / r
 
 
-def content_variance(values: np.ndarray, groups: np.ndarray, *, fitted: np.ndarray | None = None,
-                     min_steps: int = 8) -> float:
+def content_variance(
+    values: np.ndarray, groups: np.ndarray, *, fitted: np.ndarray | None = None, min_steps: int = 8
+) -> float:
     """Between-request variance of log mean(values / fitted) beyond what within-request
     sampling explains (method of moments, within-request variance inflated for serial
     correlation, floored at 0): how much one prompt's content moves commit length once the
@@ -268,8 +287,14 @@ def content_variance(values: np.ndarray, groups: np.ndarray, *, fitted: np.ndarr
 
 
 def two_sample_log(
-    a: Sequence[float], b: Sequence[float], *, min_effect: float, method: str, unit: str = "x",
-    extra_var: float = 0.0, tests: int = 1,
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    min_effect: float,
+    method: str,
+    unit: str = "x",
+    extra_var: float = 0.0,
+    tests: int = 1,
 ) -> Test:
     """Is the typical value of `a` above that of `b` (per-request rates, on the log scale)?
     Welch's t-test when both sides have >= 2 requests; when one side has a single request, its
@@ -279,8 +304,7 @@ def two_sample_log(
     la = np.log([v for v in a if v and v > 0])
     lb = np.log([v for v in b if v and v > 0])
     if la.size == 0 or lb.size == 0 or la.size + lb.size < 3:
-        return untestable(method + f" ({la.size} vs {lb.size} requests: too few)", min_effect,
-                          unit)
+        return untestable(method + f" ({la.size} vs {lb.size} requests: too few)", min_effect, unit)
     est = float(la.mean() - lb.mean())
     if la.size >= 2 and lb.size >= 2:
         va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
@@ -292,17 +316,30 @@ def two_sample_log(
         sd = float(many.std(ddof=1))
         se = sd * math.sqrt(1 / la.size + 1 / lb.size)
         df = many.size - 1
-        name = (f"prediction t-test on log rates ({la.size} vs {lb.size} requests; the single "
-                "one judged against the other side's spread)")
+        name = (
+            f"prediction t-test on log rates ({la.size} vs {lb.size} requests; the single "
+            "one judged against the other side's spread)"
+        )
     if extra_var > 0:
         se = math.sqrt(se * se + extra_var)
         name += f", plus between-prompt content variance {extra_var:.4f} (log scale)"
-    return z_test(est, se, min_effect=min_effect, method=f"{method}: {name}", unit=unit,
-                  log_ratio=True, df=df, tests=tests)
+    return z_test(
+        est,
+        se,
+        min_effect=min_effect,
+        method=f"{method}: {name}",
+        unit=unit,
+        log_ratio=True,
+        df=df,
+        tests=tests,
+    )
 
 
 def max_split_permutation(
-    values: np.ndarray, keys: np.ndarray, *, rng: np.random.Generator,
+    values: np.ndarray,
+    keys: np.ndarray,
+    *,
+    rng: np.random.Generator,
     permutations: int = PERMUTATIONS,
 ) -> tuple[float, float, float] | None:
     """Change-point test over units (requests): the largest drop of the mean of `values`

@@ -122,8 +122,7 @@ def speculation_state(
     nothing: a coalesced chunk of 4 tokens is not a 4-token step)."""
     mean = sum(client_commits) / len(client_commits) if client_commits else None
     if mean is not None and mean > PLAIN_COMMIT:
-        return SpeculationState(
-            True, f"client-observed steps commit {mean:.2f} tokens on average")
+        return SpeculationState(True, f"client-observed steps commit {mean:.2f} tokens on average")
     if any(_fields_draft(f) for f in server_fields if f is not None):
         return SpeculationState(True, "the server's per-request fields report drafts")
     if any(_record_drafts(r) for r in telemetry):
@@ -135,10 +134,14 @@ def speculation_state(
         return SpeculationState(False, f"speculation is off ({why}); every step commits one token")
     reported = [f for f in server_fields if f is not None and f.proposed_drafts is not None]
     if reported and all(f.proposed_drafts == 0 for f in reported):
-        sources = ", ".join(sorted({f.source for f in reported if f.source})) or "per-request fields"
+        sources = (
+            ", ".join(sorted({f.source for f in reported if f.source})) or "per-request fields"
+        )
         return SpeculationState(
-            False, f"speculation looks off: the server's per-request fields ({sources}) report no "
-            f"draft in any of {len(reported)} requests")
+            False,
+            f"speculation looks off: the server's per-request fields ({sources}) report no "
+            f"draft in any of {len(reported)} requests",
+        )
     if len(client_commits) >= MIN_STEPS_FOR_OFF:
         return SpeculationState(
             False,

@@ -214,8 +214,9 @@ def _chunk_steps(
     return steps
 
 
-def _group(events: list[tuple[int, int]], gaps: list[float], threshold: float
-           ) -> list[list[tuple[int, int]]]:
+def _group(
+    events: list[tuple[int, int]], gaps: list[float], threshold: float
+) -> list[list[tuple[int, int]]]:
     """A gap above the threshold starts a new burst."""
     bursts: list[list[tuple[int, int]]] = [[events[0]]]
     for gap, ev in zip(gaps, events[1:], strict=False):
@@ -253,8 +254,9 @@ def burst_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit
     return srt[0] / 2  # below every gap: one token per step
 
 
-def _counted_threshold(events: list[tuple[int, int]], gaps: list[float], max_commit: int,
-                      steps: int) -> float | None:
+def _counted_threshold(
+    events: list[tuple[int, int]], gaps: list[float], max_commit: int, steps: int
+) -> float | None:
     """The threshold that makes exactly `steps` bursts after the first, when the gaps break
     there (COUNTED_BREAK_RATIO) and no burst exceeds `max_commit` tokens; else None."""
     if not 0 < steps <= len(gaps):
@@ -271,7 +273,10 @@ def _counted_threshold(events: list[tuple[int, int]], gaps: list[float], max_com
 
 
 def _burst_steps(
-    events: list[tuple[int, int]], prompt: int | None, max_commit: int, request_index: int,
+    events: list[tuple[int, int]],
+    prompt: int | None,
+    max_commit: int,
+    request_index: int,
     counted_steps: int | None = None,
 ) -> tuple[list[Step], float, bool, str, str]:
     """Bursts as steps: (steps, threshold, unambiguous, why not, how the threshold was set)."""
@@ -282,8 +287,10 @@ def _burst_steps(
     if counted_steps is not None and len(bursts) - 1 != counted_steps:
         at = _counted_threshold(events, gaps, max_commit, counted_steps)
         if at is not None:
-            counted = (f"the server counted {counted_steps} steps where the largest break "
-                       f"gave {len(bursts) - 1}: grouped at the break that gives its count")
+            counted = (
+                f"the server counted {counted_steps} steps where the largest break "
+                f"gave {len(bursts) - 1}: grouped at the break that gives its count"
+            )
             threshold, bursts = at, _group(events, gaps, at)
     steps: list[Step] = []
     pos = sum(n for _, n in bursts[0])
@@ -311,8 +318,9 @@ def _burst_steps(
     return steps, threshold, not ambiguous, why, counted
 
 
-def _event_steps(trace: RequestTrace, prompt: int | None, reason: str, note: str = ""
-                 ) -> StepReconstruction:
+def _event_steps(
+    trace: RequestTrace, prompt: int | None, reason: str, note: str = ""
+) -> StepReconstruction:
     """Per-token events where every step committed one token: each event a step, events of one
     read timed by an even split of its gap (`_chunk_steps`)."""
     reads = trace.reads()
@@ -322,13 +330,21 @@ def _event_steps(trace: RequestTrace, prompt: int | None, reason: str, note: str
     return StepReconstruction(steps, True, "chunk", reason, notes=[note] if note else [])
 
 
-def _per_token_client(trace: RequestTrace, events: list[tuple[int, int]],
-                      max_commit_len: int | None, prompt: int | None) -> StepReconstruction:
+def _per_token_client(
+    trace: RequestTrace,
+    events: list[tuple[int, int]],
+    max_commit_len: int | None,
+    prompt: int | None,
+) -> StepReconstruction:
     """One event per token: each event a step where the server says nothing was drafted or the
     bursts are late reads; otherwise the bursts are the steps."""
     if _drafted_nothing(trace):
-        return _event_steps(trace, prompt, f"the server reports no drafts in this request "
-                            f"({trace.server_spec.source}): each token event is a step")
+        return _event_steps(
+            trace,
+            prompt,
+            f"the server reports no drafts in this request "
+            f"({trace.server_spec.source}): each token event is a step",
+        )
     counted = trace.server_spec.decode_steps if trace.server_spec else None
     steps, threshold, ok, why, how = _burst_steps(
         events, prompt, max_commit_len or DEFAULT_MAX_COMMIT, trace.index, counted
@@ -339,10 +355,13 @@ def _per_token_client(trace: RequestTrace, events: list[tuple[int, int]],
         # together (plain decoding read late), not one step's tokens
         mean = sum(s.commit_len for s in steps) / len(steps)
         return _event_steps(
-            trace, prompt, "each token event is a step: the multi-token bursts took as long "
+            trace,
+            prompt,
+            "each token event is a step: the multi-token bursts took as long "
             "per token as single tokens did (late reads of separate steps)",
             note=f"{len(steps)} bursts at {threshold * 1e3:.2f} ms would have made "
-            f"{mean:.2f} tokens a step")
+            f"{mean:.2f} tokens a step",
+        )
     reasons = [why] if why else []
     if max_commit_len is not None:
         big = [s.commit_len for s in steps if s.commit_len > max_commit_len]
@@ -354,8 +373,9 @@ def _per_token_client(trace: RequestTrace, events: list[tuple[int, int]],
     reason = "; ".join(reasons) or (
         f"per-token events grouped into bursts (threshold {threshold * 1e3:.2f} ms)"
     )
-    return StepReconstruction(steps, ok, "burst", reason, burst_threshold_s=threshold,
-                              notes=[how] if how else [])
+    return StepReconstruction(
+        steps, ok, "burst", reason, burst_threshold_s=threshold, notes=[how] if how else []
+    )
 
 
 def _client(
@@ -380,13 +400,17 @@ def _client(
         if big:
             # a stream that merges steps does so all the time; an odd late read (a loaded client,
             # TCP coalescing) merges a step or two and leaves the other steps as they were
-            msg = (f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
-                   f"commit length {max_commit_len}: chunks merge steps")
+            msg = (
+                f"{len(big)} chunks carry more tokens (up to {max(big)}) than the max "
+                f"commit length {max_commit_len}: chunks merge steps"
+            )
             (problems if len(big) > max(1.0, 0.05 * len(steps)) else notes).append(msg)
     shared = sum(len(r) for r in reads[1:] if len(r) > 1)
     if shared:
-        msg = (f"{shared} step events arrived in the same read as another: each is a step, "
-               "timed by an even split of the read's gap")
+        msg = (
+            f"{shared} step events arrived in the same read as another: each is a step, "
+            "timed by an even split of the read's gap"
+        )
         # Where some event carries several tokens the server writes one event per step, so only
         # the split timing is uncertain. Where every event is one token, a read holding several
         # may be one step's tokens streamed one by one: the step count itself is in doubt.
@@ -417,8 +441,7 @@ def _client(
     first_read = len(reads[0])
     base_reason = "one chunk per verify step"
     if first_read > 1:
-        base_reason += (f" (the first read held {first_read} events: the steps in it are not "
-                        "timed)")
+        base_reason += f" (the first read held {first_read} events: the steps in it are not timed)"
     return StepReconstruction(steps, True, "chunk", base_reason, notes=notes)
 
 
@@ -490,8 +513,9 @@ def reconstruct_steps(
             _client_commits(client),
             cut_by_max_tokens=_cut_by_max_tokens(trace),
         )
-        if check.covers == EVERY_STEP and not (client.reliable and not check.client_agrees
-                                               and check.client_steps == check.all_steps):
+        if check.covers == EVERY_STEP and not (
+            client.reliable and not check.client_agrees and check.client_steps == check.all_steps
+        ):
             return _server(trace, check, client, prompt)
         # drafted steps only, or a list the stream contradicts: the client's all-steps steps
         # stay, the server's list is evidence beside them
@@ -499,12 +523,17 @@ def reconstruct_steps(
         client.cross_check = check.verdict
         # fewer client steps than the list implies is merging, unless the check lined them up
         # (the shortfall is then steps that arrived in the prefill chunk's read, not timed)
-        if client.reliable and check.client_steps is not None and not check.client_agrees and (
-            check.covers == DRAFTED_STEPS and check.client_steps < check.all_steps
+        if (
+            client.reliable
+            and check.client_steps is not None
+            and not check.client_agrees
+            and (check.covers == DRAFTED_STEPS and check.client_steps < check.all_steps)
         ):
             client.reliable = False
-            client.reason += f"; {check.client_steps} client steps where the server's list and " \
+            client.reason += (
+                f"; {check.client_steps} client steps where the server's list and "
                 f"the stream's token count imply {check.all_steps}: chunks merge steps"
+            )
         return client
     server_l = server_commit(trace)
     cl = client.mean_commit_len
@@ -517,8 +546,9 @@ def reconstruct_steps(
     return client
 
 
-def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, source: str,
-                         cl_prefill: float | None = None) -> None:
+def _cross_check_summary(
+    client: StepReconstruction, cl: float, sl: float, source: str, cl_prefill: float | None = None
+) -> None:
     """Client mean commit length vs the server's all-steps figure for the same tokens. Where they
     disagree the side with too few steps is wrong: fewer client steps means the chunks merge
     steps; more client chunks than the server has steps means the server undercounts (a chunk is
@@ -526,8 +556,9 @@ def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, sourc
     a step."""
     rel = abs(cl - sl) / sl
     head = f"client mean commit {cl:.2f} vs server {sl:.2f} ({source})"
-    if rel <= DISAGREEMENT or (cl_prefill is not None and
-                               abs(cl_prefill - sl) / sl <= DISAGREEMENT):
+    if rel <= DISAGREEMENT or (
+        cl_prefill is not None and abs(cl_prefill - sl) / sl <= DISAGREEMENT
+    ):
         client.cross_check = head + " (agree)"
         return
     if cl < sl and client.method == "chunk":
@@ -541,7 +572,9 @@ def _cross_check_summary(client: StepReconstruction, cl: float, sl: float, sourc
     client.cross_check = head + f" (disagree: {why})"
     if client.reliable:
         client.reliable = False
-        client.reason += f"; disagrees with the server's all-steps mean commit length {sl:.2f}: {why}"
+        client.reason += (
+            f"; disagrees with the server's all-steps mean commit length {sl:.2f}: {why}"
+        )
 
 
 def _cut_by_max_tokens(trace: RequestTrace) -> bool:

@@ -93,7 +93,7 @@ class StepTimeFit:
             "residual_autocorr": self.autocorr,
             "prompt_spread_tokens": self.prompt_spread,
             "method": "Huber robust regression (scipy.optimize.least_squares), steps more "
-                      f"than {REJECT_SIGMAS:g} robust sds off the fit left out as stalls",
+            f"than {REJECT_SIGMAS:g} robust sds off the fit left out as stalls",
             "stalls_left_out": self.stalls,
             "note": self.reason,
         }
@@ -125,8 +125,9 @@ def _huber(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]
     return res.x, resid, _mad_sigma(resid) or sigma
 
 
-def huber_fit(x: np.ndarray, y: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float | None]:
+def huber_fit(
+    x: np.ndarray, y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, float | None]:
     """Huber regression of y on design x without the stalls: (coefficients, residuals of every
     row, robust sigma of the kept rows, the kept mask, the residual a stall lies beyond or
     None). Rows more than REJECT_SIGMAS robust sds from a first fit are left out and the fit

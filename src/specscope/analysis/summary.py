@@ -103,8 +103,11 @@ def summarize(
         "tokens_per_chunk_mean": _round(sum(chunk_sizes) / len(chunk_sizes))
         if chunk_sizes
         else None,
-        **{k: _round(v) if isinstance(v, float) else v for k, v in head.json_fields().items()
-           if k != "decode_tps"},
+        **{
+            k: _round(v) if isinstance(v, float) else v
+            for k, v in head.json_fields().items()
+            if k != "decode_tps"
+        },
         "headline_notes": list(head.notes),
         "steps": {
             "methods": dict(Counter(r.method for r in ok_recs)),

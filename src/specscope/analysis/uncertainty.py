@@ -120,8 +120,14 @@ def median_interval(
     if np.ptp(v) == 0:
         return Interval95(float(v[0]), float(v[0]), method)
     res = stats.bootstrap(
-        (v,), np.median, n_resamples=resamples, confidence_level=CI_LEVEL,
-        method="percentile", random_state=np.random.default_rng(seed), vectorized=True,
+        (v,),
+        np.median,
+        n_resamples=resamples,
+        confidence_level=CI_LEVEL,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+        vectorized=True,
     )
-    return Interval95(float(res.confidence_interval.low), float(res.confidence_interval.high),
-                      method)
+    return Interval95(
+        float(res.confidence_interval.low), float(res.confidence_interval.high), method
+    )

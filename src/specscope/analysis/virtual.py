@@ -169,8 +169,9 @@ def virtual_run(
             t_ns = (tr.t_end_ns or t_ns) + 5_000_000
             index += 1
     # virtual runs replay the twin, which serves the SGLang flavor (meta_info fields)
-    info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0,
-                   flavor="sglang")
+    info = RunInfo(
+        run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0, flavor="sglang"
+    )
     return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)
 
 
@@ -185,10 +186,13 @@ def sweep_plan(
 ) -> list[PlanItem]:
     """A breakeven measurement: a concurrency sweep (each level `repeats` rounds) and a context
     sweep at concurrency 1, as `diagnose --concurrency` runs them."""
-    plan = [PlanItem(tags.make(tags.CONCURRENCY_SWEEP, c), prompt_tokens, max_tokens, repeats, c)
-            for c in levels]
-    plan += [PlanItem(tags.make(tags.CONTEXT_SWEEP, p), p, context_tokens, repeats)
-             for p in contexts]
+    plan = [
+        PlanItem(tags.make(tags.CONCURRENCY_SWEEP, c), prompt_tokens, max_tokens, repeats, c)
+        for c in levels
+    ]
+    plan += [
+        PlanItem(tags.make(tags.CONTEXT_SWEEP, p), p, context_tokens, repeats) for p in contexts
+    ]
     return plan
 
 
@@ -215,15 +219,16 @@ def virtual_batched_run(
             end = t_ns
             for steps in per_request:
                 steps = [(int(k), float(s)) for k, s in steps]
-                spec = RequestSpec(prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens,
-                                   tag=item.tag)
-                tr = trace_from_steps(steps, spec=spec, index=index, t_send_ns=t_ns,
-                                      prefill_s=pre)
+                spec = RequestSpec(
+                    prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens, tag=item.tag
+                )
+                tr = trace_from_steps(steps, spec=spec, index=index, t_send_ns=t_ns, prefill_s=pre)
                 requests.append(tr)
                 true_steps[index] = steps
                 end = max(end, tr.t_end_ns or t_ns)
                 index += 1
             t_ns = end + 5_000_000
-    info = RunInfo(run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0,
-                   flavor="sglang")
+    info = RunInfo(
+        run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0, flavor="sglang"
+    )
     return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)

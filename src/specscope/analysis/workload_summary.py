@@ -14,9 +14,9 @@ from specscope.trace import tags
 from specscope.trace.model import RequestTrace
 
 
-def workload_keys(traces: Sequence[RequestTrace],
-                  reconstructions: Sequence[StepReconstruction] | None = None
-                  ) -> dict[str, Any]:
+def workload_keys(
+    traces: Sequence[RequestTrace], reconstructions: Sequence[StepReconstruction] | None = None
+) -> dict[str, Any]:
     """`by_category` (rows; [] without categories), `repetition_loops` (requests whose output
     ends in a loop), `prefix_cache` (contract key), `delta_fields` (generated tokens by field)."""
     return {

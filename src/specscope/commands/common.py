@@ -57,8 +57,10 @@ def slo_option(text: str | None) -> dict[str, float] | None:
         fail_usage(str(e))
 
 
-SLO_HELP = ("Latency SLOs for goodput, e.g. ttft=2s,tpot=50ms (also itl, step, e2e; units s, ms, "
-            "us): the share and rate of requests meeting all of them")
+SLO_HELP = (
+    "Latency SLOs for goodput, e.g. ttft=2s,tpot=50ms (also itl, step, e2e; units s, ms, "
+    "us): the share and rate of requests meeting all of them"
+)
 
 
 def print_json(obj: Any) -> None:

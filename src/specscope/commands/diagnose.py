@@ -97,9 +97,15 @@ class _ProgressBar:
 
     def __init__(self, enabled: bool):
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tok"),
-            TextColumn("{task.fields[reqs]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-            console=err_console, transient=False, disable=not enabled,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} tok"),
+            TextColumn("{task.fields[reqs]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=False,
+            disable=not enabled,
         )
         self.task: Any = None
 
@@ -115,15 +121,29 @@ class _ProgressBar:
             self.task = self.progress.add_task(ev.step.tag, total=ev.tokens_total, reqs="")
         elif ev.step_index == 0 and ev.requests_done == 0:  # a new plan: the precision repeats
             self.progress.reset(self.task, total=ev.tokens_total)
-        errors = "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
-        self.progress.update(self.task, description=ev.step.tag, completed=ev.tokens_done,
-                             reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}")
+        errors = (
+            "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
+        )
+        self.progress.update(
+            self.task,
+            description=ev.step.tag,
+            completed=ev.tokens_done,
+            reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}",
+        )
 
 
 # analysis.headline's labels and intervals, beside the ARCHITECTURE §8 headline keys
-HEADLINE_KEYS = ("mean_commit_len_source", "mean_commit_len_per_drafted_step",
-                 "drafted_step_share", "mean_step_s_source", "decode_tps_ci", "mean_commit_len_ci",
-                 "mean_step_s_ci", "ttft_s_ci", "interval_method")
+HEADLINE_KEYS = (
+    "mean_commit_len_source",
+    "mean_commit_len_per_drafted_step",
+    "drafted_step_share",
+    "mean_step_s_source",
+    "decode_tps_ci",
+    "mean_commit_len_ci",
+    "mean_step_s_ci",
+    "ttft_s_ci",
+    "interval_method",
+)
 
 
 def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, Any]:
@@ -137,8 +157,14 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "speculation_reason": analysis.speculation_reason,
         **{k: getattr(analysis, k) for k in HEADLINE_KEYS},
         "findings": [
-            {"id": f.id, "summary": f.summary, "confidence": f.confidence, "factor": f.factor,
-             "evidence": [plain_values(e.model_dump()) for e in f.evidence], "next": f.next}
+            {
+                "id": f.id,
+                "summary": f.summary,
+                "confidence": f.confidence,
+                "factor": f.factor,
+                "evidence": [plain_values(e.model_dump()) for e in f.evidence],
+                "next": f.next,
+            }
             for f in analysis.findings
         ],
         "attribution": attribution_json(analysis.attribution),
@@ -148,8 +174,11 @@ def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "status_reason": run.info.status_reason,
         "partial": analysis.partial,
         "requests": len(run.requests),
-        "errors": [{"index": r.index, "tag": r.spec.tag, "kind": r.error.kind, "message": r.error.message}
-                   for r in run.requests if r.error is not None][:50],
+        "errors": [
+            {"index": r.index, "tag": r.spec.tag, "kind": r.error.kind, "message": r.error.message}
+            for r in run.requests
+            if r.error is not None
+        ][:50],
         "no_finding_reason": analysis.no_finding_reason,
         "finding_tests": [plain_values(t.model_dump(mode="json")) for t in analysis.finding_tests],
         "telemetry": run.info.telemetry or None,
@@ -165,12 +194,19 @@ def _render_workload(keys: dict[str, Any]) -> None:
     if keys["by_category"]:
         out_console.print(category_rich_table(keys["by_category"]))
     if keys["repetition_loops"]:
-        out_console.print(f"repetition loops: {len(keys['repetition_loops'])} request(s) end in a "
-                          "loop; their acceptance is inflated", markup=False, highlight=False)
+        out_console.print(
+            f"repetition loops: {len(keys['repetition_loops'])} request(s) end in a "
+            "loop; their acceptance is inflated",
+            markup=False,
+            highlight=False,
+        )
     if keys["prefix_cache"]:
         pc = keys["prefix_cache"]
-        out_console.print(f"prefix cache: {pc['hits']} hit(s) of {pc['requests']}: {pc['evidence']}",
-                          markup=False, highlight=False)
+        out_console.print(
+            f"prefix cache: {pc['hits']} hit(s) of {pc['requests']}: {pc['evidence']}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _split_command(cmd: str) -> list[str] | None:
@@ -187,18 +223,21 @@ def _hooks(show_progress: bool) -> DiagnoseHooks:
     bar on stderr, and a line on Ctrl-C."""
 
     def on_server(server: EmbeddedServer) -> None:
-        err_console.print(untrusted(f"embedded server: {server.description} at {server.url}"),
-                          highlight=False)
+        err_console.print(
+            untrusted(f"embedded server: {server.description} at {server.url}"), highlight=False
+        )
         for n in server.notes:
             err_console.print(untrusted(f"note: {n}"), highlight=False)
 
     def on_interrupt() -> None:
         err_console.print("interrupted: keeping what was measured", markup=False)
 
-    return DiagnoseHooks(on_server=on_server,
-                         on_plan=lambda plan, url: render_plan(plan, err_console, url),
-                         on_interrupt=on_interrupt,
-                         progress=lambda: _ProgressBar(show_progress))
+    return DiagnoseHooks(
+        on_server=on_server,
+        on_plan=lambda plan, url: render_plan(plan, err_console, url),
+        on_interrupt=on_interrupt,
+        progress=lambda: _ProgressBar(show_progress),
+    )
 
 
 def _fail_target(message: str, json_: bool) -> NoReturn:
@@ -206,59 +245,118 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
     with null numbers and the error), exit 1."""
     err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
-        print_json({**dict.fromkeys(("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s",
-                                     "attribution", "breakeven", "run_dir", "serving",
-                                     "precision")), "findings": [],
-                    "speculation": "unknown", "speculation_reason": "nothing was measured",
-                    "error": message})
+        print_json(
+            {
+                **dict.fromkeys(
+                    (
+                        "decode_tps",
+                        "ttft_s",
+                        "mean_commit_len",
+                        "mean_step_s",
+                        "attribution",
+                        "breakeven",
+                        "run_dir",
+                        "serving",
+                        "precision",
+                    )
+                ),
+                "findings": [],
+                "speculation": "unknown",
+                "speculation_reason": "nothing was measured",
+                "error": message,
+            }
+        )
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 
 
 def diagnose(
-    url: Annotated[str | None, typer.Argument(help="Server URL; omit to diagnose the embedded default")] = None,
-    baseline: Annotated[Path | None, typer.Option(help="A baseline run dir for attribution")] = None,
+    url: Annotated[
+        str | None, typer.Argument(help="Server URL; omit to diagnose the embedded default")
+    ] = None,
+    baseline: Annotated[
+        Path | None, typer.Option(help="A baseline run dir for attribution")
+    ] = None,
     logs: Annotated[list[str] | None, typer.Option(help="Server log file(s) to read")] = None,
-    logs_cmd: Annotated[str | None, typer.Option(help="Command printing server logs (no shell)")] = None,
+    logs_cmd: Annotated[
+        str | None, typer.Option(help="Command printing server logs (no shell)")
+    ] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus /metrics URL")] = None,
-    prompt_tokens: Annotated[int | None, typer.Option(
-        help=f"Prompt length of the user's case (default {DEFAULT_PROMPT_TOKENS}, or "
-             "--prompt-file's length)", show_default=False)] = None,
+    prompt_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Prompt length of the user's case (default {DEFAULT_PROMPT_TOKENS}, or "
+            "--prompt-file's length)",
+            show_default=False,
+        ),
+    ] = None,
     max_tokens: Annotated[int, typer.Option(help="Generation length of the user's case")] = 1500,
-    quick: Annotated[bool, typer.Option(
-        "--quick", help="A one-minute plan (then --precision repeats within --budget-s)")] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick", help="A one-minute plan (then --precision repeats within --budget-s)"
+        ),
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
     api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
     repeat: Annotated[int, typer.Option(help="Repeat each measurement K times")] = 1,
-    precision: Annotated[float | None, typer.Option(
-        help="Repeat the full generation until decode tps' 95% interval (over requests) is "
-             "within +-P (relative, e.g. 0.05) or the budget is spent; 0: off (default "
-             f"{diagnosis_plan.DEFAULT_PRECISION[True]} with --quick, "
-             f"{diagnosis_plan.DEFAULT_PRECISION[False]} without)", show_default=False)] = None,
-    budget_s: Annotated[float | None, typer.Option(
-        help="Seconds the --precision repeats may add to the plan (default "
-             f"{diagnosis_plan.DEFAULT_BUDGET_S[True]:.0f} with --quick, "
-             f"{diagnosis_plan.DEFAULT_BUDGET_S[False]:.0f} without)", show_default=False)] = None,
+    precision: Annotated[
+        float | None,
+        typer.Option(
+            help="Repeat the full generation until decode tps' 95% interval (over requests) is "
+            "within +-P (relative, e.g. 0.05) or the budget is spent; 0: off (default "
+            f"{diagnosis_plan.DEFAULT_PRECISION[True]} with --quick, "
+            f"{diagnosis_plan.DEFAULT_PRECISION[False]} without)",
+            show_default=False,
+        ),
+    ] = None,
+    budget_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the --precision repeats may add to the plan (default "
+            f"{diagnosis_plan.DEFAULT_BUDGET_S[True]:.0f} with --quick, "
+            f"{diagnosis_plan.DEFAULT_BUDGET_S[False]:.0f} without)",
+            show_default=False,
+        ),
+    ] = None,
     budget_tokens: BudgetTokens = None,
-    concurrency: Annotated[str | None, typer.Option(help="Add a concurrency sweep, e.g. 1,2,4")] = None,
-    scenario: Annotated[str | None, typer.Option(help="Embedded twin scenario (name or TOML)")] = None,
-    time_scale: Annotated[float | None, typer.Option(help="Embedded twin time scale (<1: faster)")] = None,
-    backend: Annotated[str | None, typer.Option(help="Embedded backend: engine|twin (default: engine if it works)")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(help="Add a concurrency sweep, e.g. 1,2,4")
+    ] = None,
+    scenario: Annotated[
+        str | None, typer.Option(help="Embedded twin scenario (name or TOML)")
+    ] = None,
+    time_scale: Annotated[
+        float | None, typer.Option(help="Embedded twin time scale (<1: faster)")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="Embedded backend: engine|twin (default: engine if it works)")
+    ] = None,
     logs_timeout: Annotated[float, typer.Option(help="Seconds --logs-cmd may run")] = 30.0,
-    api_key: Annotated[str | None, typer.Option(envvar="SPECSCOPE_API_KEY", help="Bearer token (never written)")] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="SPECSCOPE_API_KEY", help="Bearer token (never written)")
+    ] = None,
     slo: Annotated[str | None, typer.Option(help=SLO_HELP)] = None,
     model: Model = None,
     tokenizer: Tokenizer = None,
     prompt_file: PromptFile = None,
-    workload: Annotated[str | None, typer.Option(
-        help="Prompts: mixed (default: the main experiments use its first category, then one "
-             "request per category), a category name, synthetic, or a JSONL FILE")] = None,
-    vary_prompts: Annotated[bool, typer.Option(
-        "--vary-prompts/--same-prompt",
-        help="Start every prompt with a per-run reference so no two requests share a prefix; "
-             "--same-prompt sends the same prompt text to every request (lets a prefix cache "
-             "hit)")] = True,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="Prompts: mixed (default: the main experiments use its first category, then one "
+            "request per category), a category name, synthetic, or a JSONL FILE"
+        ),
+    ] = None,
+    vary_prompts: Annotated[
+        bool,
+        typer.Option(
+            "--vary-prompts/--same-prompt",
+            help="Start every prompt with a per-run reference so no two requests share a prefix; "
+            "--same-prompt sends the same prompt text to every request (lets a prefix cache "
+            "hit)",
+        ),
+    ] = True,
     timeout_connect: TimeoutConnect = Timeouts.connect,
     timeout_first_byte: TimeoutFirstByte = Timeouts.first_byte,
     timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
@@ -267,8 +365,9 @@ def diagnose(
     slo_s = slo_option(slo)
     endpoint = endpoint_or_fail(url) if url is not None else None
     url = endpoint.url if endpoint is not None else None
-    timeouts = timeouts_or_fail(timeout_connect, timeout_first_byte, timeout_between_chunks,
-                                timeout_total)
+    timeouts = timeouts_or_fail(
+        timeout_connect, timeout_first_byte, timeout_between_chunks, timeout_total
+    )
     local_count = tokenizer_or_fail(tokenizer)
     prompt_text = prompt_text_or_fail(prompt_file)
     if prompt_tokens is None and prompt_text is None:
@@ -309,27 +408,52 @@ def diagnose(
             baseline_run = load_run(baseline)
         except RunDirError as e:
             fail_usage(f"--baseline: {e}")
-    run_dir = (out_dir_or_fail(out) if out is not None else
-               out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
-               / new_run_id("diagnose"))
+    run_dir = (
+        out_dir_or_fail(out)
+        if out is not None
+        else out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
+        / new_run_id("diagnose")
+    )
     levels = _parse_levels(concurrency)
     options = DiagnoseOptions(
-        out=run_dir, url=url, prompt_tokens=prompt_tokens, max_tokens=max_tokens, quick=quick,
-        repeat=repeat, flavor=flavor, api=api,
-        concurrency_levels=tuple(levels) if levels else None, slo=slo_s, baseline=baseline_run,
-        precision=precision, budget_s=budget_s, budget_tokens=budget_tokens,
+        out=run_dir,
+        url=url,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        quick=quick,
+        repeat=repeat,
+        flavor=flavor,
+        api=api,
+        concurrency_levels=tuple(levels) if levels else None,
+        slo=slo_s,
+        baseline=baseline_run,
+        precision=precision,
+        budget_s=budget_s,
+        budget_tokens=budget_tokens,
         baseline_path=str(baseline) if baseline else None,
-        probe=ProbeInputs(timeouts=timeouts, api_key=resolve_api_key(api_key),
-                          auth=endpoint.auth if endpoint else None, model=model,
-                          local_count=local_count, prompt_text=prompt_text, workload=wl,
-                          unique=vary_prompts),
-        evidence=EvidenceSources(logs=tuple(logs or ()), logs_cmd=logs_cmd,
-                                 logs_timeout_s=logs_timeout,
-                                 metrics_url=redact_url(metrics_url) if metrics_url else None),
+        probe=ProbeInputs(
+            timeouts=timeouts,
+            api_key=resolve_api_key(api_key),
+            auth=endpoint.auth if endpoint else None,
+            model=model,
+            local_count=local_count,
+            prompt_text=prompt_text,
+            workload=wl,
+            unique=vary_prompts,
+        ),
+        evidence=EvidenceSources(
+            logs=tuple(logs or ()),
+            logs_cmd=logs_cmd,
+            logs_timeout_s=logs_timeout,
+            metrics_url=redact_url(metrics_url) if metrics_url else None,
+        ),
         embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
-        recorded={"tokenizer": str(tokenizer) if tokenizer else None,
-                  "prompt_file": str(prompt_file) if prompt_file else None,
-                  "workload": workload})
+        recorded={
+            "tokenizer": str(tokenizer) if tokenizer else None,
+            "prompt_file": str(prompt_file) if prompt_file else None,
+            "workload": workload,
+        },
+    )
     started = time.monotonic()
     try:
         done = diagnose_run(options, _hooks(show_progress=True))
@@ -355,8 +479,11 @@ def diagnose(
         _render_workload(diagnosis_workload_keys(run.requests))
     err_console.print(f"run dir: {run_path}", markup=False, highlight=False)
     err_console.print(f"analysis: {run_path / 'analysis.json'}", markup=False, highlight=False)
-    err_console.print(f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",
-                      markup=False, highlight=False)
+    err_console.print(
+        f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",
+        markup=False,
+        highlight=False,
+    )
     if done.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
     if run.errors or run.info.status != "complete":

@@ -24,27 +24,38 @@ from specscope.probe.prompts import (
 from specscope.probe.workloads import Workload, WorkloadError, resolve_workload
 from specscope.probe.workloads.files import FilePrompt
 
-Model = Annotated[str | None, typer.Option(
-    help="Model name for OpenAI bodies (default: the first of /v1/models)")]
-Tokenizer = Annotated[Path | None, typer.Option(
-    help="Local tokenizer.json: counts prompt tokens when the server has no tokenize "
-         "endpoint, and streamed text when the server reports no token counts")]
+Model = Annotated[
+    str | None, typer.Option(help="Model name for OpenAI bodies (default: the first of /v1/models)")
+]
+Tokenizer = Annotated[
+    Path | None,
+    typer.Option(
+        help="Local tokenizer.json: counts prompt tokens when the server has no tokenize "
+        "endpoint, and streamed text when the server reports no token counts"
+    ),
+]
 PromptFile = Annotated[Path | None, typer.Option(help="Use this text as every prompt")]
 TimeoutConnect = Annotated[float, typer.Option(help="Seconds to connect")]
 TimeoutFirstByte = Annotated[float, typer.Option(help="Seconds from send to first byte")]
 TimeoutBetweenChunks = Annotated[float, typer.Option(help="Seconds between reads")]
 TimeoutTotal = Annotated[float, typer.Option(help="Seconds per request")]
-BudgetTokens = Annotated[int | None, typer.Option(
-    help="Generated tokens the --precision repeats may add (default: no limit)",
-    show_default=False)]
+BudgetTokens = Annotated[
+    int | None,
+    typer.Option(
+        help="Generated tokens the --precision repeats may add (default: no limit)",
+        show_default=False,
+    ),
+]
 
 
-def precision_or_fail(precision: float | None, budget_s: float | None,
-                      budget_tokens: int | None) -> None:
+def precision_or_fail(
+    precision: float | None, budget_s: float | None, budget_tokens: int | None
+) -> None:
     """--precision P within [0, 1), --budget-s and --budget-tokens >= 0."""
     if precision is not None and not 0 <= precision < 1:
-        fail_usage(f"--precision must be a relative half-width within [0, 1), e.g. 0.05 "
-                   f"(got {precision})")
+        fail_usage(
+            f"--precision must be a relative half-width within [0, 1), e.g. 0.05 (got {precision})"
+        )
     if budget_s is not None and not 0 <= budget_s < float("inf"):
         fail_usage(f"--budget-s must be a number of seconds >= 0 (got {budget_s})")
     if budget_tokens is not None and budget_tokens < 0:
@@ -59,14 +70,20 @@ def endpoint_or_fail(url: str) -> Endpoint:
         fail_usage(str(e))
 
 
-def timeouts_or_fail(connect: float, first_byte: float, between_chunks: float,
-                     total: float) -> Timeouts:
-    for name, sec in (("--timeout-connect", connect), ("--timeout-first-byte", first_byte),
-                      ("--timeout-between-chunks", between_chunks), ("--timeout-total", total)):
+def timeouts_or_fail(
+    connect: float, first_byte: float, between_chunks: float, total: float
+) -> Timeouts:
+    for name, sec in (
+        ("--timeout-connect", connect),
+        ("--timeout-first-byte", first_byte),
+        ("--timeout-between-chunks", between_chunks),
+        ("--timeout-total", total),
+    ):
         if not sec > 0 or sec == float("inf"):
             fail_usage(f"{name} must be a number of seconds > 0, got {sec}")
-    return Timeouts(connect=connect, first_byte=first_byte, between_chunks=between_chunks,
-                    total=total)
+    return Timeouts(
+        connect=connect, first_byte=first_byte, between_chunks=between_chunks, total=total
+    )
 
 
 def prompt_tokens_or_fail(n: int) -> int:
@@ -97,8 +114,9 @@ def prompt_text_or_fail(path: Path | None) -> str | None:
     return text
 
 
-def workload_or_fail(spec: str | None, prompt_text: str | None,
-                     prompt_file: Path | None = None) -> Workload:
+def workload_or_fail(
+    spec: str | None, prompt_text: str | None, prompt_file: Path | None = None
+) -> Workload:
     """--workload NAME|FILE, or --prompt-file's text (from prompt_text_or_fail) as a one-prompt
     workload; exit 2 on bad input or when both are given."""
     if spec is not None and prompt_text is not None:
@@ -108,8 +126,11 @@ def workload_or_fail(spec: str | None, prompt_text: str | None,
             return resolve_workload(spec)
         except WorkloadError as e:
             fail_usage(str(e))
-    return Workload("prompt-file", file_prompts=(FilePrompt(prompt_text, None, "prompt-file"),),
-                    source=str(prompt_file) if prompt_file is not None else "--prompt-file")
+    return Workload(
+        "prompt-file",
+        file_prompts=(FilePrompt(prompt_text, None, "prompt-file"),),
+        source=str(prompt_file) if prompt_file is not None else "--prompt-file",
+    )
 
 
 def out_dir_or_fail(path: Path, what: str = "--out") -> Path:

@@ -51,7 +51,10 @@ def logs(
     ] = "TP0",
     logs_cmd: Annotated[
         str | None,
-        typer.Option("--logs-cmd", help='Read the stdout of a command (no shell), e.g. "journalctl -u X --since -60s"'),
+        typer.Option(
+            "--logs-cmd",
+            help='Read the stdout of a command (no shell), e.g. "journalctl -u X --since -60s"',
+        ),
     ] = None,
     cmd_timeout: Annotated[
         float, typer.Option("--cmd-timeout", help="Seconds before --logs-cmd is killed")
@@ -68,7 +71,7 @@ def logs(
 ) -> None:
     paths = paths or []
     if not paths and not logs_cmd:
-        fail_usage("logs needs a PATH, - for stdin, or --logs-cmd \"CMD\"")
+        fail_usage('logs needs a PATH, - for stdin, or --logs-cmd "CMD"')
     if cmd_timeout <= 0:
         fail_usage("--cmd-timeout must be > 0")
     if jobs < 0:
@@ -134,8 +137,12 @@ def render(summary: LogSummary, verbose: bool) -> None:
             table.add_row(key, str(n), f"{100 * n / total:.1f}%", f"[cyan]{bar}[/]")
         out_console.print(table)
         out_console.print(f"mean commit length {mean:.2f} over {total} steps ({basis})")
-        odd = [r for r in summary.pairs_table() if r["accepted_drafts"] is not None
-               and abs(r["commit_len"] - r["accepted_drafts"] - 1) > 1e-9]
+        odd = [
+            r
+            for r in summary.pairs_table()
+            if r["accepted_drafts"] is not None
+            and abs(r["commit_len"] - r["accepted_drafts"] - 1) > 1e-9
+        ]
         for r in odd:
             out_console.print(
                 f"[yellow]note:[/] {r['count']} step(s) with accepted_drafts="
@@ -158,8 +165,10 @@ def render(summary: LogSummary, verbose: bool) -> None:
         out_console.print(f"first {len(summary.malformed_examples)} malformed lines:")
         for ex in summary.malformed_examples:
             out_console.print(
-                untrusted(f"  {ex['source']}:{ex['line_no']} [{ex['format']}] {ex['reason']}: "
-                          f"{ex['text']}"),
+                untrusted(
+                    f"  {ex['source']}:{ex['line_no']} [{ex['format']}] {ex['reason']}: "
+                    f"{ex['text']}"
+                ),
                 highlight=False,
             )
     elif summary.malformed:

@@ -21,10 +21,17 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="Run directory")],
     html: Annotated[Path | None, typer.Option(help="Write the HTML report here")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a Markdown report here")] = None,
-    reanalyze: Annotated[bool, typer.Option("--reanalyze", help="Analyse again even if analysis.json exists")] = False,
-    csv_dir: Annotated[Path | None, typer.Option(
-        "--csv", help="Write requests.csv (one row per request) and steps.csv (one row per "
-                      "timed verify step) into this directory")] = None,
+    reanalyze: Annotated[
+        bool, typer.Option("--reanalyze", help="Analyse again even if analysis.json exists")
+    ] = False,
+    csv_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--csv",
+            help="Write requests.csv (one row per request) and steps.csv (one row per "
+            "timed verify step) into this directory",
+        ),
+    ] = None,
 ) -> None:
     try:
         run, analysis = load_analysis(run_dir, reanalyze=reanalyze)

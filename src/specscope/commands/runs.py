@@ -26,7 +26,9 @@ def _short(path: str, home: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False) -> None:
+def runs(
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+) -> None:
     index = RunIndex()
     try:
         index.rescan()
@@ -39,11 +41,16 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON obje
         print_json({"home": str(index.home), "runs": [r.to_dict() for r in rows]})
         return
     if not rows:
-        out_console.print(Text(f"No runs under {index.home} (set SPECSCOPE_HOME to look "
-                               "elsewhere)."), highlight=False)
+        out_console.print(
+            Text(f"No runs under {index.home} (set SPECSCOPE_HOME to look elsewhere)."),
+            highlight=False,
+        )
         return
-    t = Table(title=Text(f"Runs under {index.home} (newest first)"), title_justify="left",
-              box=box.SIMPLE_HEAD)
+    t = Table(
+        title=Text(f"Runs under {index.home} (newest first)"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     t.add_column("started", no_wrap=True)
     t.add_column("status", no_wrap=True)
     t.add_column("tok/s", justify="right", no_wrap=True)
@@ -53,6 +60,13 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="Print one JSON obje
     t.add_column("endpoint", no_wrap=True, overflow="ellipsis")
     for r in rows:
         started = time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-"
-        t.add_row(started, Text(r.status), fmt(r.decode_tps, 1), fmt(r.mean_commit_len, 2),
-                  fmt_ms(r.mean_step_s), Text(_short(r.path, str(index.home))), Text(r.endpoint))
+        t.add_row(
+            started,
+            Text(r.status),
+            fmt(r.decode_tps, 1),
+            fmt(r.mean_commit_len, 2),
+            fmt_ms(r.mean_step_s),
+            Text(_short(r.path, str(index.home))),
+            Text(r.endpoint),
+        )
     out_console.print(t)

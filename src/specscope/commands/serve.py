@@ -16,8 +16,13 @@ from specscope.commands.common import err_console, fail_usage, untrusted
 DEFAULT_SCENARIO = "seed-regression"
 
 
-def _twin_backend(scenario: str, variant: str | None, time_scale: float | None,
-                  truth_file: Path | None, seed: int | None) -> Any:
+def _twin_backend(
+    scenario: str,
+    variant: str | None,
+    time_scale: float | None,
+    truth_file: Path | None,
+    seed: int | None,
+) -> Any:
     from specscope.twin.backend import TwinBackend
     from specscope.twin.model import ScenarioError, load_scenario
 
@@ -40,8 +45,10 @@ def _engine_backend(options: dict[str, Any]) -> Any:
     try:
         from specscope.engine.factory import build_backend
     except ImportError as exc:
-        fail_usage(f"--backend engine is not available here ({exc}); install the engine extra "
-                   "(pip install -e '.[engine]') or use --backend twin")
+        fail_usage(
+            f"--backend engine is not available here ({exc}); install the engine extra "
+            "(pip install -e '.[engine]') or use --backend twin"
+        )
     try:
         return build_backend(**options)
     except Exception as exc:  # any engine set-up failure is a one-line usage error, not a traceback
@@ -50,20 +57,29 @@ def _engine_backend(options: dict[str, Any]) -> Any:
 
 def serve(
     backend: Annotated[str, typer.Option(help="twin | engine")] = "twin",
-    scenario: Annotated[str, typer.Option(
-        help="Twin scenario: a TOML file or a shipped name (healthy, seed-regression, "
-             "draft-window, coalescing, speculation-overhead; NAME:baseline for the variant)")
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="Twin scenario: a TOML file or a shipped name (healthy, seed-regression, "
+            "draft-window, coalescing, speculation-overhead; NAME:baseline for the variant)"
+        ),
     ] = DEFAULT_SCENARIO,
     variant: Annotated[str | None, typer.Option(help="Scenario variant (baseline)")] = None,
     host: Annotated[str, typer.Option(help="Bind address (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0: any free)")] = 30000,
     log_file: Annotated[Path | None, typer.Option(help="Also write the server log here")] = None,
-    stream_interval: Annotated[int | None, typer.Option(
-        help="Emit a chunk when completion_tokens % N == 0 (SGLang); default: scenario or 1")
+    stream_interval: Annotated[
+        int | None,
+        typer.Option(
+            help="Emit a chunk when completion_tokens % N == 0 (SGLang); default: scenario or 1"
+        ),
     ] = None,
-    per_token_events: Annotated[bool | None, typer.Option(
-        "--per-token-events/--no-per-token-events",
-        help="One SSE event per token (llama.cpp-like); default: scenario or off")
+    per_token_events: Annotated[
+        bool | None,
+        typer.Option(
+            "--per-token-events/--no-per-token-events",
+            help="One SSE event per token (llama.cpp-like); default: scenario or off",
+        ),
     ] = None,
     decode_log_interval: Annotated[int, typer.Option(help="Decode batch log every N steps")] = 40,
     time_scale: Annotated[float | None, typer.Option(help="Twin: multiply all times")] = None,
@@ -75,7 +91,12 @@ def serve(
     kv_alloc: Annotated[str | None, typer.Option(help="Engine: contiguous | scattered")] = None,
     max_batch: Annotated[int | None, typer.Option(help="Max running requests")] = None,
     device: Annotated[str | None, typer.Option(help="Engine: cpu | cuda")] = None,
-    drafter: Annotated[str | None, typer.Option(help="Engine: none | ngram | model:PATH | layers:N | dflash:PATH (dflash:smollm2: the shipped one)")] = None,
+    drafter: Annotated[
+        str | None,
+        typer.Option(
+            help="Engine: none | ngram | model:PATH | layers:N | dflash:PATH (dflash:smollm2: the shipped one)"
+        ),
+    ] = None,
     verify: Annotated[str | None, typer.Option(help="Engine: chain | tree")] = None,
     num_draft_tokens: Annotated[int | None, typer.Option(help="Engine: drafts per step")] = None,
     budget: Annotated[int | None, typer.Option(help="Engine: tree node budget")] = None,
@@ -98,10 +119,18 @@ def serve(
         be = _twin_backend(scenario, variant, time_scale, truth_file, seed)
     elif backend == "engine":
         given = {
-            "model": model, "page_size": page_size, "kv_alloc": kv_alloc, "max_batch": max_batch,
-            "device": device, "drafter": drafter, "verify": verify,
-            "num_draft_tokens": num_draft_tokens, "budget": budget, "draft_window": draft_window,
-            "tree_kv": tree_kv, "seed": seed,
+            "model": model,
+            "page_size": page_size,
+            "kv_alloc": kv_alloc,
+            "max_batch": max_batch,
+            "device": device,
+            "drafter": drafter,
+            "verify": verify,
+            "num_draft_tokens": num_draft_tokens,
+            "budget": budget,
+            "draft_window": draft_window,
+            "tree_kv": tree_kv,
+            "seed": seed,
         }
         # Only the flags given: the engine owns its defaults.
         be = _engine_backend({k: v for k, v in given.items() if v is not None})
@@ -115,9 +144,11 @@ def serve(
         max_batch=max_batch,
         served_model_name=served_model_name,
     )
+
     def announce(url: str) -> None:
-        err_console.print(untrusted(f"specscope serve: {backend} listening on {url}"),
-                          highlight=False)
+        err_console.print(
+            untrusted(f"specscope serve: {backend} listening on {url}"), highlight=False
+        )
 
     try:
         serve_forever(be, options, host, port, announce)

@@ -141,8 +141,11 @@ class EngineBackend:
                 reqs = admitted[g : g + group]
                 longest = max(len(r.tokens) - 1 for r in reqs)
                 for start in range(0, longest, chunk):
-                    work = [(r, r.tokens[start : min(start + chunk, len(r.tokens) - 1)])
-                            for r in reqs if start < len(r.tokens) - 1]
+                    work = [
+                        (r, r.tokens[start : min(start + chunk, len(r.tokens) - 1)])
+                        for r in reqs
+                        if start < len(r.tokens) - 1
+                    ]
                     self._prefill_chunk(work)
         except Exception:
             for req in admitted:
@@ -152,8 +155,13 @@ class EngineBackend:
         for req in admitted:
             self.requests[req.request_id] = req
 
-    def _admit(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-               admitted: list[Request]) -> Request:
+    def _admit(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        admitted: list[Request],
+    ) -> Request:
         if not prompt_ids:
             raise BackendError("empty prompt")
         if request_id in self.requests or any(r.request_id == request_id for r in admitted):
@@ -170,7 +178,9 @@ class EngineBackend:
         rows = min(len(prompt_ids) + max(params.max_tokens, 1), self.max_context)
         seq = self.kv.admit(request_id, rows + self._headroom)
         seed = params.seed if params.seed is not None else self.seed
-        return Request(request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed))
+        return Request(
+            request_id, params, seq, list(prompt_ids), len(prompt_ids), make_generator(seed)
+        )
 
     def _prefill_chunk(self, work: list[tuple[Request, list[int]]]) -> None:
         """One prefill forward; a stepper that reads the target's hidden states gets this

@@ -34,17 +34,25 @@ def build_backend(options: EngineOptions | None = None, /, **flags: Any) -> Engi
         cap = GPU_POOL_CAP_TOKENS if opts.device == "cuda" else CPU_POOL_CAP_TOKENS
         pool_tokens = min(opts.max_batch * cfg.max_position_embeddings, cap)
     kv = KVCache.for_model(
-        cfg, pool_tokens=pool_tokens // opts.page_size * opts.page_size or opts.page_size,
-        page_size=opts.page_size, policy=opts.kv_alloc, dtype=loaded.dtype, device=loaded.device,
+        cfg,
+        pool_tokens=pool_tokens // opts.page_size * opts.page_size or opts.page_size,
+        page_size=opts.page_size,
+        policy=opts.kv_alloc,
+        dtype=loaded.dtype,
+        device=loaded.device,
         seed=opts.seed or 0,
     )
     return assemble(loaded, kv, opts)
 
 
-def assemble(loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: bool = True) -> EngineBackend:
+def assemble(
+    loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: bool = True
+) -> EngineBackend:
     """The backend for a loaded model and its KV cache: stepper from the speculation options,
     runner from the device (benches and tests build their cache, then call this)."""
-    stepper: Stepper = PlainStepper() if opts.speculation is None else make_stepper(loaded, kv, opts.speculation)
+    stepper: Stepper = (
+        PlainStepper() if opts.speculation is None else make_stepper(loaded, kv, opts.speculation)
+    )
     runner: Runner | None = None
     if loaded.device.type == "cuda" and opts.cuda_graphs:
         from specscope.engine.cuda.graph_runner import CudaGraphRunner
@@ -52,11 +60,23 @@ def assemble(loaded: LoadedModel, kv: KVCache, opts: EngineOptions, *, warmup: b
         # A drafter conditioned on the target's hidden states reads them from every target
         # forward (Runner.forward_hidden): the captured graphs return the tapped layers' too.
         if CudaGraphRunner.can_tap(loaded.model, stepper.target_taps):
-            graph_runner = CudaGraphRunner(loaded.model, kv, max_batch=opts.max_batch,
-                                           max_nodes=stepper.max_nodes, compile=opts.torch_compile,
-                                           gemv=opts.single_token_gemv, taps=stepper.target_taps)
+            graph_runner = CudaGraphRunner(
+                loaded.model,
+                kv,
+                max_batch=opts.max_batch,
+                max_nodes=stepper.max_nodes,
+                compile=opts.torch_compile,
+                gemv=opts.single_token_gemv,
+                taps=stepper.target_taps,
+            )
             if warmup:
                 graph_runner.warmup()
             runner = graph_runner
-    return EngineBackend(loaded, kv, stepper, runner=runner or EagerRunner(loaded.model, kv),
-                         max_batch=opts.max_batch, seed=opts.seed)
+    return EngineBackend(
+        loaded,
+        kv,
+        stepper,
+        runner=runner or EagerRunner(loaded.model, kv),
+        max_batch=opts.max_batch,
+        seed=opts.seed,
+    )

@@ -201,7 +201,9 @@ class KVCache:
         """Make the next `n` rows (already written: prefill, decode, accepted drafts moved or
         reordered into place) part of the visible context."""
         if seq.context_len + n > seq.num_rows:
-            raise ValueError(f"cannot commit {n} rows: only {seq.num_rows - seq.context_len} pending")
+            raise ValueError(
+                f"cannot commit {n} rows: only {seq.num_rows - seq.context_len} pending"
+            )
         seq.context_len += n
 
     def context_slots(self, seq: SeqKV) -> torch.Tensor:
@@ -215,7 +217,9 @@ class KVCache:
             raise ValueError("reordering rows rewrites the page table per token: needs page_size 1")
         tail = seq.pages[start:]
         named = set(order)
-        seq.pages[start:] = [tail[j] for j in order] + [p for j, p in enumerate(tail) if j not in named]
+        seq.pages[start:] = [tail[j] for j in order] + [
+            p for j, p in enumerate(tail) if j not in named
+        ]
         seq.table_synced = min(seq.table_synced, start)
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
@@ -270,7 +274,9 @@ class KVCache:
                 seq.table_synced = n
         if rows:
             if max(cols) >= table.max_pages:
-                raise ValueError(f"request outgrew the device block table ({table.max_pages} pages)")
+                raise ValueError(
+                    f"request outgrew the device block table ({table.max_pages} pages)"
+                )
             idx = torch.tensor([rows, cols], dtype=torch.long).to(self.device, non_blocking=True)
             table.table[idx[0], idx[1]] = torch.tensor(vals, dtype=torch.int32).to(self.device)
 

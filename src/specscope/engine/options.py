@@ -41,7 +41,9 @@ class SpeculationOptions:
             raise ValueError(f"tree_kv must be one of {TREE_KV_MODES}, got {self.tree_kv!r}")
         if self.num_draft_tokens < 1 or self.budget < 1:
             raise ValueError("num_draft_tokens and budget must be >= 1")
-        if not (self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:", "dflash:"))):
+        if not (
+            self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:", "dflash:"))
+        ):
             raise ValueError(
                 f"unknown drafter {self.drafter!r} "
                 "(expected none, ngram, model:PATH, layers:N or dflash:PATH)"

@@ -27,7 +27,9 @@ class Work:
     seq: SeqKV
     tokens: list[int]
     positions: list[int] | None = None  # None: consecutive from the context length
-    mask: np.ndarray | None = None  # bool [q, q]: new j sees new i (diagonal implied); None = causal
+    mask: np.ndarray | None = (
+        None  # bool [q, q]: new j sees new i (diagonal implied); None = causal
+    )
 
     def resolved_positions(self) -> list[int]:
         if self.positions is not None:
@@ -40,7 +42,9 @@ class Logits:
     """A forward's logits: the float32 tensor [B, Q, vocab] on the device, and per request the
     argmax of each of its q rows on the host (what greedy decoding and verification need)."""
 
-    def __init__(self, tensor: torch.Tensor, num_new: Sequence[int], argmax: torch.Tensor | None = None):
+    def __init__(
+        self, tensor: torch.Tensor, num_new: Sequence[int], argmax: torch.Tensor | None = None
+    ):
         self.tensor = tensor
         self.num_new = list(num_new)
         self._argmax_dev = argmax
@@ -58,7 +62,9 @@ class Runner(Protocol):
     kv: KVCache
     device: torch.device
 
-    def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+    def forward(
+        self, work: Sequence[Work], want_logits: bool = True
+    ) -> tuple[list[list[int]], Logits | None]:
         """Write the new tokens' K/V into new rows and return (their slots per request, logits)."""
         ...
 
@@ -85,7 +91,9 @@ class EagerRunner:
         self.model, self.kv = model, kv
         self.device = kv.device
 
-    def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+    def forward(
+        self, work: Sequence[Work], want_logits: bool = True
+    ) -> tuple[list[list[int]], Logits | None]:
         slots, logits, _ = self.forward_hidden(work, (), want_logits)
         return slots, logits
 
@@ -100,8 +108,15 @@ class EagerRunner:
             s = self.kv.alloc_rows(w.seq, len(w.tokens))
             slots.append(s)
             mask = None if w.mask is None else torch.from_numpy(np.asarray(w.mask, dtype=bool))
-            items.append(NewTokens(w.tokens, w.resolved_positions(),
-                                   torch.tensor(s, dtype=torch.long, device=self.device), context, mask))
+            items.append(
+                NewTokens(
+                    w.tokens,
+                    w.resolved_positions(),
+                    torch.tensor(s, dtype=torch.long, device=self.device),
+                    context,
+                    mask,
+                )
+            )
         batch = ForwardBatch.pack(items, self.device, self.kv.pad_slot)
         out, hidden = self.model.forward_taps(batch, self.kv, taps, compute_logits=want_logits)
         rows = [] if hidden is None else [hidden[r, :q] for r, q in enumerate(batch.num_new)]

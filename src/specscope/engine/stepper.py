@@ -84,8 +84,11 @@ class PlainStepper:
         proposals = {}
         for i, r in enumerate(live):
             p = r.params
-            tok = greedy[i][0] if p.temperature <= 0 else sample(
-                logits.tensor[i, 0], p.temperature, p.top_p, r.generator)
+            tok = (
+                greedy[i][0]
+                if p.temperature <= 0
+                else sample(logits.tensor[i, 0], p.temperature, p.top_p, r.generator)
+            )
             proposals[r.request_id] = Proposal([tok])
         return StepResult(proposals, {"verify": t1 - t0, "commit": time.perf_counter() - t1})
 

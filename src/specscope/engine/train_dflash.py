@@ -84,8 +84,13 @@ def _render(frame: Any, max_chars: int, start: int = 0) -> str:
     return frame.head + "".join(body).rstrip() + ("\n" if not frame.strip else "") + frame.tail
 
 
-def category_texts(categories: list[str], per_category: int, first_seed: int,
-                   max_chars: int, avoid: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+def category_texts(
+    categories: list[str],
+    per_category: int,
+    first_seed: int,
+    max_chars: int,
+    avoid: frozenset[str] = frozenset(),
+) -> list[tuple[str, str]]:
     """(category, prompt text) from the shipped workload frames. A category with little
     material renders the same prompt again from another seed (5 articles make 5 summarisation
     prompts): a repeat is re-cut at a seed-chosen unit offset, another window of the same real
@@ -102,33 +107,61 @@ def category_texts(categories: list[str], per_category: int, first_seed: int,
             for attempt in range(1, 5):
                 if text not in rendered or len(frame.units) < 2:
                     break
-                text = _render(frame, max_chars, (seed * 7919 + attempt * 104729) % len(frame.units))
+                text = _render(
+                    frame, max_chars, (seed * 7919 + attempt * 104729) % len(frame.units)
+                )
             rendered.add(text)
             out.append((cat, text))
     return out
 
 
-def encode_prompts(loaded: LoadedModel, texts: list[tuple[str, str]]) -> list[tuple[str, list[int]]]:
+def encode_prompts(
+    loaded: LoadedModel, texts: list[tuple[str, str]]
+) -> list[tuple[str, list[int]]]:
     """(category, prompt ids): each text as a chat turn (raw text for completion categories)."""
-    return [(cat, loaded.codec.encode(text) if cat in RAW_CATEGORIES
-             else loaded.codec.chat_ids([{"role": "user", "content": text}])) for cat, text in texts]
+    return [
+        (
+            cat,
+            loaded.codec.encode(text)
+            if cat in RAW_CATEGORIES
+            else loaded.codec.chat_ids([{"role": "user", "content": text}]),
+        )
+        for cat, text in texts
+    ]
 
 
-def category_prompts(loaded: LoadedModel, categories: list[str], per_category: int, first_seed: int,
-                     max_chars: int) -> list[tuple[str, list[int]]]:
+def category_prompts(
+    loaded: LoadedModel, categories: list[str], per_category: int, first_seed: int, max_chars: int
+) -> list[tuple[str, list[int]]]:
     """`category_texts`, encoded for the target."""
     return encode_prompts(loaded, category_texts(categories, per_category, first_seed, max_chars))
 
 
-def generate(loaded: LoadedModel, prompts: list[list[int]], max_new: int, batch: int = 8,
-             spec: dict[str, Any] | None = None, cuda_graphs: bool = True) -> tuple[list[list[int]], int]:
+def generate(
+    loaded: LoadedModel,
+    prompts: list[list[int]],
+    max_new: int,
+    batch: int = 8,
+    spec: dict[str, Any] | None = None,
+    cuda_graphs: bool = True,
+) -> tuple[list[list[int]], int]:
     """Greedy responses of the target (our engine, batched); with `spec`, speculative decoding
     instead of plain. Returns (responses, verify steps taken)."""
     longest = max(len(p) for p in prompts) + max_new + 64
-    kv = KVCache.for_model(loaded.config, pool_tokens=batch * (longest + 16), page_size=16,
-                           dtype=loaded.dtype, device=loaded.device)
-    opts = EngineOptions.from_flags(device=loaded.device.type, page_size=16, max_batch=batch,
-                                    cuda_graphs=cuda_graphs, **(spec or {}))
+    kv = KVCache.for_model(
+        loaded.config,
+        pool_tokens=batch * (longest + 16),
+        page_size=16,
+        dtype=loaded.dtype,
+        device=loaded.device,
+    )
+    opts = EngineOptions.from_flags(
+        device=loaded.device.type,
+        page_size=16,
+        max_batch=batch,
+        cuda_graphs=cuda_graphs,
+        **(spec or {}),
+    )
     backend = assemble(loaded, kv, opts)
     params = SamplingParams(max_tokens=max_new, temperature=0.0)
     responses: list[list[int]] = [[] for _ in prompts]
@@ -146,12 +179,18 @@ def generate(loaded: LoadedModel, prompts: list[list[int]], max_new: int, batch:
     return responses, steps
 
 
-def target_features(loaded: LoadedModel, tokens: list[int], taps: tuple[int, ...],
-                    chunk: int | None = None) -> torch.Tensor:
+def target_features(
+    loaded: LoadedModel, tokens: list[int], taps: tuple[int, ...], chunk: int | None = None
+) -> torch.Tensor:
     """The tapped layer outputs for every position of `tokens` (chunked causal forwards over a
     scratch KV cache), on the CPU, as a normal (autograd-usable) tensor."""
-    kv = KVCache.for_model(loaded.config, pool_tokens=len(tokens) + 16, page_size=16,
-                           dtype=loaded.dtype, device=loaded.device)
+    kv = KVCache.for_model(
+        loaded.config,
+        pool_tokens=len(tokens) + 16,
+        page_size=16,
+        dtype=loaded.dtype,
+        device=loaded.device,
+    )
     seq = kv.admit("features", len(tokens))
     runner = EagerRunner(loaded.model, kv)
     # A GPU takes a whole training sequence in one forward; a CPU in cache-sized chunks.
@@ -165,8 +204,9 @@ def target_features(loaded: LoadedModel, tokens: list[int], taps: tuple[int, ...
     return torch.cat(rows).clone()
 
 
-def distinct_split(train: list[tuple[str, list[int]]], held_out: list[tuple[str, list[int]]]
-                   ) -> tuple[list[tuple[str, list[int]]], list[tuple[str, list[int]]], dict[str, int]]:
+def distinct_split(
+    train: list[tuple[str, list[int]]], held_out: list[tuple[str, list[int]]]
+) -> tuple[list[tuple[str, list[int]]], list[tuple[str, list[int]]], dict[str, int]]:
     """Each prompt once, and no evaluation prompt that training saw. A category's frames draw
     from finite material, so different seeds can render the same prompt (a small category
     repeats after a few seeds): duplicates would be generated and trained on again (greedy
@@ -183,20 +223,37 @@ def distinct_split(train: list[tuple[str, list[int]]], held_out: list[tuple[str,
         if tuple(ids) not in seen and tuple(ids) not in held_seen:
             held_seen.add(tuple(ids))
             held.append((cat, ids))
-    return kept, held, {"prompts_rendered": len(train), "prompts_distinct": len(kept),
-                        "eval_rendered": len(held_out), "eval_unseen": len(held)}
+    return (
+        kept,
+        held,
+        {
+            "prompts_rendered": len(train),
+            "prompts_distinct": len(kept),
+            "eval_rendered": len(held_out),
+            "eval_unseen": len(held),
+        },
+    )
 
 
-def _cache_key(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], max_new: int,
-               taps: tuple[int, ...]) -> str:
-    blob = json.dumps([loaded.name, loaded.config.num_layers, str(loaded.dtype), max_new,
-                       list(taps), prompts])
+def _cache_key(
+    loaded: LoadedModel, prompts: list[tuple[str, list[int]]], max_new: int, taps: tuple[int, ...]
+) -> str:
+    blob = json.dumps(
+        [loaded.name, loaded.config.num_layers, str(loaded.dtype), max_new, list(taps), prompts]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def build_dataset(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], taps: tuple[int, ...],
-                  max_new: int, batch: int, cache_dir: Path | None, log=print,
-                  cuda_graphs: bool = True) -> tuple[list[Sample], dict]:
+def build_dataset(
+    loaded: LoadedModel,
+    prompts: list[tuple[str, list[int]]],
+    taps: tuple[int, ...],
+    max_new: int,
+    batch: int,
+    cache_dir: Path | None,
+    log=print,
+    cuda_graphs: bool = True,
+) -> tuple[list[Sample], dict]:
     """Target-generated responses + their features, from the cache when present."""
     from safetensors.torch import load_file, save_file
 
@@ -205,27 +262,53 @@ def build_dataset(loaded: LoadedModel, prompts: list[tuple[str, list[int]]], tap
     if path is not None and path.exists():
         tensors = load_file(str(path))
         meta = json.loads((path.with_suffix(".json")).read_text())
-        samples = [Sample(m["category"], tensors[f"tokens{i}"].tolist(), m["prompt_len"],
-                          tensors[f"hidden{i}"]) for i, m in enumerate(meta["samples"])]
+        samples = [
+            Sample(
+                m["category"],
+                tensors[f"tokens{i}"].tolist(),
+                m["prompt_len"],
+                tensors[f"hidden{i}"],
+            )
+            for i, m in enumerate(meta["samples"])
+        ]
         log(f"data: {len(samples)} sequences from the cache {path}")
         return samples, {**meta["stats"], "cache": str(path), "cached": True}
     t0 = time.perf_counter()
-    responses, _ = generate(loaded, [p for _, p in prompts], max_new, batch, cuda_graphs=cuda_graphs)
+    responses, _ = generate(
+        loaded, [p for _, p in prompts], max_new, batch, cuda_graphs=cuda_graphs
+    )
     gen_s = time.perf_counter() - t0
     samples = []
     for (cat, prompt), resp in zip(prompts, responses, strict=True):
         tokens = prompt + resp
         samples.append(Sample(cat, tokens, len(prompt), target_features(loaded, tokens, taps)))
-    stats = {"sequences": len(samples), "prompt_tokens": sum(s.prompt_len for s in samples),
-             "response_tokens": sum(len(s.tokens) - s.prompt_len for s in samples),
-             "generate_s": round(gen_s, 1), "features_s": round(time.perf_counter() - t0 - gen_s, 1)}
+    stats = {
+        "sequences": len(samples),
+        "prompt_tokens": sum(s.prompt_len for s in samples),
+        "response_tokens": sum(len(s.tokens) - s.prompt_len for s in samples),
+        "generate_s": round(gen_s, 1),
+        "features_s": round(time.perf_counter() - t0 - gen_s, 1),
+    }
     log(f"data: {stats}")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_file({**{f"tokens{i}": torch.tensor(s.tokens) for i, s in enumerate(samples)},
-                   **{f"hidden{i}": s.hidden for i, s in enumerate(samples)}}, str(path))
-        path.with_suffix(".json").write_text(json.dumps({"stats": stats, "samples": [
-            {"category": s.category, "prompt_len": s.prompt_len} for s in samples]}))
+        save_file(
+            {
+                **{f"tokens{i}": torch.tensor(s.tokens) for i, s in enumerate(samples)},
+                **{f"hidden{i}": s.hidden for i, s in enumerate(samples)},
+            },
+            str(path),
+        )
+        path.with_suffix(".json").write_text(
+            json.dumps(
+                {
+                    "stats": stats,
+                    "samples": [
+                        {"category": s.category, "prompt_len": s.prompt_len} for s in samples
+                    ],
+                }
+            )
+        )
     return samples, {**stats, "cache": str(path) if path else None, "cached": False}
 
 
@@ -238,7 +321,9 @@ def position_weights(block_size: int, gamma: float) -> torch.Tensor:
     return torch.exp(-torch.arange(block_size - 1, dtype=torch.float32) / gamma)
 
 
-def sample_anchors(sample: Sample, block_size: int, count: int, rng: np.random.Generator) -> np.ndarray:
+def sample_anchors(
+    sample: Sample, block_size: int, count: int, rng: np.random.Generator
+) -> np.ndarray:
     """Up to `count` distinct anchors among response positions that leave a full block
     (an anchor a needs the labels a+1..a+B-1 inside the sequence), sorted."""
     lo, hi = max(sample.prompt_len - 1, 1), len(sample.tokens) - block_size
@@ -248,8 +333,14 @@ def sample_anchors(sample: Sample, block_size: int, count: int, rng: np.random.G
     return np.sort(rng.choice(choices, size=min(count, len(choices)), replace=False))
 
 
-def block_loss(draft: DFlashDraftModel, embed: torch.nn.Module, lm_head: torch.nn.Module, sample: Sample,
-               anchors: np.ndarray, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+def block_loss(
+    draft: DFlashDraftModel,
+    embed: torch.nn.Module,
+    lm_head: torch.nn.Module,
+    sample: Sample,
+    anchors: np.ndarray,
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted CE of one sequence's packed blocks, and per-slot accuracy (argmax == label)."""
     b = draft.config.block_size
     dev = draft.fc.weight.device
@@ -300,8 +391,14 @@ class TrainSettings:
     validate_every: int = 0  # steps between held-out checks (0: ten over the run)
 
 
-def validation_point(draft: DFlashDraftModel, target: LoadedModel, held_out: list[Sample], anchors: int,
-                     gamma: float, seed: int = 0) -> dict[str, float]:
+def validation_point(
+    draft: DFlashDraftModel,
+    target: LoadedModel,
+    held_out: list[Sample],
+    anchors: int,
+    gamma: float,
+    seed: int = 0,
+) -> dict[str, float]:
     """Loss and per-slot accuracy on sequences training never saw (fixed anchors per sequence),
     with the expected chain commit they imply: the training accuracy alone cannot tell a drafter
     that learnt the target from one that memorised its training sequences."""
@@ -321,12 +418,21 @@ def validation_point(draft: DFlashDraftModel, target: LoadedModel, held_out: lis
     if not accs:
         return {}
     acc = np.mean(accs, axis=0)
-    return {"loss": round(float(np.mean(losses)), 4), "slot1_acc": round(float(acc[0]), 4),
-            "expected_commit": round(expected_commit(acc), 3)}
+    return {
+        "loss": round(float(np.mean(losses)), 4),
+        "slot1_acc": round(float(acc[0]), 4),
+        "expected_commit": round(expected_commit(acc), 3),
+    }
 
 
-def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: TrainSettings,
-          log=print, held_out: list[Sample] | None = None) -> dict[str, Any]:
+def train(
+    draft: DFlashDraftModel,
+    target: LoadedModel,
+    data: list[Sample],
+    st: TrainSettings,
+    log=print,
+    held_out: list[Sample] | None = None,
+) -> dict[str, Any]:
     """Train in place; returns the history (loss per logged step, per-slot accuracy, timing,
     and the held-out loss/accuracy at regular steps when `held_out` sequences are given)."""
     embed, lm_head = target.model.embed_tokens, target.model.lm_head
@@ -351,8 +457,14 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
         probe_rng = np.random.default_rng(st.seed + 1)
         # One untimed pass first: kernel loading and allocator growth are not a step's cost.
         sample = usable[int(probe_rng.integers(len(usable)))]
-        block_loss(draft, embed, lm_head, sample, sample_anchors(sample, draft.config.block_size,
-                                                                 st.anchors, probe_rng), st.gamma)[0].backward()
+        block_loss(
+            draft,
+            embed,
+            lm_head,
+            sample,
+            sample_anchors(sample, draft.config.block_size, st.anchors, probe_rng),
+            st.gamma,
+        )[0].backward()
         if target.device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -374,8 +486,11 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
     every = st.validate_every or max(1, total // 10)
     validation: list[dict[str, float]] = []
     while step < total:
-        lr = st.lr * (step + 1) / warm if step < warm else \
-            st.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+        lr = (
+            st.lr * (step + 1) / warm
+            if step < warm
+            else st.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+        )
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
@@ -395,8 +510,12 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
         step += 1
         window_loss.append(loss_val)
         if step % st.log_every == 0 or step == total:
-            point = {"step": step, "loss": round(float(np.mean(window_loss)), 4),
-                     "lr": lr, "elapsed_s": round(time.perf_counter() - t0, 1)}
+            point = {
+                "step": step,
+                "loss": round(float(np.mean(window_loss)), 4),
+                "lr": lr,
+                "elapsed_s": round(time.perf_counter() - t0, 1),
+            }
             curve.append(point)
             log(f"train: {point} slot-1 acc (run mean) {acc_sum[0] / max(acc_n, 1):.3f}")
             window_loss = []
@@ -405,25 +524,38 @@ def train(draft: DFlashDraftModel, target: LoadedModel, data: list[Sample], st: 
             validation.append({"step": step, **vp})
             log(f"held-out: {validation[-1]}")
     draft.eval()
-    return {"steps": step, "train_s": round(time.perf_counter() - t0, 1), "curve": curve,
-            "validation": validation,
-            "slot_accuracy_run": [round(float(v), 4) for v in acc_sum / max(acc_n, 1)],
-            "slot_accuracy_last": [round(float(v), 4) for v in np.mean(recent, axis=0)]}
+    return {
+        "steps": step,
+        "train_s": round(time.perf_counter() - t0, 1),
+        "curve": curve,
+        "validation": validation,
+        "slot_accuracy_run": [round(float(v), 4) for v in acc_sum / max(acc_n, 1)],
+        "slot_accuracy_last": [round(float(v), 4) for v in np.mean(recent, axis=0)],
+    }
 
 
 # -- evaluation -----------------------------------------------------------------------------------
 
 
-def evaluate(loaded: LoadedModel, drafter_dir: Path, prompts: list[tuple[str, list[int]]], tokens: int,
-             block_size: int, budget: int, cuda_graphs: bool = True,
-             references: list[list[int]] | None = None) -> dict[str, dict[str, Any]]:
+def evaluate(
+    loaded: LoadedModel,
+    drafter_dir: Path,
+    prompts: list[tuple[str, list[int]]],
+    tokens: int,
+    block_size: int,
+    budget: int,
+    cuda_graphs: bool = True,
+    references: list[list[int]] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per category: tau (tokens per verify step) for chain (k = B-1) and DDTree, and whether
     each equals plain greedy output (lossless). `references`: the plain greedy responses of
     `prompts` already generated (the held-out sequences, cut to `tokens`); else generated here."""
     out: dict[str, dict[str, Any]] = {}
     depth = block_size - 1
-    modes = {"chain": {"verify": "chain", "num_draft_tokens": depth},
-             "tree": {"verify": "tree", "num_draft_tokens": depth, "budget": budget}}
+    modes = {
+        "chain": {"verify": "chain", "num_draft_tokens": depth},
+        "tree": {"verify": "tree", "num_draft_tokens": depth, "budget": budget},
+    }
     for cat in dict.fromkeys(c for c, _ in prompts):
         ids = [p for c, p in prompts if c == cat]
         if references is not None:
@@ -432,8 +564,14 @@ def evaluate(loaded: LoadedModel, drafter_dir: Path, prompts: list[tuple[str, li
             plain, _ = generate(loaded, ids, tokens, batch=len(ids), cuda_graphs=cuda_graphs)
         row: dict[str, Any] = {"prompts": len(ids), "tokens": sum(map(len, plain))}
         for mode, spec in modes.items():
-            spec_out, steps = generate(loaded, ids, tokens, batch=1, cuda_graphs=cuda_graphs,
-                                       spec={"drafter": f"dflash:{drafter_dir}", **spec})
+            spec_out, steps = generate(
+                loaded,
+                ids,
+                tokens,
+                batch=1,
+                cuda_graphs=cuda_graphs,
+                spec={"drafter": f"dflash:{drafter_dir}", **spec},
+            )
             row[f"tau_{mode}"] = round(sum(map(len, spec_out)) / max(steps, 1), 3)
             row[f"lossless_{mode}"] = spec_out == plain
         out[cat] = row
@@ -447,55 +585,91 @@ def write_card(folder: Path, card: dict[str, Any]) -> None:
     (folder / "card.json").write_text(json.dumps(card, indent=1) + "\n")
     d, t, e = card["data"], card["training"], card.get("evaluation", {})
     lines = [
-        f"# DFlash drafter for {card['target']}", "",
+        f"# DFlash drafter for {card['target']}",
+        "",
         "A block drafter (one forward per block [anchor, MASK x (B-1)], conditioned on the "
         "target's hidden states through K/V injection) trained by "
         "`python -m specscope.engine.train_dflash`. Embedding and LM head are the target's "
-        "(not stored here).", "",
-        "## Reproduce", "", "```", card["command"], "```", "",
+        "(not stored here).",
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        card["command"],
+        "```",
+        "",
         f"Pass `--steps {t['steps']}` to repeat this exact run without a time budget "
-        "(seeded: same data, anchors and initialisation).", "",
-        "## Drafter", "",
+        "(seeded: same data, anchors and initialisation).",
+        "",
+        "## Drafter",
+        "",
         f"- {card['drafter']['num_layers']} layer(s), block size {card['drafter']['block_size']}, "
         f"tapped target layers {card['drafter']['target_layer_ids']}",
         f"- {card['parameters']:,} parameters, stored as {card['save_dtype']} "
-        f"({card['file_mb']:.1f} MB)", "",
-        "## Data", "",
+        f"({card['file_mb']:.1f} MB)",
+        "",
+        "## Data",
+        "",
         f"- prompts: the shipped workload categories {', '.join(card['categories'])}, "
         f"{card['prompts_per_category']} per category (seeds 0..{card['prompts_per_category'] - 1}); "
         f"responses generated by the target itself (greedy, up to {card['response_tokens']} tokens)",
         f"- {d['sequences']} sequences, {d['prompt_tokens']} prompt + {d['response_tokens']} response tokens",
-        *([f"- distinct prompts: {d['prompts_distinct']} of {d['prompts_rendered']} rendered (a category's "
-           f"seeds can render the same prompt); evaluation prompts unseen in training: "
-           f"{d['eval_unseen']} of {d['eval_rendered']}"] if "prompts_distinct" in d else []),
+        *(
+            [
+                f"- distinct prompts: {d['prompts_distinct']} of {d['prompts_rendered']} rendered (a category's "
+                f"seeds can render the same prompt); evaluation prompts unseen in training: "
+                f"{d['eval_unseen']} of {d['eval_rendered']}"
+            ]
+            if "prompts_distinct" in d
+            else []
+        ),
         f"- generation {d.get('generate_s', '?')} s, features {d.get('features_s', '?')} s "
-        f"(cached: {d.get('cached')})", "",
-        "## Training", "",
+        f"(cached: {d.get('cached')})",
+        "",
+        "## Training",
+        "",
         f"- device {card['device']}, {card['threads']} torch thread(s); {t['steps']} steps in "
         f"{t['train_s']} s; {card['settings']['anchors']} anchors x {card['settings']['seqs_per_step']} "
         f"sequence(s) per step; lr {card['settings']['lr']}, gamma {card['settings']['gamma']}",
         f"- per-slot training accuracy (argmax == target token), mean over the run: "
-        f"{t['slot_accuracy_run']}" + (f"; over its last tenth: {t['slot_accuracy_last']}"
-                                       if "slot_accuracy_last" in t else ""), "",
-        "| step | loss | elapsed s |", "|---:|---:|---:|",
-        *[f"| {p['step']} | {p['loss']} | {p['elapsed_s']} |" for p in t["curve"]], "",
+        f"{t['slot_accuracy_run']}"
+        + (
+            f"; over its last tenth: {t['slot_accuracy_last']}" if "slot_accuracy_last" in t else ""
+        ),
+        "",
+        "| step | loss | elapsed s |",
+        "|---:|---:|---:|",
+        *[f"| {p['step']} | {p['loss']} | {p['elapsed_s']} |" for p in t["curve"]],
+        "",
     ]
     if t.get("validation"):
         lines += [
             "Held-out sequences (the evaluation prompts' own responses, never trained on): a "
-            "training loss far below the held-out one is memorisation, not learning.", "",
-            "| step | held-out loss | slot-1 accuracy | expected chain commit |", "|---:|---:|---:|---:|",
-            *[f"| {v['step']} | {v.get('loss', '-')} | {v.get('slot1_acc', '-')} | "
-              f"{v.get('expected_commit', '-')} |" for v in t["validation"]], "",
+            "training loss far below the held-out one is memorisation, not learning.",
+            "",
+            "| step | held-out loss | slot-1 accuracy | expected chain commit |",
+            "|---:|---:|---:|---:|",
+            *[
+                f"| {v['step']} | {v.get('loss', '-')} | {v.get('slot1_acc', '-')} | "
+                f"{v.get('expected_commit', '-')} |"
+                for v in t["validation"]
+            ],
+            "",
         ]
     if e:
         lines += [
             f"## Evaluation (held-out prompts: seeds {EVAL_SEED_OFFSET}+, greedy, "
-            f"{card['eval_tokens']} new tokens, tree budget {card['eval_budget']})", "",
-            "tau = tokens committed per target verify step (1.0 = no gain).", "",
-            "| category | prompts | tau chain | tau tree | lossless |", "|---|---:|---:|---:|---|",
-            *[f"| {c} | {r['prompts']} | {r['tau_chain']} | {r['tau_tree']} | "
-              f"{'yes' if r['lossless_chain'] and r['lossless_tree'] else 'NO'} |" for c, r in e.items()],
+            f"{card['eval_tokens']} new tokens, tree budget {card['eval_budget']})",
+            "",
+            "tau = tokens committed per target verify step (1.0 = no gain).",
+            "",
+            "| category | prompts | tau chain | tau tree | lossless |",
+            "|---|---:|---:|---:|---|",
+            *[
+                f"| {c} | {r['prompts']} | {r['tau_chain']} | {r['tau_tree']} | "
+                f"{'yes' if r['lossless_chain'] and r['lossless_tree'] else 'NO'} |"
+                for c, r in e.items()
+            ],
             "",
         ]
     lines += ["Total wall time: " + f"{card['wall_s']} s.", ""]
@@ -506,39 +680,83 @@ def write_card(folder: Path, card: dict[str, Any]) -> None:
 
 PRESETS = {
     # One CPU thread in ~25 minutes: a one-layer drafter, short blocks, short responses.
-    "cpu": {"draft_layers": 1, "block_size": 8, "gamma": 4.0, "prompts_per_category": 8,
-            "response_tokens": 96, "prompt_chars": 700, "anchors": 24, "seqs_per_step": 1,
-            "minutes": 16.0, "eval_prompts": 1, "eval_tokens": 48, "lr": 1e-3},
+    "cpu": {
+        "draft_layers": 1,
+        "block_size": 8,
+        "gamma": 4.0,
+        "prompts_per_category": 8,
+        "response_tokens": 96,
+        "prompt_chars": 700,
+        "anchors": 24,
+        "seqs_per_step": 1,
+        "minutes": 16.0,
+        "eval_prompts": 1,
+        "eval_tokens": 48,
+        "lr": 1e-3,
+    },
     # The H200 session: the recipe's block 16 / gamma 7, more data and longer responses.
-    "gpu": {"draft_layers": 2, "block_size": 16, "gamma": 7.0, "prompts_per_category": 96,
-            "response_tokens": 384, "prompt_chars": 1600, "anchors": 256, "seqs_per_step": 8,
-            "minutes": 15.0, "eval_prompts": 4, "eval_tokens": 256, "lr": 6e-4},
+    "gpu": {
+        "draft_layers": 2,
+        "block_size": 16,
+        "gamma": 7.0,
+        "prompts_per_category": 96,
+        "response_tokens": 384,
+        "prompt_chars": 1600,
+        "anchors": 256,
+        "seqs_per_step": 8,
+        "minutes": 15.0,
+        "eval_prompts": 4,
+        "eval_tokens": 256,
+        "lr": 6e-4,
+    },
 }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m specscope.engine.train_dflash",
-                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="smollm2", help="as --model: smollm2, a .gguf or a HF folder")
+    ap = argparse.ArgumentParser(
+        prog="python -m specscope.engine.train_dflash",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--target", default="smollm2", help="as --model: smollm2, a .gguf or a HF folder"
+    )
     ap.add_argument("--out", required=True, type=Path, help="folder for the drafter and its card")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
-                    help="the target's dtype (default: the device's; fp32 makes the lossless check exact)")
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="the target's dtype (default: the device's; fp32 makes the lossless check exact)",
+    )
     ap.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=None, help="exact step count (overrides --minutes)")
-    ap.add_argument("--categories", default=None, help="comma list (default: every built-in category)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="exact step count (overrides --minutes)"
+    )
+    ap.add_argument(
+        "--categories", default=None, help="comma list (default: every built-in category)"
+    )
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/dflash"))
     ap.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--eval-budget", type=int, default=32, help="DDTree node budget for evaluation")
     ap.add_argument("--gen-batch", type=int, default=8)
-    ap.add_argument("--eager", action="store_true", help="CUDA: generate and evaluate without CUDA graphs")
-    ap.add_argument("--evaluate-only", action="store_true",
-                    help="evaluate the drafter already in --out (held-out prompts) and update its card")
+    ap.add_argument(
+        "--eager", action="store_true", help="CUDA: generate and evaluate without CUDA graphs"
+    )
+    ap.add_argument(
+        "--evaluate-only",
+        action="store_true",
+        help="evaluate the drafter already in --out (held-out prompts) and update its card",
+    )
     for name, value in PRESETS["cpu"].items():
-        ap.add_argument("--" + name.replace("_", "-"), type=type(value), default=None,
-                        help=f"preset cpu: {value}, gpu: {PRESETS['gpu'][name]}")
+        ap.add_argument(
+            "--" + name.replace("_", "-"),
+            type=type(value),
+            default=None,
+            help=f"preset cpu: {value}, gpu: {PRESETS['gpu'][name]}",
+        )
     args = ap.parse_args(argv)
     for name, value in PRESETS[args.preset].items():
         if getattr(args, name) is None:
@@ -546,9 +764,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, target: LoadedModel | None = None,
-        prompts: list[tuple[str, list[int]]] | None = None,
-        eval_prompts: list[tuple[str, list[int]]] | None = None, log=print) -> dict[str, Any]:
+def run(
+    args: argparse.Namespace,
+    target: LoadedModel | None = None,
+    prompts: list[tuple[str, list[int]]] | None = None,
+    eval_prompts: list[tuple[str, list[int]]] | None = None,
+    log=print,
+) -> dict[str, Any]:
     """The whole pipeline; tests pass a tiny target and token prompts instead of text ones."""
     t_start = time.perf_counter()
     if args.threads > 0:
@@ -556,59 +778,131 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no CUDA device")
     if args.device == "cuda":
-        torch.set_float32_matmul_precision("high")  # the fp32 drafter's matmuls on tensor cores (TF32)
+        torch.set_float32_matmul_precision(
+            "high"
+        )  # the fp32 drafter's matmuls on tensor cores (TF32)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
     target = target or load_model(args.target, device=args.device, dtype=dtype)
     categories = args.categories.split(",") if args.categories else list(CATEGORIES)
     if prompts is None:
         train_texts = category_texts(categories, args.prompts_per_category, 0, args.prompt_chars)
-        eval_texts = category_texts(categories, args.eval_prompts, EVAL_SEED_OFFSET, args.prompt_chars,
-                                    avoid=frozenset(t for _, t in train_texts))
-        prompts, eval_prompts = encode_prompts(target, train_texts), encode_prompts(target, eval_texts)
+        eval_texts = category_texts(
+            categories,
+            args.eval_prompts,
+            EVAL_SEED_OFFSET,
+            args.prompt_chars,
+            avoid=frozenset(t for _, t in train_texts),
+        )
+        prompts, eval_prompts = (
+            encode_prompts(target, train_texts),
+            encode_prompts(target, eval_texts),
+        )
     prompts, eval_prompts, split_stats = distinct_split(prompts, eval_prompts or [])
     log(f"data: {split_stats}")
     if args.evaluate_only:
         return reevaluate(args, target, eval_prompts, log)
-    cfg = DFlashConfig.for_target(target.name, target.config, num_layers=args.draft_layers,
-                                  block_size=args.block_size)
+    cfg = DFlashConfig.for_target(
+        target.name, target.config, num_layers=args.draft_layers, block_size=args.block_size
+    )
     taps = tuple(cfg.target_layer_ids)
-    data, data_stats = build_dataset(target, prompts, taps, args.response_tokens, args.gen_batch,
-                                     args.cache_dir, log, cuda_graphs=not args.eager)
+    data, data_stats = build_dataset(
+        target,
+        prompts,
+        taps,
+        args.response_tokens,
+        args.gen_batch,
+        args.cache_dir,
+        log,
+        cuda_graphs=not args.eager,
+    )
     # The evaluation prompts' own responses and features: a held-out loss during training.
-    held_out = (build_dataset(target, eval_prompts, taps, args.response_tokens, args.gen_batch, None,
-                              log, cuda_graphs=not args.eager)[0] if eval_prompts else [])
+    held_out = (
+        build_dataset(
+            target,
+            eval_prompts,
+            taps,
+            args.response_tokens,
+            args.gen_batch,
+            None,
+            log,
+            cuda_graphs=not args.eager,
+        )[0]
+        if eval_prompts
+        else []
+    )
     torch.manual_seed(args.seed)
     draft = DFlashDraftModel(cfg)
     draft.init_weights(args.seed, float(target.model.embed_tokens.weight.detach().float().std()))
     draft = draft.to(target.device)
-    settings = TrainSettings(steps=args.steps, minutes=args.minutes, lr=args.lr, anchors=args.anchors,
-                             seqs_per_step=args.seqs_per_step, gamma=args.gamma, seed=args.seed)
+    settings = TrainSettings(
+        steps=args.steps,
+        minutes=args.minutes,
+        lr=args.lr,
+        anchors=args.anchors,
+        seqs_per_step=args.seqs_per_step,
+        gamma=args.gamma,
+        seed=args.seed,
+    )
     history = train(draft, target, data, settings, log, held_out=held_out)
-    cfg.training = {"steps": history["steps"], "seed": args.seed, "gamma": args.gamma,
-                    "sequences": data_stats["sequences"]}
+    cfg.training = {
+        "steps": history["steps"],
+        "seed": args.seed,
+        "gamma": args.gamma,
+        "sequences": data_stats["sequences"],
+    }
     save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
     dflash_model.save(draft, args.out, dtype=save_dtype)
     # Greedy decoding's prefix property: the held-out responses cut to eval_tokens are what a
     # plain run of eval_tokens would write, so evaluation need not generate them again.
-    references = ([s.tokens[s.prompt_len:][: args.eval_tokens] for s in held_out]
-                  if args.response_tokens >= args.eval_tokens else None)
-    evaluation = (evaluate(target, args.out, eval_prompts, args.eval_tokens, args.block_size,
-                           args.eval_budget, cuda_graphs=not args.eager, references=references)
-                  if eval_prompts else {})
-    command = "python -m specscope.engine.train_dflash " + " ".join(
-        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in sorted(vars(args).items())
-        if v is not None and v is not False and k not in ("steps", "out", "cache_dir")) + f" --out {args.out}"
+    references = (
+        [s.tokens[s.prompt_len :][: args.eval_tokens] for s in held_out]
+        if args.response_tokens >= args.eval_tokens
+        else None
+    )
+    evaluation = (
+        evaluate(
+            target,
+            args.out,
+            eval_prompts,
+            args.eval_tokens,
+            args.block_size,
+            args.eval_budget,
+            cuda_graphs=not args.eager,
+            references=references,
+        )
+        if eval_prompts
+        else {}
+    )
+    command = (
+        "python -m specscope.engine.train_dflash "
+        + " ".join(
+            f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+            for k, v in sorted(vars(args).items())
+            if v is not None and v is not False and k not in ("steps", "out", "cache_dir")
+        )
+        + f" --out {args.out}"
+    )
     card = {
-        "target": target.name, "command": command, "device": args.device,
-        "threads": torch.get_num_threads(), "drafter": asdict(cfg),
-        "parameters": sum(p.numel() for p in draft.parameters()), "save_dtype": args.save_dtype,
+        "target": target.name,
+        "command": command,
+        "device": args.device,
+        "threads": torch.get_num_threads(),
+        "drafter": asdict(cfg),
+        "parameters": sum(p.numel() for p in draft.parameters()),
+        "save_dtype": args.save_dtype,
         "file_mb": (args.out / dflash_model.WEIGHTS_FILE).stat().st_size / 1e6,
         "categories": sorted(dict.fromkeys(c for c, _ in prompts)),
-        "prompts_per_category": args.prompts_per_category, "response_tokens": args.response_tokens,
-        "data": {**data_stats, **split_stats}, "settings": asdict(settings), "training": history,
-        "evaluation": evaluation, "eval_tokens": args.eval_tokens, "eval_budget": args.eval_budget,
-        "expected_commit_from_train_accuracy": round(expected_commit(
-            np.array(history["slot_accuracy_last"])), 3),
+        "prompts_per_category": args.prompts_per_category,
+        "response_tokens": args.response_tokens,
+        "data": {**data_stats, **split_stats},
+        "settings": asdict(settings),
+        "training": history,
+        "evaluation": evaluation,
+        "eval_tokens": args.eval_tokens,
+        "eval_budget": args.eval_budget,
+        "expected_commit_from_train_accuracy": round(
+            expected_commit(np.array(history["slot_accuracy_last"])), 3
+        ),
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
     write_card(args.out, card)
@@ -616,22 +910,36 @@ def run(args: argparse.Namespace, target: LoadedModel | None = None,
     return card
 
 
-def reevaluate(args: argparse.Namespace, target: LoadedModel, eval_prompts: list[tuple[str, list[int]]],
-               log=print) -> dict[str, Any]:
+def reevaluate(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    eval_prompts: list[tuple[str, list[int]]],
+    log=print,
+) -> dict[str, Any]:
     """`--evaluate-only`: held-out tau of the drafter in `--out` (trained by an earlier run, whose
     card it updates), e.g. on another device or with the fast path the training run lacked."""
     card_path = args.out / "card.json"
     if not card_path.exists():
-        raise FileNotFoundError(f"{card_path}: --evaluate-only needs a drafter trained by this command")
+        raise FileNotFoundError(
+            f"{card_path}: --evaluate-only needs a drafter trained by this command"
+        )
     card = json.loads(card_path.read_text())
     block = int(card["drafter"]["block_size"])
     t0 = time.perf_counter()
-    card["evaluation"] = evaluate(target, args.out, eval_prompts, args.eval_tokens, block,
-                                  args.eval_budget, cuda_graphs=not args.eager)
+    card["evaluation"] = evaluate(
+        target,
+        args.out,
+        eval_prompts,
+        args.eval_tokens,
+        block,
+        args.eval_budget,
+        cuda_graphs=not args.eager,
+    )
     card["eval_tokens"], card["eval_budget"] = args.eval_tokens, args.eval_budget
     card["eval_device"] = args.device
     card.setdefault("notes", []).append(
-        f"evaluation re-run by --evaluate-only on {args.device} ({time.perf_counter() - t0:.0f} s)")
+        f"evaluation re-run by --evaluate-only on {args.device} ({time.perf_counter() - t0:.0f} s)"
+    )
     write_card(args.out, card)
     log(f"evaluation {json.dumps(card['evaluation'])}")
     return card

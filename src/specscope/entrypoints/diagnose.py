@@ -110,21 +110,39 @@ class DiagnoseOptions:
         t = self.probe.timeouts
         ev = self.evidence
         return {
-            "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
-            "quick": self.quick, "repeat": self.repeat, "flavor": self.flavor, "api": self.api,
-            "concurrency_levels": (list(self.concurrency_levels)
-                                   if self.concurrency_levels else None),
-            "baseline": self.baseline_path, "logs": list(ev.logs) or None,
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "quick": self.quick,
+            "repeat": self.repeat,
+            "flavor": self.flavor,
+            "api": self.api,
+            "concurrency_levels": (
+                list(self.concurrency_levels) if self.concurrency_levels else None
+            ),
+            "baseline": self.baseline_path,
+            "logs": list(ev.logs) or None,
             "logs_cmd": shlex.split(ev.logs_cmd) if ev.logs_cmd else None,
-            "logs_cmd_text": ev.logs_cmd, "logs_timeout": ev.logs_timeout_s,
-            "metrics_url": ev.metrics_url, "out": str(self.out),
-            "scenario": self.embedded.scenario, "time_scale": self.embedded.time_scale,
-            "backend": self.embedded.backend, "model": self.probe.model,
-            "same_prompt": not self.probe.unique, "vary_prompts": self.probe.unique,
-            "timeouts": {"connect": t.connect, "first_byte": t.first_byte,
-                         "between_chunks": t.between_chunks, "total": t.total},
-            "slo": self.slo, "precision": self.precision, "budget_s": self.budget_s,
-            "budget_tokens": self.budget_tokens, **self.recorded,
+            "logs_cmd_text": ev.logs_cmd,
+            "logs_timeout": ev.logs_timeout_s,
+            "metrics_url": ev.metrics_url,
+            "out": str(self.out),
+            "scenario": self.embedded.scenario,
+            "time_scale": self.embedded.time_scale,
+            "backend": self.embedded.backend,
+            "model": self.probe.model,
+            "same_prompt": not self.probe.unique,
+            "vary_prompts": self.probe.unique,
+            "timeouts": {
+                "connect": t.connect,
+                "first_byte": t.first_byte,
+                "between_chunks": t.between_chunks,
+                "total": t.total,
+            },
+            "slo": self.slo,
+            "precision": self.precision,
+            "budget_s": self.budget_s,
+            "budget_tokens": self.budget_tokens,
+            **self.recorded,
         }
 
 
@@ -140,8 +158,9 @@ class DiagnoseHooks:
     on_plan: Callable[[Plan, str], None] = _nothing  # the calibrated plan, before it runs
     on_interrupt: Callable[[], None] = _nothing  # Ctrl-C: what was measured is kept
     # A context manager yielding a per-event progress callback for the plan's run.
-    progress: Callable[[], contextlib.AbstractContextManager[
-        Callable[[StepProgress], None] | None]] = contextlib.nullcontext
+    progress: Callable[
+        [], contextlib.AbstractContextManager[Callable[[StepProgress], None] | None]
+    ] = contextlib.nullcontext
 
 
 @dataclass(frozen=True)
@@ -168,8 +187,10 @@ def rates_from(traces: list[RequestTrace]) -> tuple[float | None, float | None]:
             decode.append(win[0] / win[1])
         if t.ttft_s and t.spec.prompt_tokens:
             prefill.append(t.spec.prompt_tokens / t.ttft_s)
-    return (sum(decode) / len(decode) if decode else None,
-            sum(prefill) / len(prefill) if prefill else None)
+    return (
+        sum(decode) / len(decode) if decode else None,
+        sum(prefill) / len(prefill) if prefill else None,
+    )
 
 
 @dataclass
@@ -182,29 +203,48 @@ class _Measured:
     precision: PrecisionOutcome | None = None  # the repeat loop's record, when the plan has one
 
 
-def _run_info(options: DiagnoseOptions, url: str, desc: dict[str, Any], args: dict[str, Any],
-              embedded_notes: list[str]) -> RunInfo:
+def _run_info(
+    options: DiagnoseOptions,
+    url: str,
+    desc: dict[str, Any],
+    args: dict[str, Any],
+    embedded_notes: list[str],
+) -> RunInfo:
     reference = desc.get("prompt_reference")
-    return RunInfo(kind="diagnose", endpoint=url, flavor=str(desc.get("flavor") or ""),
-                   api=str(desc.get("api") or ""), model=desc.get("model"),
-                   server_info=desc.get("server_info") or {}, args=args,
-                   notes=[*embedded_notes,
-                          f"workload {desc.get('workload')}; " + (
-                              f"every prompt unique (run reference {reference} first)"
-                              if reference else
-                              "--same-prompt: requests share prompts (a prefix cache may "
-                              "serve repeats)")])
+    return RunInfo(
+        kind="diagnose",
+        endpoint=url,
+        flavor=str(desc.get("flavor") or ""),
+        api=str(desc.get("api") or ""),
+        model=desc.get("model"),
+        server_info=desc.get("server_info") or {},
+        args=args,
+        notes=[
+            *embedded_notes,
+            f"workload {desc.get('workload')}; "
+            + (
+                f"every prompt unique (run reference {reference} first)"
+                if reference
+                else "--same-prompt: requests share prompts (a prefix cache may serve repeats)"
+            ),
+        ],
+    )
 
 
-async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources,
-                   args: dict[str, Any], embedded_notes: list[str], state: _Measured,
-                   hooks: DiagnoseHooks) -> None:
+async def _measure(
+    url: str,
+    options: DiagnoseOptions,
+    evidence: EvidenceSources,
+    args: dict[str, Any],
+    embedded_notes: list[str],
+    state: _Measured,
+    hooks: DiagnoseHooks,
+) -> None:
     """Detect the server, calibrate, announce the plan, then run it (`evidence`: where the
     server's account is read, the embedded server's log and /metrics included)."""
     inputs = options.probe
     workload = inputs.workload or resolve_workload(None)
-    async with open_target(url, flavor=options.flavor, api=options.api,
-                           inputs=inputs) as target:
+    async with open_target(url, flavor=options.flavor, api=options.api, inputs=inputs) as target:
         desc = target.describe()
         max_context = desc.get("max_context")
         prompt_tokens = options.prompt_tokens
@@ -214,20 +254,27 @@ async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources
             if problem:
                 raise DiagnoseInputError(problem)
             args["prompt_tokens"] = prompt_tokens
-        plan = diagnosis_plan.build(prompt_tokens, options.max_tokens, quick=options.quick,
-                                    repeat=options.repeat, max_context=max_context,
-                                    concurrency_levels=(list(options.concurrency_levels)
-                                                        if options.concurrency_levels else None),
-                                    categories=None if workload.file_prompts
-                                    else list(workload.categories),
-                                    precision=options.precision, budget_s=options.budget_s,
-                                    budget_tokens=options.budget_tokens)
+        plan = diagnosis_plan.build(
+            prompt_tokens,
+            options.max_tokens,
+            quick=options.quick,
+            repeat=options.repeat,
+            max_context=max_context,
+            concurrency_levels=(
+                list(options.concurrency_levels) if options.concurrency_levels else None
+            ),
+            categories=None if workload.file_prompts else list(workload.categories),
+            precision=options.precision,
+            budget_s=options.budget_s,
+            budget_tokens=options.budget_tokens,
+        )
         info = _run_info(options, url, desc, args, embedded_notes)
         try:
             writer = RunDirWriter(options.out, info)
         except OSError as e:
-            raise DiagnoseInputError(f"--out: cannot write a run directory at {options.out}: "
-                                     f"{e.strerror or e}") from None
+            raise DiagnoseInputError(
+                f"--out: cannot write a run directory at {options.out}: {e.strerror or e}"
+            ) from None
         state.writer = writer
         executor = Executor(target, writer, max_consecutive_errors=3)
         state.metrics_before = await scrape_before(evidence.metrics_url)
@@ -245,8 +292,9 @@ async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources
         hooks.on_plan(plan, url)
         if calib and all(t.error is not None for t in calib):
             e = calib[0].error
-            state.result.stopped_reason = (f"the server did not answer a first request "
-                                           f"({e.kind}: {e.message})")  # type: ignore[union-attr]
+            state.result.stopped_reason = (
+                f"the server did not answer a first request ({e.kind}: {e.message})"  # type: ignore[union-attr]
+            )
             return
         if plan.precision is not None:
             state.precision = PrecisionOutcome(plan.precision.target)
@@ -257,8 +305,9 @@ async def _measure(url: str, options: DiagnoseOptions, evidence: EvidenceSources
                 await repeat_until_precise(executor, plan, state.result, state.precision)
 
 
-def _finish(options: DiagnoseOptions, evidence: EvidenceSources, state: _Measured,
-            interrupted: bool) -> Diagnosis:
+def _finish(
+    options: DiagnoseOptions, evidence: EvidenceSources, state: _Measured, interrupted: bool
+) -> Diagnosis:
     """Close the run, attach server evidence, analyse, write analysis.json and the reports."""
     writer = state.writer
     assert writer is not None
@@ -270,7 +319,8 @@ def _finish(options: DiagnoseOptions, evidence: EvidenceSources, state: _Measure
     writer.info.notes.extend(found.notes)
     if state.precision is not None:
         writer.info.precision = state.precision.closed(
-            interrupted=interrupted, stopped_reason=state.result.stopped_reason)
+            interrupted=interrupted, stopped_reason=state.result.stopped_reason
+        )
     if interrupted:
         writer.close("partial", "interrupted (Ctrl-C)")
     elif state.result.stopped_reason:
@@ -281,8 +331,11 @@ def _finish(options: DiagnoseOptions, evidence: EvidenceSources, state: _Measure
     try:
         analysis = analyze_run(run, baseline=options.baseline, telemetry=found.records or None)
     except Exception as e:  # analysis is pure code over our own data: a bug, but keep the run
-        analysis = Analysis(requests=len(run.requests), errors=len(run.errors),
-                            notes=[f"analysis failed: {e.__class__.__name__}: {e}"])
+        analysis = Analysis(
+            requests=len(run.requests),
+            errors=len(run.errors),
+            notes=[f"analysis failed: {e.__class__.__name__}: {e}"],
+        )
     analysis.run_dir = str(writer.path)
     analysis.partial = run.info.status != "complete"
     writer.write_analysis(analysis_json(analysis))
@@ -296,8 +349,9 @@ def _finish(options: DiagnoseOptions, evidence: EvidenceSources, state: _Measure
 
 
 @contextlib.contextmanager
-def _server(options: DiagnoseOptions, args: dict[str, Any], hooks: DiagnoseHooks
-            ) -> Iterator[tuple[str, EvidenceSources, list[str]]]:
+def _server(
+    options: DiagnoseOptions, args: dict[str, Any], hooks: DiagnoseHooks
+) -> Iterator[tuple[str, EvidenceSources, list[str]]]:
     """(URL, evidence sources, notes): the given URL, or the embedded default started for this
     run, whose log file and /metrics become evidence automatically."""
     if options.url:
@@ -306,13 +360,24 @@ def _server(options: DiagnoseOptions, args: dict[str, Any], hooks: DiagnoseHooks
     options.out.mkdir(parents=True, exist_ok=True)
     log_file = options.out / "server.log"
     choice = options.embedded
-    with embedded_server(scenario=choice.scenario, time_scale=choice.time_scale,
-                         backend=choice.backend, log_file=log_file) as server:
+    with embedded_server(
+        scenario=choice.scenario,
+        time_scale=choice.time_scale,
+        backend=choice.backend,
+        log_file=log_file,
+    ) as server:
         hooks.on_server(server)
-        evidence = replace(options.evidence, logs=(*options.evidence.logs, str(log_file)),
-                           metrics_url=options.evidence.metrics_url or server.url + "/metrics")
-        args.update(embedded=server.description, embedded_notes=server.notes,
-                    logs=list(evidence.logs), metrics_url=evidence.metrics_url)
+        evidence = replace(
+            options.evidence,
+            logs=(*options.evidence.logs, str(log_file)),
+            metrics_url=options.evidence.metrics_url or server.url + "/metrics",
+        )
+        args.update(
+            embedded=server.description,
+            embedded_notes=server.notes,
+            logs=list(evidence.logs),
+            metrics_url=evidence.metrics_url,
+        )
         yield server.url, evidence, server.notes
 
 

@@ -103,21 +103,27 @@ ProgressHook = Callable[[int], contextlib.AbstractContextManager[Callable[[Reque
 def context_problem(prompt_tokens: int, max_tokens: int, max_context: int | None) -> str | None:
     """Why this request shape cannot run on a server of `max_context` tokens (None: it can)."""
     if max_context is not None and prompt_tokens + max_tokens > max_context:
-        return (f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
-                f"server's context of {max_context} tokens")
+        return (
+            f"--prompt-tokens {prompt_tokens} + --max-tokens {max_tokens} exceeds the "
+            f"server's context of {max_context} tokens"
+        )
     return None
 
 
-def workload_note(workload: Workload, built: list[BuiltPrompt], n_prompt: int,
-                  source: PromptSource) -> str:
+def workload_note(
+    workload: Workload, built: list[BuiltPrompt], n_prompt: int, source: PromptSource
+) -> str:
     """What was sent: the workload, how the cuts fell, and how prompts were kept unique."""
     cuts = Counter(b.boundary for b in built)
     inexact = [b for b in built if not b.exact]
     note = f"workload {workload.describe()}; cuts: " + ", ".join(
-        f"{k} {v}" for k, v in cuts.most_common())
+        f"{k} {v}" for k, v in cuts.most_common()
+    )
     if inexact:
-        note += (f"; {len(inexact)} prompts could not be made exactly {n_prompt} tokens "
-                 f"(closest {inexact[0].tokens}); their true length is recorded")
+        note += (
+            f"; {len(inexact)} prompts could not be made exactly {n_prompt} tokens "
+            f"(closest {inexact[0].tokens}); their true length is recorded"
+        )
     if source.unique:
         note += f"; every prompt unique (run reference {source.nonce} first)"
     else:
@@ -129,23 +135,39 @@ def _writer(out: Path | None, info: RunInfo) -> RunDirWriter:
     try:
         return RunDirWriter(out, info)
     except OSError as e:
-        raise ProbeInputError(f"--out: cannot write a run directory at {out}: "
-                              f"{e.strerror or e}") from None
+        raise ProbeInputError(
+            f"--out: cannot write a run directory at {out}: {e.strerror or e}"
+        ) from None
 
 
 def _unreachable(o: ProbeOptions, info: RunInfo, error: str | None, evidence: str) -> ProbeOutcome:
     """The failed detection as request 0, so the run says what happened."""
     info.api = o.api or ""
     writer = _writer(o.out, info)
-    spec = RequestSpec(prompt="", max_tokens=o.max_tokens, ignore_eos=o.ignore_eos,
-                       tag=tags.make(tags.PROBE, "detect"))
+    spec = RequestSpec(
+        prompt="",
+        max_tokens=o.max_tokens,
+        ignore_eos=o.ignore_eos,
+        tag=tags.make(tags.PROBE, "detect"),
+    )
     now = time.perf_counter_ns()
-    trace = RequestTrace(index=0, spec=spec, t_send_ns=now, t_end_ns=now,
-                         error=ErrorInfo(kind="connection", message=f"server not reachable: {error}"))
+    trace = RequestTrace(
+        index=0,
+        spec=spec,
+        t_send_ns=now,
+        t_end_ns=now,
+        error=ErrorInfo(kind="connection", message=f"server not reachable: {error}"),
+    )
     writer.append_request(trace)
     writer.close("failed", f"server not reachable: {error}")
-    return ProbeOutcome(writer.path, info, [trace], summarize([trace]), evidence,
-                        serving=serving_metrics([trace], slo=o.slo))
+    return ProbeOutcome(
+        writer.path,
+        info,
+        [trace],
+        summarize([trace]),
+        evidence,
+        serving=serving_metrics([trace], slo=o.slo),
+    )
 
 
 async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> ProbeOutcome:
@@ -153,14 +175,27 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
     server's tokenizer misbehaved) and PromptError (a prompt could not be built)."""
     async with new_session(o.timeouts, o.api_key, o.auth) as session:
         det = await detect_server(session, o.url, o.flavor, o.timeouts)
-        info = RunInfo(kind="probe", endpoint=o.url, flavor=det.flavor, model=o.model or det.model,
-                       server_info=det.server_info, args=o.recorded)
+        info = RunInfo(
+            kind="probe",
+            endpoint=o.url,
+            flavor=det.flavor,
+            model=o.model or det.model,
+            server_info=det.server_info,
+            args=o.recorded,
+        )
         if not det.reachable:
             return _unreachable(o, info, det.error, det.evidence)
         # Prompts: the server's tokenizer when it has one, else the local one, else an error.
         try:
-            conn = await connect(session, o.url, det, api=o.api, model=o.model,
-                                 timeouts=o.timeouts, local_count=o.local_count)
+            conn = await connect(
+                session,
+                o.url,
+                det,
+                api=o.api,
+                model=o.model,
+                timeouts=o.timeouts,
+                local_count=o.local_count,
+            )
         except FlavorError as e:
             raise ProbeInputError(str(e)) from None
         flavor = conn.flavor
@@ -178,9 +213,11 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
                 raise ProbeInputError(too_long)
         if conn.count is None and not workload.file_prompts:
             tried = ", ".join(f"POST {p} {{{k!r}: ...}}" for p, k in flavor.tokenize_endpoints)
-            raise ProbeInputError(f"{o.url} has no tokenize endpoint (tried {tried}); pass "
-                                  "--tokenizer PATH (a local tokenizer.json of the served "
-                                  "model), --prompt-file or a --workload FILE")
+            raise ProbeInputError(
+                f"{o.url} has no tokenize endpoint (tried {tried}); pass "
+                "--tokenizer PATH (a local tokenizer.json of the served "
+                "model), --prompt-file or a --workload FILE"
+            )
         source = PromptSource(conn.count, workload, unique=o.unique)
         built = await source.prompts(o.prompt_tokens, o.n_requests)
         notes.append(workload_note(workload, built, o.prompt_tokens, source))
@@ -190,11 +227,16 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         writer = _writer(o.out, info)
 
         def spec(b: BuiltPrompt) -> RequestSpec:
-            return RequestSpec(prompt=(b.messages if b.messages is not None and flavor.api == "chat"
-                                       else b.text),
-                               prompt_tokens=b.tokens, max_tokens=o.max_tokens, temperature=0.0,
-                               ignore_eos=o.ignore_eos, api=flavor.api,  # type: ignore[arg-type]
-                               tag=tags.PROBE, category=b.category)
+            return RequestSpec(
+                prompt=(b.messages if b.messages is not None and flavor.api == "chat" else b.text),
+                prompt_tokens=b.tokens,
+                max_tokens=o.max_tokens,
+                temperature=0.0,
+                ignore_eos=o.ignore_eos,
+                api=flavor.api,  # type: ignore[arg-type]
+                tag=tags.PROBE,
+                category=b.category,
+            )
 
         measured: list[RequestTrace] = []  # every finished request, in the order they ended
         repeats = PrecisionOutcome(o.precision) if o.precision > 0 else None
@@ -210,8 +252,9 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
                             measured.append(trace)
                             on_progress(trace)
 
-                        await run_workload(client, specs, o.concurrency, on_done,
-                                           first_index=len(measured))
+                        await run_workload(
+                            client, specs, o.concurrency, on_done, first_index=len(measured)
+                        )
 
                 await send([spec(b) for b in built])
                 if repeats is not None:
@@ -225,23 +268,34 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             writer.close(status, reason)  # type: ignore[arg-type]
         traces = sorted(measured, key=lambda t: t.index)
         summary = summarize(traces, max_commit_len=max_commit_len, server_info=info.server_info)
-        serving = serving_metrics(traces, run_concurrency=o.concurrency, slo=o.slo,
-                                  max_commit_len=max_commit_len)
+        serving = serving_metrics(
+            traces, run_concurrency=o.concurrency, slo=o.slo, max_commit_len=max_commit_len
+        )
         try:
             (writer.path / SUMMARY_JSON).write_text(
-                json.dumps({"schema": 1, "summary": summary, "serving": serving}, indent=2) + "\n")
+                json.dumps({"schema": 1, "summary": summary, "serving": serving}, indent=2) + "\n"
+            )
         except OSError as e:
             notes.append(f"could not write {SUMMARY_JSON}: {e}")
-        reached = precision.summary(info.precision, summary.get("decode_tps"),
-                                    summary.get("decode_tps_ci"), summary.get("ok") or 0)
-        return ProbeOutcome(writer.path, info, traces, summary, det.evidence, notes, serving,
-                            reached)
+        reached = precision.summary(
+            info.precision,
+            summary.get("decode_tps"),
+            summary.get("decode_tps_ci"),
+            summary.get("ok") or 0,
+        )
+        return ProbeOutcome(
+            writer.path, info, traces, summary, det.evidence, notes, serving, reached
+        )
 
 
-async def _repeat_until_precise(o: ProbeOptions, source: PromptSource,
-                                spec: Callable[[BuiltPrompt], RequestSpec],
-                                send: Callable[[list[RequestSpec]], Awaitable[None]],
-                                measured: list[RequestTrace], out: PrecisionOutcome) -> None:
+async def _repeat_until_precise(
+    o: ProbeOptions,
+    source: PromptSource,
+    spec: Callable[[BuiltPrompt], RequestSpec],
+    send: Callable[[list[RequestSpec]], Awaitable[None]],
+    measured: list[RequestTrace],
+    out: PrecisionOutcome,
+) -> None:
     """--precision: more of the probe's requests (new prompts, the same shape) until decode tps'
     interval is narrow enough or the budget is spent (the loop diagnose's repeats run)."""
     out.budget_s = PRECISION_BUDGET_S if o.budget_s is None else o.budget_s
@@ -252,7 +306,12 @@ async def _repeat_until_precise(o: ProbeOptions, source: PromptSource,
         await send([spec(b) for b in built])
         return None
 
-    await repeat_rounds(lambda: measured, send_more, out,
-                        budget=precision.Budget(out.budget_s, out.budget_tokens,
-                                                max(MAX_PRECISION_REQUESTS, o.n_requests)),
-                        tokens_per_request=o.max_tokens)
+    await repeat_rounds(
+        lambda: measured,
+        send_more,
+        out,
+        budget=precision.Budget(
+            out.budget_s, out.budget_tokens, max(MAX_PRECISION_REQUESTS, o.n_requests)
+        ),
+        tokens_per_request=o.max_tokens,
+    )

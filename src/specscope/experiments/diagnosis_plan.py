@@ -41,23 +41,36 @@ def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
     return PlanStep(tags.CALIBRATION, None, p, 32, purpose="check the server, estimate rates")
 
 
-def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False, repeat: int = 1,
-          max_context: int | None = None, concurrency_levels: list[int] | None = None,
-          categories: list[str] | None = None, precision: float | None = None,
-          budget_s: float | None = None, budget_tokens: int | None = None) -> Plan:
+def build(
+    prompt_tokens: int = 2700,
+    max_tokens: int = 1500,
+    quick: bool = False,
+    repeat: int = 1,
+    max_context: int | None = None,
+    concurrency_levels: list[int] | None = None,
+    categories: list[str] | None = None,
+    precision: float | None = None,
+    budget_s: float | None = None,
+    budget_tokens: int | None = None,
+) -> Plan:
     """`categories` (more than one): end with a workload mix, one request per category.
     `precision` (default by `quick`; 0 = off), `budget_s` (default by `quick`) and
     `budget_tokens` (default: no limit) bound the full generation's adaptive repeats."""
     if prompt_tokens < 1 or max_tokens < 2:
         raise ValueError("prompt tokens must be >= 1 and max tokens >= 2")
     out = Plan()
-    out.extend(full_generation.plan(prompt_tokens, max_tokens, repeat=repeat, max_context=max_context))
+    out.extend(
+        full_generation.plan(prompt_tokens, max_tokens, repeat=repeat, max_context=max_context)
+    )
     if out.steps:  # the full generation fits the context: its decode tps is the figure
         out.precision = PrecisionPlan(
             target=DEFAULT_PRECISION[quick] if precision is None else precision,
             budget_s=DEFAULT_BUDGET_S[quick] if budget_s is None else budget_s,
-            budget_tokens=budget_tokens, max_requests=max(MAX_PRECISION_REQUESTS, repeat),
-            start_requests=out.steps[0].requests, tag=out.steps[0].tag)
+            budget_tokens=budget_tokens,
+            max_requests=max(MAX_PRECISION_REQUESTS, repeat),
+            start_requests=out.steps[0].requests,
+            tag=out.steps[0].tag,
+        )
 
     if quick:
         n1, n2, tp_repeat = 32, 128, max(2, repeat)
@@ -67,27 +80,49 @@ def build(prompt_tokens: int = 2700, max_tokens: int = 1500, quick: bool = False
     out.extend(two_point.plan(prompt_tokens, n1, n2, repeat=tp_repeat, max_context=max_context))
 
     sweep_tokens = 64 if quick else 128
-    out.extend(context_sweep.plan(context_sweep.default_points(prompt_tokens, max_tokens, quick),
-                                  max_tokens=sweep_tokens, repeat=repeat, max_context=max_context))
+    out.extend(
+        context_sweep.plan(
+            context_sweep.default_points(prompt_tokens, max_tokens, quick),
+            max_tokens=sweep_tokens,
+            repeat=repeat,
+            max_context=max_context,
+        )
+    )
 
     if quick:
         n = max(max_tokens // 2, 64)
-        out.notes.append(f"--quick: output sweep generates {n} tokens (half of {max_tokens}); "
-                         "run without --quick for the full length")
+        out.notes.append(
+            f"--quick: output sweep generates {n} tokens (half of {max_tokens}); "
+            "run without --quick for the full length"
+        )
         out.extend(output_sweep.plan([n], repeat=1, max_context=max_context))
     else:
-        out.extend(output_sweep.plan(output_sweep.default_points(max_tokens), repeat=repeat,
-                                     max_context=max_context))
+        out.extend(
+            output_sweep.plan(
+                output_sweep.default_points(max_tokens), repeat=repeat, max_context=max_context
+            )
+        )
 
     if categories and len(categories) > 1:
         mix_prompt, mix_tokens = min(prompt_tokens, 512), min(max_tokens, 128 if quick else 256)
-        out.notes.append(f"workload mix: one {mix_prompt}-token prompt per category "
-                         f"({', '.join(categories)}), {mix_tokens} tokens each")
-        out.extend(workload_mix.plan(categories, mix_prompt, mix_tokens, repeat=repeat,
-                                     max_context=max_context))
+        out.notes.append(
+            f"workload mix: one {mix_prompt}-token prompt per category "
+            f"({', '.join(categories)}), {mix_tokens} tokens each"
+        )
+        out.extend(
+            workload_mix.plan(
+                categories, mix_prompt, mix_tokens, repeat=repeat, max_context=max_context
+            )
+        )
 
     if concurrency_levels:
-        out.extend(concurrency_sweep.plan(concurrency_levels, prompt_tokens=min(prompt_tokens, 512),
-                                          max_tokens=min(max_tokens, 256), repeat=repeat,
-                                          max_context=max_context))
+        out.extend(
+            concurrency_sweep.plan(
+                concurrency_levels,
+                prompt_tokens=min(prompt_tokens, 512),
+                max_tokens=min(max_tokens, 256),
+                repeat=repeat,
+                max_context=max_context,
+            )
+        )
     return out

@@ -89,8 +89,11 @@ class Executor:
         shape, not in text that a drafter finds easier or harder. A workload-mix step names
         its category."""
         if step.category is not None:
-            return await self.target.prompt(step.prompt_tokens, seed=0,  # type: ignore[call-arg]
-                                            category=step.category)
+            return await self.target.prompt(
+                step.prompt_tokens,
+                seed=0,  # type: ignore[call-arg]
+                category=step.category,
+            )
         return await self.target.prompt(step.prompt_tokens, seed=0)
 
     async def _prompts(self, step: PlanStep) -> list[str | list[int] | Prompt]:
@@ -123,9 +126,13 @@ class Executor:
     def _stopped(self) -> bool:
         return self._consecutive_errors >= self.max_consecutive_errors
 
-    async def _run_specs(self, step: PlanStep, prompts: list[str | list[int] | Prompt],
-                         result: ExecutionResult,
-                         on_done: Callable[[RequestTrace], None] | None = None) -> None:
+    async def _run_specs(
+        self,
+        step: PlanStep,
+        prompts: list[str | list[int] | Prompt],
+        result: ExecutionResult,
+        on_done: Callable[[RequestTrace], None] | None = None,
+    ) -> None:
         """The step's requests (one per prompt) through the one runner: each is recorded as it
         ends, and the ones in flight when the run is cancelled are recorded as `cancelled`."""
         specs = [self._spec(step, p) for p in prompts]
@@ -137,8 +144,9 @@ class Executor:
 
         first = self._next_index
         self._next_index += len(specs)
-        await run_workload(self.target, specs, step.concurrency, done, first_index=first,
-                           stop=self._stopped)
+        await run_workload(
+            self.target, specs, step.concurrency, done, first_index=first, stop=self._stopped
+        )
 
     async def run_step(self, step: PlanStep) -> list[RequestTrace]:
         """Run one step outside a plan (used by calibration); recorded like any other."""
@@ -165,8 +173,9 @@ class Executor:
             return result
         for i, step in enumerate(plan.steps):
             if self.on_progress:
-                self.on_progress(Progress(i, step, done["requests"], total_req, done["tokens"],
-                                          total_tok))
+                self.on_progress(
+                    Progress(i, step, done["requests"], total_req, done["tokens"], total_tok)
+                )
             try:
                 prompts = await self._prompts(step)
             except Exception as e:  # the prompt builder talks to the server (tokenize)
@@ -177,8 +186,9 @@ class Executor:
                 done["requests"] += 1
                 done["tokens"] += t.completion_tokens or t.tokens_received
                 if self.on_progress:
-                    self.on_progress(Progress(i, step, done["requests"], total_req,
-                                              done["tokens"], total_tok, t))
+                    self.on_progress(
+                        Progress(i, step, done["requests"], total_req, done["tokens"], total_tok, t)
+                    )
 
             await self._run_specs(step, prompts, result, progressed)
             if self._stopped():

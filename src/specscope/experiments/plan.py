@@ -73,9 +73,14 @@ class PrecisionPlan:
     tag: str
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "budget_s": self.budget_s,
-                "budget_tokens": self.budget_tokens, "max_requests": self.max_requests,
-                "start_requests": self.start_requests, "tag": self.tag}
+        return {
+            "target": self.target,
+            "budget_s": self.budget_s,
+            "budget_tokens": self.budget_tokens,
+            "max_requests": self.max_requests,
+            "start_requests": self.start_requests,
+            "tag": self.tag,
+        }
 
 
 @dataclass
@@ -106,7 +111,9 @@ class Plan:
         return sum(s.requests * s.prompt_tokens for s in self.steps)
 
     def estimate_s(self) -> float:
-        return sum(s.estimate_s(self.decode_tps_assumed, self.prefill_tps_assumed) for s in self.steps)
+        return sum(
+            s.estimate_s(self.decode_tps_assumed, self.prefill_tps_assumed) for s in self.steps
+        )
 
     def calibrate(self, decode_tps: float | None, prefill_tps: float | None) -> None:
         """Replace the assumed rates with measured ones (from a short calibration request)."""

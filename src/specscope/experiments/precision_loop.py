@@ -49,8 +49,11 @@ class PrecisionOutcome:
         the plan stopped before the repeats) says why."""
         if self.stopped_by is None:
             self.stopped_by = precision.INTERRUPTED if interrupted else precision.ERRORS
-            self.reason = ("interrupted (Ctrl-C)" if interrupted else
-                           f"the plan stopped before the repeats: {stopped_reason or 'errors'}")
+            self.reason = (
+                "interrupted (Ctrl-C)"
+                if interrupted
+                else f"the plan stopped before the repeats: {stopped_reason or 'errors'}"
+            )
         return self.to_dict()
 
 
@@ -60,8 +63,11 @@ def _measurement(plan: Plan, pp: PrecisionPlan) -> PlanStep | None:
 
 def _seconds_per_request(traces: list[RequestTrace]) -> float:
     """Mean wall time of the measurement's finished requests (send to last byte)."""
-    spans = [(t.t_end_ns - t.t_send_ns) / 1e9 for t in traces
-             if t.ok and t.t_end_ns is not None and t.t_end_ns > t.t_send_ns]
+    spans = [
+        (t.t_end_ns - t.t_send_ns) / 1e9
+        for t in traces
+        if t.ok and t.t_end_ns is not None and t.t_end_ns > t.t_send_ns
+    ]
     return sum(spans) / len(spans) if spans else 0.0
 
 
@@ -70,8 +76,12 @@ SendMore = Callable[[int], Awaitable[str | None]]
 
 
 async def repeat_rounds(
-    measured: Callable[[], list[RequestTrace]], send_more: SendMore, out: PrecisionOutcome, *,
-    budget: precision.Budget, tokens_per_request: int,
+    measured: Callable[[], list[RequestTrace]],
+    send_more: SendMore,
+    out: PrecisionOutcome,
+    *,
+    budget: precision.Budget,
+    tokens_per_request: int,
     clock: Callable[[], float] = time.monotonic,
 ) -> PrecisionOutcome:
     """Rounds of `send_more` until analysis.precision.decide says stop: the loop `diagnose` and
@@ -83,10 +93,17 @@ async def repeat_rounds(
         traces = measured()
         r = _read(out, traces)
         out.spent_s = clock() - started
-        d = precision.decide(r, out.target, budget, attempted=len(traces), committed=committed,
-                             spent_s=out.spent_s, spent_tokens=out.spent_tokens,
-                             seconds_per_request=_seconds_per_request(traces),
-                             tokens_per_request=tokens_per_request)
+        d = precision.decide(
+            r,
+            out.target,
+            budget,
+            attempted=len(traces),
+            committed=committed,
+            spent_s=out.spent_s,
+            spent_tokens=out.spent_tokens,
+            seconds_per_request=_seconds_per_request(traces),
+            tokens_per_request=tokens_per_request,
+        )
         out.needed, out.reason = d.needed, d.reason
         committed = max(committed, d.needed or 0)
         if d.stopped_by is not None:
@@ -110,8 +127,12 @@ async def repeat_rounds(
 
 
 async def repeat_until_precise(
-    executor: Executor, plan: Plan, result: ExecutionResult,
-    outcome: PrecisionOutcome | None = None, *, clock: Callable[[], float] = time.monotonic,
+    executor: Executor,
+    plan: Plan,
+    result: ExecutionResult,
+    outcome: PrecisionOutcome | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> PrecisionOutcome:
     """Run rounds of the plan's measurement step (`plan.precision.tag`) until
     analysis.precision.decide says stop. `result` holds the plan's traces and gets the new ones."""
@@ -123,27 +144,40 @@ async def repeat_until_precise(
     step = _measurement(plan, pp)
     if pp.target <= 0 or step is None:
         out.stopped_by = precision.OFF
-        out.reason = ("--precision 0: the plan's requests only" if pp.target <= 0
-                      else f"the plan has no {pp.tag} step")
+        out.reason = (
+            "--precision 0: the plan's requests only"
+            if pp.target <= 0
+            else f"the plan has no {pp.tag} step"
+        )
         return out
 
     async def send_more(n: int) -> str | None:
         completed, result.completed_steps = result.completed_steps, 0
         try:
-            await executor.run(Plan(steps=[replace(step, repeat=n, concurrency=1,
-                                                   purpose="precision repeats")]), result)
+            await executor.run(
+                Plan(steps=[replace(step, repeat=n, concurrency=1, purpose="precision repeats")]),
+                result,
+            )
         finally:
             result.completed_steps = completed
         return result.stopped_reason
 
     return await repeat_rounds(
-        lambda: [t for t in result.traces if t.spec.tag == step.tag], send_more, out,
+        lambda: [t for t in result.traces if t.spec.tag == step.tag],
+        send_more,
+        out,
         budget=precision.Budget(pp.budget_s, pp.budget_tokens, pp.max_requests),
-        tokens_per_request=step.max_tokens, clock=clock)
+        tokens_per_request=step.max_tokens,
+        clock=clock,
+    )
 
 
 def _read(out: PrecisionOutcome, traces: list[RequestTrace]) -> precision.Reading:
     """The measurement's reading so far, copied onto the outcome."""
     r = precision.reading(traces)
-    out.requests, out.reached, out.over_requests = r.requests, r.relative_half_width, r.over_requests
+    out.requests, out.reached, out.over_requests = (
+        r.requests,
+        r.relative_half_width,
+        r.over_requests,
+    )
     return r

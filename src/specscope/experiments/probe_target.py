@@ -47,20 +47,25 @@ class ExactPrompts:
     One that cannot be met exactly stops the run with the reason (a sweep point at the wrong
     context would mislead)."""
 
-    def __init__(self, count: AsyncCounter, workload: Workload | None = None,
-                 unique: bool = True):
+    def __init__(self, count: AsyncCounter, workload: Workload | None = None, unique: bool = True):
         self.count = count
-        self.source = PromptSource(count, workload or resolve_workload(None), unique=unique,
-                                   fit_files=True)
+        self.source = PromptSource(
+            count, workload or resolve_workload(None), unique=unique, fit_files=True
+        )
 
     async def prompt(self, n_tokens: int, seed: int = 0, category: str | None = None) -> Prompt:
         wl = self.source.workload
         built = await self.source.prompt(
-            n_tokens, seed, category=None if wl.file_prompts else (category or wl.primary))
-        if built.tokens is not None and not built.exact and not _close_enough(built.tokens,
-                                                                              n_tokens):
-            raise TargetError(f"could not build a prompt of {n_tokens} tokens "
-                              f"(closest: {built.tokens})")
+            n_tokens, seed, category=None if wl.file_prompts else (category or wl.primary)
+        )
+        if (
+            built.tokens is not None
+            and not built.exact
+            and not _close_enough(built.tokens, n_tokens)
+        ):
+            raise TargetError(
+                f"could not build a prompt of {n_tokens} tokens (closest: {built.tokens})"
+            )
         return Prompt(built.text, built.category)
 
 
@@ -92,8 +97,9 @@ class ProbeTarget(Target):
 
 
 @contextlib.asynccontextmanager
-async def open_target(url: str, flavor: str = "auto", api: str | None = None,
-                      inputs: ProbeInputs | None = None) -> AsyncIterator[ProbeTarget]:
+async def open_target(
+    url: str, flavor: str = "auto", api: str | None = None, inputs: ProbeInputs | None = None
+) -> AsyncIterator[ProbeTarget]:
     """Detect the server's flavor and context, and yield a Target over one HTTP session.
     `inputs.workload` (default: the default workload; --prompt-file a one-prompt workload)
     supplies the prompts; `inputs.unique` False sends the same prompt content without a
@@ -105,18 +111,31 @@ async def open_target(url: str, flavor: str = "auto", api: str | None = None,
         if not det.reachable:
             raise TargetError(f"server not reachable: {det.error}")
         try:
-            conn = await connect(session, url, det, api=api, model=inputs.model,
-                                 timeouts=timeouts, local_count=inputs.local_count)
+            conn = await connect(
+                session,
+                url,
+                det,
+                api=api,
+                model=inputs.model,
+                timeouts=timeouts,
+                local_count=inputs.local_count,
+            )
         except (FlavorError, TokenizeError) as e:
             raise TargetError(str(e)) from None
         if conn.count is None:
-            raise TargetError(f"{url} has no tokenize endpoint, so prompts of an exact token length "
-                              "cannot be built: pass --tokenizer PATH (the served model's "
-                              "tokenizer.json)")
+            raise TargetError(
+                f"{url} has no tokenize endpoint, so prompts of an exact token length "
+                "cannot be built: pass --tokenizer PATH (the served model's "
+                "tokenizer.json)"
+            )
         prompts = ExactPrompts(conn.count, inputs.workload, inputs.unique)
         description = {
-            "endpoint": url, "flavor": det.flavor, "api": conn.flavor.api, "model": conn.model,
-            "server_info": det.server_info, "detection": det.evidence,
+            "endpoint": url,
+            "flavor": det.flavor,
+            "api": conn.flavor.api,
+            "model": conn.model,
+            "server_info": det.server_info,
+            "detection": det.evidence,
             "max_context": det.max_context,
             "workload": prompts.source.workload.describe(),
             "prompt_reference": prompts.source.nonce if inputs.unique else None,

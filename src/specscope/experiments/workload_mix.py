@@ -15,15 +15,33 @@ from specscope.experiments.plan import (
 from specscope.trace import tags
 
 
-def plan(categories: list[str], prompt_tokens: int, max_tokens: int, repeat: int = 1,
-         max_context: int | None = None) -> Plan:
+def plan(
+    categories: list[str],
+    prompt_tokens: int,
+    max_tokens: int,
+    repeat: int = 1,
+    max_context: int | None = None,
+) -> Plan:
     out = Plan()
     for cat in categories:
         if not fits_context(prompt_tokens, max_tokens, max_context):
-            out.skipped.append(SkippedPoint(tags.WORKLOAD_MIX, cat, context_skip_reason(
-                prompt_tokens, max_tokens, max_context or 0)))
+            out.skipped.append(
+                SkippedPoint(
+                    tags.WORKLOAD_MIX,
+                    cat,
+                    context_skip_reason(prompt_tokens, max_tokens, max_context or 0),
+                )
+            )
             continue
-        out.steps.append(PlanStep(tags.WORKLOAD_MIX, cat, prompt_tokens, max_tokens,
-                                  repeat=repeat, category=cat,
-                                  purpose=f"commit length on {cat} prompts"))
+        out.steps.append(
+            PlanStep(
+                tags.WORKLOAD_MIX,
+                cat,
+                prompt_tokens,
+                max_tokens,
+                repeat=repeat,
+                category=cat,
+                purpose=f"commit length on {cat} prompts",
+            )
+        )
     return out

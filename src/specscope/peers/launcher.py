@@ -32,7 +32,9 @@ STOP_GRACE_S = 15.0
 # The watchdog (`watch_group` in a child interpreter): its stdin is a pipe whose only write end
 # this process holds. A clean stop writes a byte first (nothing to do); end of file with nothing
 # read means this process is gone, so the server's group is terminated as stop() would.
-_WATCHDOG = "import sys; from specscope.peers.launcher import watch_group; watch_group(sys.argv[1:])"
+_WATCHDOG = (
+    "import sys; from specscope.peers.launcher import watch_group; watch_group(sys.argv[1:])"
+)
 
 
 class PeerServerError(RuntimeError):

@@ -209,8 +209,9 @@ def run_with_server(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = peer_parser("python -m specscope.peers.llamacpp",
-                         "SmolLM2 with llama.cpp's server (xllamacpp)")
+    parser = peer_parser(
+        "python -m specscope.peers.llamacpp", "SmolLM2 with llama.cpp's server (xllamacpp)"
+    )
     parser.add_argument("--mode", choices=MODES, default="draft", help="speculation mode")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     parser.add_argument("--port", type=int, default=8080, help="0 = any free port")

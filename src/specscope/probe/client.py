@@ -62,8 +62,9 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def new_session(timeouts: Timeouts, api_key: str | None = None,
-                auth: aiohttp.BasicAuth | None = None) -> aiohttp.ClientSession:
+def new_session(
+    timeouts: Timeouts, api_key: str | None = None, auth: aiohttp.BasicAuth | None = None
+) -> aiohttp.ClientSession:
     """A session whose only own timeout is the TCP connect; the rest is enforced per phase.
 
     One fresh connection per request (`force_close=True`): llama.cpp's server closes the
@@ -103,9 +104,16 @@ def _excerpt(raw: bytes) -> str:
 class ProbeClient:
     """Streams requests of one flavor to one server. Use `async with` (or pass a session)."""
 
-    def __init__(self, base_url: str, flavor: Flavor, *, timeouts: Timeouts | None = None,
-                 api_key: str | None = None, counter: TokenCounter | None = None,
-                 session: aiohttp.ClientSession | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        flavor: Flavor,
+        *,
+        timeouts: Timeouts | None = None,
+        api_key: str | None = None,
+        counter: TokenCounter | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.flavor = flavor
         self.timeouts = timeouts or Timeouts()
@@ -129,8 +137,9 @@ class ProbeClient:
 
     async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace:
         """Run one streamed request to completion or failure; never raises (but cancellation)."""
-        trace = RequestTrace(index=index, spec=spec, t_send_ns=time.perf_counter_ns(),
-                             concurrency_slot=slot)
+        trace = RequestTrace(
+            index=index, spec=spec, t_send_ns=time.perf_counter_ns(), concurrency_slot=slot
+        )
         self.in_flight[index] = trace
         await self._send(trace)  # on cancellation the trace stays in `in_flight` for the caller
         self.in_flight.pop(index, None)
@@ -148,7 +157,9 @@ class ProbeClient:
                 trace.chunks = []
                 continue
             except asyncio.CancelledError:
-                trace.error = trace.error or ErrorInfo(kind="cancelled", message="request cancelled")
+                trace.error = trace.error or ErrorInfo(
+                    kind="cancelled", message="request cancelled"
+                )
                 trace.t_end_ns = time.perf_counter_ns()
                 raise
             except Exception as e:  # the last line of "never raises": record, do not crash
@@ -183,11 +194,12 @@ class ProbeClient:
                         if resp.status == 400 and variant + 1 < self.flavor.n_variants:
                             raise _Retry()
                         trace.error = ErrorInfo(
-                            kind="http_status", http_status=resp.status,
-                            message=f"HTTP {resp.status} from {req.path}: {_excerpt(raw) or '(empty body)'}")
+                            kind="http_status",
+                            http_status=resp.status,
+                            message=f"HTTP {resp.status} from {req.path}: {_excerpt(raw) or '(empty body)'}",
+                        )
                         return
-                    await self._read_stream(resp, trace, decoder, chunks, tm, total_deadline,
-                                            seen)
+                    await self._read_stream(resp, trace, decoder, chunks, tm, total_deadline, seen)
         except TimeoutError:
             now = loop.time()
             if now >= total_deadline - 1e-3:
@@ -196,31 +208,47 @@ class ProbeClient:
                 kind, limit = "timeout_first_byte", to.first_byte
             else:
                 kind, limit = "timeout_between_chunks", to.between_chunks
-            trace.error = ErrorInfo(kind=kind, message=f"{kind.replace('_', ' ')} after {limit:g} s "
-                                    f"({len(chunks)} events received)")
+            trace.error = ErrorInfo(
+                kind=kind,
+                message=f"{kind.replace('_', ' ')} after {limit:g} s "
+                f"({len(chunks)} events received)",
+            )
         except aiohttp.ServerTimeoutError as e:
-            trace.error = ErrorInfo(kind="timeout_connect", message=f"connect timed out after "
-                                    f"{to.connect:g} s: {e}")
+            trace.error = ErrorInfo(
+                kind="timeout_connect", message=f"connect timed out after {to.connect:g} s: {e}"
+            )
         except aiohttp.ClientConnectorError as e:
-            trace.error = ErrorInfo(kind="connection", message=f"cannot connect to {self.base_url}: "
-                                    f"{e.os_error.strerror if e.os_error else e}")
+            trace.error = ErrorInfo(
+                kind="connection",
+                message=f"cannot connect to {self.base_url}: "
+                f"{e.os_error.strerror if e.os_error else e}",
+            )
         except aiohttp.ServerDisconnectedError:
-            trace.error = ErrorInfo(kind="connection" if seen.bytes == 0 else "stream_truncated",
-                                    message="server closed the connection "
-                                    + ("before responding" if not chunks else
-                                       f"mid-stream after {len(chunks)} events"))
+            trace.error = ErrorInfo(
+                kind="connection" if seen.bytes == 0 else "stream_truncated",
+                message="server closed the connection "
+                + ("before responding" if not chunks else f"mid-stream after {len(chunks)} events"),
+            )
         except aiohttp.ClientPayloadError as e:
-            trace.error = ErrorInfo(kind="stream_truncated",
-                                    message=f"stream cut after {len(chunks)} events: {e}")
+            trace.error = ErrorInfo(
+                kind="stream_truncated", message=f"stream cut after {len(chunks)} events: {e}"
+            )
         except aiohttp.ClientError as e:
             trace.error = ErrorInfo(kind="connection", message=f"{type(e).__name__}: {e}")
         finally:
             if trace.t_end_ns is None or trace.error is not None:
                 trace.t_end_ns = time.perf_counter_ns()
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, trace: RequestTrace,
-                           decoder: Decoder, chunks: list[Chunk], tm: asyncio.Timeout,
-                           total_deadline: float, seen: _Seen) -> None:
+    async def _read_stream(
+        self,
+        resp: aiohttp.ClientResponse,
+        trace: RequestTrace,
+        decoder: Decoder,
+        chunks: list[Chunk],
+        tm: asyncio.Timeout,
+        total_deadline: float,
+        seen: _Seen,
+    ) -> None:
         loop = asyncio.get_running_loop()
         between = self.timeouts.between_chunks
         content = resp.content
@@ -261,36 +289,57 @@ class ProbeClient:
             return
         ctype = resp.headers.get("Content-Type", "?")
         if seen.bytes == 0:
-            trace.error = ErrorInfo(kind="empty_body", message=f"HTTP {resp.status} with an empty body")
+            trace.error = ErrorInfo(
+                kind="empty_body", message=f"HTTP {resp.status} with an empty body"
+            )
         elif n_events == 0:
-            trace.error = ErrorInfo(kind="malformed_sse", message=f"response is not an event stream "
-                                    f"(content-type {ctype}): {_excerpt(bytes(head))}")
+            trace.error = ErrorInfo(
+                kind="malformed_sse",
+                message=f"response is not an event stream "
+                f"(content-type {ctype}): {_excerpt(bytes(head))}",
+            )
         elif not decoder.done:
             marker = self.flavor.needs_done_marker
             if decoder.finish_reason is not None:
-                trace.error = ErrorInfo(kind="missing_done", message=f"stream finished "
-                                        f"({decoder.finish_reason}) but ended without {marker}")
+                trace.error = ErrorInfo(
+                    kind="missing_done",
+                    message=f"stream finished ({decoder.finish_reason}) but ended without {marker}",
+                )
             else:
-                trace.error = ErrorInfo(kind="stream_truncated", message=f"stream ended without a "
-                                        f"finish or {marker} after {trace.tokens_received} tokens")
+                trace.error = ErrorInfo(
+                    kind="stream_truncated",
+                    message=f"stream ended without a "
+                    f"finish or {marker} after {trace.tokens_received} tokens",
+                )
 
 
 def _apply(decoder: Decoder, data: str, t_ns: int, chunks: list[Chunk], limit: int) -> None:
     delta = decoder.on_event(data)
     if delta is not None:
         if delta.n_tokens > limit:
-            raise StreamError("impossible_count", f"one event reported {delta.n_tokens} tokens; "
-                              f"the request allows at most {limit}")
+            raise StreamError(
+                "impossible_count",
+                f"one event reported {delta.n_tokens} tokens; the request allows at most {limit}",
+            )
         # model_construct: no validation on the receive path (the fields are ours, typed).
-        chunks.append(Chunk.model_construct(t_ns=t_ns, n_tokens=delta.n_tokens,
-                                            n_chars=len(delta.text), server_ts=delta.server_ts))
+        chunks.append(
+            Chunk.model_construct(
+                t_ns=t_ns,
+                n_tokens=delta.n_tokens,
+                n_chars=len(delta.text),
+                server_ts=delta.server_ts,
+            )
+        )
 
 
 def _fill(trace: RequestTrace, decoder: Decoder) -> None:
     """Copy what the decoder learned onto the trace (also for a failed request: keep it all)."""
     trace.token_count_source = decoder.token_count_source
-    trace.completion_tokens = (decoder.completion_tokens if decoder.completion_tokens is not None
-                               else trace.tokens_received)
+    trace.completion_tokens = (
+        decoder.completion_tokens
+        if decoder.completion_tokens is not None
+        else trace.tokens_received
+    )
     trace.prompt_tokens_reported = decoder.prompt_tokens
     trace.finish_reason = None if decoder.finish_reason is None else scrub(decoder.finish_reason)
     trace.request_id = None if decoder.request_id is None else scrub(decoder.request_id)
@@ -304,18 +353,28 @@ def _fill(trace: RequestTrace, decoder: Decoder) -> None:
 
 def _impossible_totals(trace: RequestTrace, limit: int) -> ErrorInfo | None:
     """Request-level counts that cannot be true (the raw values stay on the trace)."""
-    for name, value in (("completion_tokens", trace.completion_tokens),
-                        ("prompt_tokens", trace.prompt_tokens_reported)):
+    for name, value in (
+        ("completion_tokens", trace.completion_tokens),
+        ("prompt_tokens", trace.prompt_tokens_reported),
+    ):
         if value is not None and value < 0:
-            return ErrorInfo(kind="impossible_count",
-                             message=f"server reported {name} = {value} (negative)")
+            return ErrorInfo(
+                kind="impossible_count", message=f"server reported {name} = {value} (negative)"
+            )
     if trace.completion_tokens is not None and trace.completion_tokens > limit:
-        return ErrorInfo(kind="impossible_count", message=(
-            f"server reported completion_tokens = {trace.completion_tokens}; the request allows "
-            f"at most {limit} (max_tokens {trace.spec.max_tokens})"))
+        return ErrorInfo(
+            kind="impossible_count",
+            message=(
+                f"server reported completion_tokens = {trace.completion_tokens}; the request allows "
+                f"at most {limit} (max_tokens {trace.spec.max_tokens})"
+            ),
+        )
     if trace.tokens_received > limit:
-        return ErrorInfo(kind="impossible_count", message=(
-            f"the stream's counts add up to {trace.tokens_received} tokens; the request allows "
-            f"at most {limit} (max_tokens {trace.spec.max_tokens})"))
+        return ErrorInfo(
+            kind="impossible_count",
+            message=(
+                f"the stream's counts add up to {trace.tokens_received} tokens; the request allows "
+                f"at most {limit} (max_tokens {trace.spec.max_tokens})"
+            ),
+        )
     return None
-

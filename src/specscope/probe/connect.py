@@ -31,8 +31,9 @@ def detection_timeout_s(timeouts: Timeouts) -> float:
     return min(timeouts.first_byte, timeouts.connect + 10.0)
 
 
-async def detect_server(session: aiohttp.ClientSession, url: str, flavor: str,
-                        timeouts: Timeouts) -> Detection:
+async def detect_server(
+    session: aiohttp.ClientSession, url: str, flavor: str, timeouts: Timeouts
+) -> Detection:
     """Which server answers at `url` (`flavor` other than "auto" skips the guess)."""
     return await detect(session, url, flavor=flavor, timeout_s=detection_timeout_s(timeouts))
 
@@ -55,13 +56,21 @@ class Connection:
         """A streaming client over `session`; with a local tokenizer it also counts streamed
         delta text (servers that send no per-chunk token counts)."""
         counter = delta_counter(self.local_count) if self.local_count is not None else None
-        return ProbeClient(self.url, self.flavor, timeouts=timeouts, counter=counter,
-                           session=session)
+        return ProbeClient(
+            self.url, self.flavor, timeouts=timeouts, counter=counter, session=session
+        )
 
 
-async def connect(session: aiohttp.ClientSession, url: str, detection: Detection, *,
-                  api: str | None, model: str | None, timeouts: Timeouts,
-                  local_count: Callable[..., int] | None) -> Connection:
+async def connect(
+    session: aiohttp.ClientSession,
+    url: str,
+    detection: Detection,
+    *,
+    api: str | None,
+    model: str | None,
+    timeouts: Timeouts,
+    local_count: Callable[..., int] | None,
+) -> Connection:
     """The flavor for a reachable server and its token counter: the server's tokenize
     endpoint when it has one, else the local tokenizer, else none.
 
@@ -72,13 +81,18 @@ async def connect(session: aiohttp.ClientSession, url: str, detection: Detection
         flavor = make_flavor(detection.flavor, api=api, model=served)
     except ValueError as e:
         raise FlavorError(str(e)) from None
-    found = await server_counter(session, url, flavor.tokenize_endpoints,
-                                 timeout_s=min(timeouts.first_byte, TOKENIZE_TIMEOUT_S))
+    found = await server_counter(
+        session,
+        url,
+        flavor.tokenize_endpoints,
+        timeout_s=min(timeouts.first_byte, TOKENIZE_TIMEOUT_S),
+    )
     if found is not None:
         count, how = found
     elif local_count is not None:
         count, how = local_async(local_count), "local --tokenizer"
     else:
         count, how = None, ""
-    return Connection(url=url, flavor=flavor, model=served, count=count, count_source=how,
-                      local_count=local_count)
+    return Connection(
+        url=url, flavor=flavor, model=served, count=count, count_source=how, local_count=local_count
+    )

@@ -31,8 +31,9 @@ class Detection:
     max_context: int | None = None  # the server's context length in tokens, when it says
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, timeout_s: float
-                    ) -> tuple[int | None, Any, str | None]:
+async def _get_json(
+    session: aiohttp.ClientSession, url: str, timeout_s: float
+) -> tuple[int | None, Any, str | None]:
     """(status, parsed JSON or None, connection error text or None)."""
     try:
         async with asyncio.timeout(timeout_s):
@@ -61,8 +62,9 @@ def _first_model(models: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
-async def detect(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 10.0,
-                 flavor: str = "auto") -> Detection:
+async def detect(
+    session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 10.0, flavor: str = "auto"
+) -> Detection:
     """Detect the flavor (unless given), look up the served model and the context length."""
     base = base_url.rstrip("/")
     status, models, err = await _get_json(session, base + "/v1/models", timeout_s)
@@ -71,11 +73,19 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, timeout_s: fl
     return det
 
 
-async def _detect(session: aiohttp.ClientSession, base: str, timeout_s: float, flavor: str,
-                  status: int | None, models: Any, err: str | None) -> Detection:
+async def _detect(
+    session: aiohttp.ClientSession,
+    base: str,
+    timeout_s: float,
+    flavor: str,
+    status: int | None,
+    models: Any,
+    err: str | None,
+) -> Detection:
     if status is None:
-        return Detection(flavor=flavor if flavor != "auto" else "openai", reachable=False,
-                         error=f"{base}: {err}")
+        return Detection(
+            flavor=flavor if flavor != "auto" else "openai", reachable=False, error=f"{base}: {err}"
+        )
     model, owner = _first_model(models)
     if flavor != "auto":
         return Detection(flavor=flavor, model=model, evidence="--flavor given")
@@ -87,8 +97,10 @@ async def _detect(session: aiohttp.ClientSession, base: str, timeout_s: float, f
                 return Detection("vllm", model, info, f"{path} looks like vLLM's")
             return Detection("sglang", model, info, f"{path} answered (SGLang)")
     st, info, _ = await _get_json(session, base + "/props", timeout_s)
-    if st == 200 and isinstance(info, dict) and (
-        "default_generation_settings" in info or "build_info" in info or "total_slots" in info
+    if (
+        st == 200
+        and isinstance(info, dict)
+        and ("default_generation_settings" in info or "build_info" in info or "total_slots" in info)
     ):
         return Detection("llamacpp", model, info, "/props answered (llama.cpp)")
     st, info, _ = await _get_json(session, base + "/version", timeout_s)
@@ -102,15 +114,22 @@ async def _detect(session: aiohttp.ClientSession, base: str, timeout_s: float, f
         return Detection("sglang", model, {}, "/v1/models owned_by sglang")
     if status == 200:
         return Detection("openai", model, {}, "/v1/models answered; no server-specific endpoint")
-    return Detection("openai", model, {}, f"no known info endpoint (/v1/models gave HTTP {status}); "
-                     "assuming OpenAI-compatible")
+    return Detection(
+        "openai",
+        model,
+        {},
+        f"no known info endpoint (/v1/models gave HTTP {status}); assuming OpenAI-compatible",
+    )
 
 
 def max_context_from(server_info: dict[str, Any], models: Any = None) -> int | None:
     """The server's context length where it says it: SGLang /get_server_info `context_length`,
     vLLM /v1/models `max_model_len`, llama.cpp /props `n_ctx`. None when unknown."""
-    cands: list[Any] = [server_info.get("context_length"), server_info.get("max_context"),
-                        server_info.get("max_model_len")]
+    cands: list[Any] = [
+        server_info.get("context_length"),
+        server_info.get("max_context"),
+        server_info.get("max_model_len"),
+    ]
     dgs = server_info.get("default_generation_settings")
     if isinstance(dgs, dict):
         cands.append(dgs.get("n_ctx"))

@@ -40,8 +40,73 @@ def prompt_length_problem(n: int) -> str | None:
         return f"--prompt-tokens must be within 1..{MAX_PROMPT_TOKENS}, got {n}"
     return None
 
+
 # Common words, one token each in most BPE vocabularies (the synthetic workload only).
-_WORDS = ["the", "river", "light", "water", "stone", "green", "house", "world", "river", "people", "table", "window", "garden", "city", "music", "paper", "story", "night", "morning", "letter", "mountain", "forest", "bridge", "market", "school", "summer", "winter", "doctor", "friend", "mother", "father", "village", "station", "engine", "simple", "number", "little", "second", "village", "yellow", "silver", "corner", "garden", "season", "animal", "ocean", "island", "valley", "field", "circle", "answer", "moment", "country", "family", "history", "picture", "minute", "single", "follow", "open", "begin", "carry", "change"]
+_WORDS = [
+    "the",
+    "river",
+    "light",
+    "water",
+    "stone",
+    "green",
+    "house",
+    "world",
+    "river",
+    "people",
+    "table",
+    "window",
+    "garden",
+    "city",
+    "music",
+    "paper",
+    "story",
+    "night",
+    "morning",
+    "letter",
+    "mountain",
+    "forest",
+    "bridge",
+    "market",
+    "school",
+    "summer",
+    "winter",
+    "doctor",
+    "friend",
+    "mother",
+    "father",
+    "village",
+    "station",
+    "engine",
+    "simple",
+    "number",
+    "little",
+    "second",
+    "village",
+    "yellow",
+    "silver",
+    "corner",
+    "garden",
+    "season",
+    "animal",
+    "ocean",
+    "island",
+    "valley",
+    "field",
+    "circle",
+    "answer",
+    "moment",
+    "country",
+    "family",
+    "history",
+    "picture",
+    "minute",
+    "single",
+    "follow",
+    "open",
+    "begin",
+    "carry",
+    "change",
+]
 
 
 class PromptError(Exception):
@@ -62,8 +127,10 @@ _SPECIAL_TOKENS_SLACK = 16
 def plausible_count(n: int, text: str, where: str) -> int:
     """`n` when a tokenizer could have counted it for `text`, else TokenizeError."""
     if not 0 <= n <= len(text.encode("utf-8")) + _SPECIAL_TOKENS_SLACK:
-        raise TokenizeError(f"{where} counted {n} tokens for {len(text)} characters of text: "
-                            "impossible, so no prompt length can be trusted")
+        raise TokenizeError(
+            f"{where} counted {n} tokens for {len(text)} characters of text: "
+            "impossible, so no prompt length can be trusted"
+        )
     return n
 
 
@@ -117,9 +184,12 @@ def _parse_count(obj: Any) -> int | None:
     return None
 
 
-async def server_counter(session: aiohttp.ClientSession, base_url: str,
-                         endpoints: tuple[tuple[str, str], ...], timeout_s: float = 10.0
-                         ) -> tuple[AsyncCounter, str] | None:
+async def server_counter(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    endpoints: tuple[tuple[str, str], ...],
+    timeout_s: float = 10.0,
+) -> tuple[AsyncCounter, str] | None:
     """Find the first tokenize endpoint that answers with a count: (counter, "POST /path")."""
     base = base_url.rstrip("/")
 
@@ -139,6 +209,7 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
 
     for path, key in endpoints:
         if await ask(path, key, "hello world") is not None:
+
             async def count(text: str, path: str = path, key: str = key) -> int:
                 n = await ask(path, key, text)
                 if n is None:
@@ -152,8 +223,11 @@ async def server_counter(session: aiohttp.ClientSession, base_url: str,
 def synthetic_frame(seed: int, n_tokens: int) -> Frame:
     """Filler words (the `synthetic` workload): one unit per word."""
     rng = random.Random(seed)
-    return Frame(head="", units=[rng.choice(_WORDS) + " " for _ in range(2 * n_tokens + 16)],
-                 unit_kind="word")
+    return Frame(
+        head="",
+        units=[rng.choice(_WORDS) + " " for _ in range(2 * n_tokens + 16)],
+        unit_kind="word",
+    )
 
 
 def local_async(counter: Callable[[str], int]) -> AsyncCounter:
@@ -201,7 +275,7 @@ MAX_WORD_STARTS = 8
 
 
 def render(frame: Frame, cut: Cut, prefix: str = "") -> str:
-    body = "".join(frame.units[cut.start: cut.units])
+    body = "".join(frame.units[cut.start : cut.units])
     if cut.words or cut.chars:
         pieces = _PIECES.findall(frame.units[cut.units]) if cut.units < len(frame.units) else []
         body += "".join(pieces[: cut.words])
@@ -224,8 +298,9 @@ def normalized(frame: Frame) -> Frame:
     return Frame(frame.head, out, frame.tail, frame.unit_kind, frame.strip)
 
 
-async def _largest_at_most(f: Callable[[int], Awaitable[int]], lo: int, hi: int, start: int,
-                           n: int) -> int:
+async def _largest_at_most(
+    f: Callable[[int], Awaitable[int]], lo: int, hi: int, start: int, n: int
+) -> int:
     """Largest k in [lo, hi] with f(k) <= n, given f(lo) <= n, f nondecreasing (nearly: a
     BPE count can dip by one where pieces merge; the caller measures the result anyway).
     Galloping from `start` keeps it to a few calls when `start` is a good guess."""
@@ -255,8 +330,9 @@ async def _largest_at_most(f: Callable[[int], Awaitable[int]], lo: int, hi: int,
     return lo
 
 
-async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: str = "",
-                    hint: Cut | None = None) -> tuple[BuiltPrompt, Cut]:
+async def fit_units(
+    count: AsyncCounter, frame: Frame, n_tokens: int, prefix: str = "", hint: Cut | None = None
+) -> tuple[BuiltPrompt, Cut]:
     """`prefix + head + units + tail` cut to exactly `n_tokens` tokens, or the closest
     reachable (exact=False). First on a unit boundary: the largest run of whole units from
     the start, then from up to MAX_STARTS later starts (an excerpt that begins a few lines or
@@ -279,8 +355,9 @@ async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: st
         if frame.head or frame.tail:  # too short for the frame: the bare material instead
             bare = Frame("", frame.units, "", frame.unit_kind, frame.strip)
             return await fit_units(count, bare, n_tokens, prefix)
-        return BuiltPrompt(render(frame, Cut(0), prefix), memo[Cut(0)], False,
-                           boundary=frame.unit_kind), Cut(0)
+        return BuiltPrompt(
+            render(frame, Cut(0), prefix), memo[Cut(0)], False, boundary=frame.unit_kind
+        ), Cut(0)
     n_units = len(frame.units)
     # About four characters a token; galloping corrects a poor guess in a few calls.
     budget, guess = 4 * (n_tokens - memo[Cut(0)]), 0
@@ -290,6 +367,7 @@ async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: st
 
     firsts: list[Cut] = []  # per start, the longest run of whole units that fits
     for s in range(min(MAX_STARTS, n_units)):
+
         async def by_units(k: int, s: int = s) -> int:
             return await measure(Cut(k, start=s))
 
@@ -318,7 +396,7 @@ async def fit_units(count: AsyncCounter, frame: Frame, n_tokens: int, prefix: st
             best = Cut(k, j)
     if memo[best] != n_tokens and best.units < n_units:
         k, j = best.units, best.words
-        piece = _PIECES.findall(frame.units[k])[j:j + 1] or [""]
+        piece = _PIECES.findall(frame.units[k])[j : j + 1] or [""]
 
         async def by_chars(c: int) -> int:
             return await measure(Cut(k, j, c))

@@ -16,12 +16,29 @@ _SGLANG_NAMES: dict[str, tuple[str, ...]] = {
     "verify_ct": ("spec_verify_ct", "verify_ct", "num_spec_steps"),
     "accept_length": ("spec_accept_length", "accept_length", "mean_acceptance_length"),
     "accept_rate": ("spec_accept_rate", "accept_rate", "draft_acceptance_rate"),
-    "accepted_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num",
-                        "num_correct_drafts", "accepted_drafts", "num_accepted_draft_tokens"),
-    "proposed_drafts": ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num",
-                        "num_proposed_drafts", "proposed_drafts", "num_draft_tokens"),
-    "accept_histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram",
-                         "correct_drafts_histogram", "accept_histogram", "acceptance_histogram"),
+    "accepted_drafts": (
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+        "spec_accept_token_num",
+        "num_correct_drafts",
+        "accepted_drafts",
+        "num_accepted_draft_tokens",
+    ),
+    "proposed_drafts": (
+        "spec_num_proposed_drafts",
+        "spec_proposed_drafts",
+        "spec_draft_token_num",
+        "num_proposed_drafts",
+        "proposed_drafts",
+        "num_draft_tokens",
+    ),
+    "accept_histogram": (
+        "spec_correct_drafts_histogram",
+        "spec_accept_histogram",
+        "correct_drafts_histogram",
+        "accept_histogram",
+        "acceptance_histogram",
+    ),
     "per_step_accepted": ("per_step_accepted",),
     "per_step_drafted": ("per_step_drafted",),
 }
@@ -70,8 +87,9 @@ def _pick(obj: dict[str, Any], names: tuple[str, ...]) -> Any:
     return None
 
 
-def _from_names(obj: dict[str, Any], names: dict[str, tuple[str, ...]], source: str,
-                raw_keys: set[str]) -> ServerSpecFields | None:
+def _from_names(
+    obj: dict[str, Any], names: dict[str, tuple[str, ...]], source: str, raw_keys: set[str]
+) -> ServerSpecFields | None:
     if not any(k in obj for k in raw_keys):
         return None
     f = ServerSpecFields(
@@ -93,7 +111,9 @@ _SGLANG_KEYS = {n for names in _SGLANG_NAMES.values() for n in names if n.starts
 _VLLM_KEYS = {n for names in _VLLM_NAMES.values() for n in names}
 
 
-def from_sglang_meta(meta: dict[str, Any], source: str = "sglang.meta_info") -> ServerSpecFields | None:
+def from_sglang_meta(
+    meta: dict[str, Any], source: str = "sglang.meta_info"
+) -> ServerSpecFields | None:
     """SGLang `meta_info` (native /generate) or `sglext.spec_tokens_details` (OpenAI layer).
 
     PR #34814's per-step lists (`speculative_decoding_stats.accept_lengths`, read as accepted
@@ -128,8 +148,12 @@ def from_sglext(sglext: Any) -> ServerSpecFields | None:
     fields = from_sglang_meta(details, source="sglang.sglext")
     if fields is None:
         # Unprefixed names (verify_ct, accept_length, ...) in the OpenAI extension.
-        fields = _from_names(details, _SGLANG_NAMES, "sglang.sglext",
-                             {n for names in _SGLANG_NAMES.values() for n in names})
+        fields = _from_names(
+            details,
+            _SGLANG_NAMES,
+            "sglang.sglext",
+            {n for names in _SGLANG_NAMES.values() for n in names},
+        )
     return fields
 
 
@@ -174,11 +198,17 @@ def from_llamacpp_timings(timings: Any) -> ServerSpecFields | None:
         if accept_length is not None:
             verify_ct = predicted - 1 - accepted
     return ServerSpecFields(
-        verify_ct=verify_ct, accept_length=accept_length,
-        accepted_drafts=accepted, proposed_drafts=drafted, accept_rate=rate,
+        verify_ct=verify_ct,
+        accept_length=accept_length,
+        accepted_drafts=accepted,
+        proposed_drafts=drafted,
+        accept_rate=rate,
         source=LLAMACPP_TIMINGS,
-        raw={k: timings[k] for k in ("draft_n", "draft_n_accepted", "predicted_n", "predicted_ms")
-             if k in timings},
+        raw={
+            k: timings[k]
+            for k in ("draft_n", "draft_n_accepted", "predicted_n", "predicted_ms")
+            if k in timings
+        },
     )
 
 

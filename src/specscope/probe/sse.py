@@ -26,8 +26,10 @@ class LineTooLong(Exception):
     """A line grew past the parser's bound without a line end."""
 
     def __init__(self, size: int, limit: int):
-        super().__init__(f"an event-stream line grew past {limit} bytes without a line end "
-                         f"({size} bytes buffered)")
+        super().__init__(
+            f"an event-stream line grew past {limit} bytes without a line end "
+            f"({size} bytes buffered)"
+        )
         self.size = size
         self.limit = limit
 
@@ -160,8 +162,11 @@ class SSEParser:
         # "retry" and unknown fields are ignored, as the spec says.
 
     def _make(self) -> SSEEvent:
-        return SSEEvent(data="\n".join(self._data), event=self._event or "message",
-                        id=self._id if self._id is not None else self._last_id)
+        return SSEEvent(
+            data="\n".join(self._data),
+            event=self._event or "message",
+            id=self._id if self._id is not None else self._last_id,
+        )
 
     def _reset(self) -> None:
         self._data = []

@@ -29,10 +29,15 @@ class Sender(Protocol):
     async def send(self, spec: RequestSpec, index: int = 0, slot: int = 0) -> RequestTrace: ...
 
 
-async def run_workload(client: Sender, specs: Sequence[RequestSpec], concurrency: int = 1,
-                       on_done: Callable[[RequestTrace], None] | None = None, *,
-                       first_index: int = 0,
-                       stop: Callable[[], bool] | None = None) -> list[RequestTrace]:
+async def run_workload(
+    client: Sender,
+    specs: Sequence[RequestSpec],
+    concurrency: int = 1,
+    on_done: Callable[[RequestTrace], None] | None = None,
+    *,
+    first_index: int = 0,
+    stop: Callable[[], bool] | None = None,
+) -> list[RequestTrace]:
     """All traces that ran, in request order. Request `i` gets index `first_index + i`.
     `stop`, checked before each request starts, ends the run early (a server that stopped
     answering); the requests already in flight finish first."""
@@ -65,8 +70,9 @@ async def run_workload(client: Sender, specs: Sequence[RequestSpec], concurrency
         # Ctrl-C: hand over what the requests in flight received, marked cancelled.
         partial = getattr(client, "in_flight", {})
         for index, (spec, slot, t_send) in sorted(started.items()):
-            trace = partial.get(index) or RequestTrace(index=index, spec=spec, t_send_ns=t_send,
-                                                       concurrency_slot=slot)
+            trace = partial.get(index) or RequestTrace(
+                index=index, spec=spec, t_send_ns=t_send, concurrency_slot=slot
+            )
             if trace.error is None:
                 trace.error = ErrorInfo(kind="cancelled", message="run interrupted")
             if trace.t_end_ns is None:

@@ -46,8 +46,13 @@ def context_from_run(run: Run, analysis: Analysis, run_dir: str = "") -> ReportC
         if r.error is not None
     ]
     plan = run.info.args.get("plan") if isinstance(run.info.args, dict) else None
-    return ReportContext(analysis=analysis, info=run.info, run_dir=run_dir or analysis.run_dir or "",
-                         errors=errors, plan=plan if isinstance(plan, dict) else None)
+    return ReportContext(
+        analysis=analysis,
+        info=run.info,
+        run_dir=run_dir or analysis.run_dir or "",
+        errors=errors,
+        plan=plan if isinstance(plan, dict) else None,
+    )
 
 
 def fmt(value: float | int | None, digits: int = 2, unit: str = "") -> str:
@@ -58,8 +63,12 @@ def fmt(value: float | int | None, digits: int = 2, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def fmt_ci(ci: list[float] | tuple[float, float] | None, digits: int = 2, scale: float = 1.0,
-           unit: str = "") -> str:
+def fmt_ci(
+    ci: list[float] | tuple[float, float] | None,
+    digits: int = 2,
+    scale: float = 1.0,
+    unit: str = "",
+) -> str:
     """' (95% CI lo–hi unit)' for an interval, '' without one."""
     if not ci or len(ci) != 2 or ci[0] is None or ci[1] is None:
         return ""
@@ -77,10 +86,13 @@ def drafted_line(a: Analysis) -> str | None:
     """The server's drafted-steps-only commit length, labelled, or None when there is none."""
     if a.mean_commit_len_per_drafted_step is None:
         return None
-    share = (f"; {a.drafted_step_share:.0%} of steps drafted"
-             if a.drafted_step_share is not None else "")
-    return (f"{a.mean_commit_len_per_drafted_step:.2f} tokens per drafted step (the server's "
-            f"figure, steps that drafted nothing left out{share})")
+    share = (
+        f"; {a.drafted_step_share:.0%} of steps drafted" if a.drafted_step_share is not None else ""
+    )
+    return (
+        f"{a.mean_commit_len_per_drafted_step:.2f} tokens per drafted step (the server's "
+        f"figure, steps that drafted nothing left out{share})"
+    )
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -113,16 +125,23 @@ def breakeven_lines(be: dict[str, Any] | None) -> list[tuple[str, str]]:
     for axis, unit in (("concurrency", ""), ("context", " tokens")):
         point = be.get(axis)
         if point is not None:
-            rows.append((f"breakeven {axis}", f"{point:.1f}{unit}"
-                         + _open_ci(be.get(f"{axis}_ci"), unit)))
+            rows.append(
+                (f"breakeven {axis}", f"{point:.1f}{unit}" + _open_ci(be.get(f"{axis}_ci"), unit))
+            )
         elif be.get(f"{axis}_reason") or be.get("reason"):
             rows.append((f"breakeven {axis}", str(be.get(f"{axis}_reason") or be.get("reason"))))
     factors = [f for f in be.get("factors") or [] if isinstance(f, dict)]
     if factors:
-        rows.append(("loss factors", "; ".join(
-            f"{f.get('name')} ×{f.get('factor', 0):.2f}"
-            + (f" ({f['share_of_loss']:.0%})" if f.get("share_of_loss") is not None else "")
-            for f in factors)))
+        rows.append(
+            (
+                "loss factors",
+                "; ".join(
+                    f"{f.get('name')} ×{f.get('factor', 0):.2f}"
+                    + (f" ({f['share_of_loss']:.0%})" if f.get("share_of_loss") is not None else "")
+                    for f in factors
+                ),
+            )
+        )
     if be.get("recommendation"):
         rows.append(("recommendation", str(be["recommendation"])))
     return rows
@@ -157,9 +176,11 @@ def precision_line(p: dict[str, Any] | None) -> str | None:
         if p.get("spent_s") is not None:
             text += f" in {p['spent_s']:.0f} s"
     if reached is not None and not p.get("over_requests"):
-        text += ("; the interval is over blocks of steps, so it leaves out how much the rate "
-                 "moves from one prompt to the next "
-                 f"({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP}+ requests resample requests)")
+        text += (
+            "; the interval is over blocks of steps, so it leaves out how much the rate "
+            "moves from one prompt to the next "
+            f"({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP}+ requests resample requests)"
+        )
     return text
 
 
@@ -174,6 +195,8 @@ def plan_precision_line(pp: dict[str, Any]) -> str:
     if pp.get("budget_tokens") is not None:
         limits.append(f"{pp['budget_tokens']} generated tokens")
     budget = " or ".join(limits) if limits else "no time or token limit"
-    return (f"precision: then more {tag} requests (from {start}) until decode tps' 95% interval "
-            f"over requests ({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP} or more) is within ±{pp['target']:.1%}, or the budget "
-            f"({budget}, at most {pp.get('max_requests')} requests) is spent")
+    return (
+        f"precision: then more {tag} requests (from {start}) until decode tps' 95% interval "
+        f"over requests ({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP} or more) is within ±{pp['target']:.1%}, or the budget "
+        f"({budget}, at most {pp.get('max_requests')} requests) is spent"
+    )

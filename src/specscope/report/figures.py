@@ -24,9 +24,15 @@ class FigureSpec:
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white",
-                      height=380, margin={"l": 60, "r": 20, "t": 50, "b": 50},
-                      legend={"orientation": "h", "y": -0.2})
+    fig.update_layout(
+        title=title,
+        xaxis_title=x,
+        yaxis_title=y,
+        template="plotly_white",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        legend={"orientation": "h", "y": -0.2},
+    )
     return fig
 
 
@@ -48,20 +54,34 @@ def commit_len_by_position(s: dict[str, Any]) -> go.Figure | None:
     if not x or len(x) != len(y):
         return None
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines+markers", name="mean commit length"))
-    return _layout(fig, "Commit length over output position", "output position (tokens)",
-                   "tokens per step")
+    return _layout(
+        fig, "Commit length over output position", "output position (tokens)", "tokens per step"
+    )
 
 
 def step_time_by_position(s: dict[str, Any]) -> go.Figure | None:
     x, y = _list(s, "output_pos"), _list(s, "step_s")
     if not x or len(x) != len(y):
         return None
-    fig = go.Figure(go.Scatter(x=x, y=[v * 1e3 if v is not None else None for v in y],
-                               mode="markers", name="observed step time", marker={"size": 4}))
+    fig = go.Figure(
+        go.Scatter(
+            x=x,
+            y=[v * 1e3 if v is not None else None for v in y],
+            mode="markers",
+            name="observed step time",
+            marker={"size": 4},
+        )
+    )
     exp = _list(s, "expected_step_s")
     if len(exp) == len(x) and any(v is not None for v in exp):
-        fig.add_trace(go.Scatter(x=x, y=[v * 1e3 if v is not None else None for v in exp],
-                                 mode="lines", name="context model's expectation"))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[v * 1e3 if v is not None else None for v in exp],
+                mode="lines",
+                name="context model's expectation",
+            )
+        )
     return _layout(fig, "Step time over output position", "output position (tokens)", "ms per step")
 
 
@@ -78,8 +98,9 @@ def tps_by_output_len(s: dict[str, Any]) -> go.Figure | None:
     if not x or len(x) != len(y):
         return None
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines+markers", name="decode tok/s"))
-    return _layout(fig, "Decode rate vs generation length (short prompt)", "tokens generated",
-                   "tokens/s")
+    return _layout(
+        fig, "Decode rate vs generation length (short prompt)", "tokens generated", "tokens/s"
+    )
 
 
 def two_point_vs_full(s: dict[str, Any]) -> go.Figure | None:
@@ -94,8 +115,11 @@ def baseline_vs_observed(s: dict[str, Any]) -> go.Figure | None:
     labels = [str(v) for v in _list(s, "label")]
     if not labels:
         return None
-    cols = [("decode_tps", "tokens/s"), ("mean_commit_len", "commit length"),
-            ("mean_step_s", "step time (ms)")]
+    cols = [
+        ("decode_tps", "tokens/s"),
+        ("mean_commit_len", "commit length"),
+        ("mean_step_s", "step time (ms)"),
+    ]
     fig = make_subplots(rows=1, cols=3, subplot_titles=[c[1] for c in cols])
     for i, (key, _) in enumerate(cols, start=1):
         vals = _list(s, key)
@@ -104,8 +128,12 @@ def baseline_vs_observed(s: dict[str, Any]) -> go.Figure | None:
         if key == "mean_step_s":
             vals = [v * 1e3 if v is not None else None for v in vals]
         fig.add_trace(go.Bar(x=labels, y=vals, name=key, showlegend=False), row=1, col=i)
-    fig.update_layout(title="Baseline vs observed", template="plotly_white", height=380,
-                      margin={"l": 60, "r": 20, "t": 70, "b": 50})
+    fig.update_layout(
+        title="Baseline vs observed",
+        template="plotly_white",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 70, "b": 50},
+    )
     return fig
 
 
@@ -125,57 +153,132 @@ def breakeven(s: dict[str, Any]) -> go.Figure | None:
         return None
     fig = go.Figure()
     for label, color in (("observed", "#1f77b4"), ("baseline", "#ff7f0e")):
-        y, lo, hi = _list(s, f"{label}_tps"), _list(s, f"{label}_tps_low"), _list(s, f"{label}_tps_high")
+        y, lo, hi = (
+            _list(s, f"{label}_tps"),
+            _list(s, f"{label}_tps_low"),
+            _list(s, f"{label}_tps_high"),
+        )
         if len(y) != len(x):
             continue
         if len(lo) == len(x) and len(hi) == len(x):
-            fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", opacity=0.2,
-                                     line={"width": 0, "color": color}, hoverinfo="skip",
-                                     name=f"{label} 95% band"))
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"color": color},
-                                 name=f"{label} (fitted)"))
+            fig.add_trace(
+                go.Scatter(
+                    x=x + x[::-1],
+                    y=hi + lo[::-1],
+                    fill="toself",
+                    opacity=0.2,
+                    line={"width": 0, "color": color},
+                    hoverinfo="skip",
+                    name=f"{label} 95% band",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(x=x, y=y, mode="lines", line={"color": color}, name=f"{label} (fitted)")
+        )
         pts = s.get(f"{label}_points")
         if isinstance(pts, dict) and _list(pts, "concurrency"):
-            fig.add_trace(go.Scatter(x=_list(pts, "concurrency"),
-                                     y=_list(pts, "decode_tps_per_request"), mode="markers",
-                                     marker={"color": color, "size": 8}, name=f"{label} (measured)"))
+            fig.add_trace(
+                go.Scatter(
+                    x=_list(pts, "concurrency"),
+                    y=_list(pts, "decode_tps_per_request"),
+                    mode="markers",
+                    marker={"color": color, "size": 8},
+                    name=f"{label} (measured)",
+                )
+            )
     cross = s.get("crossover")
     if isinstance(cross, int | float):
-        fig.add_vline(x=float(cross), line_dash="dash", line_color="#444",
-                      annotation_text=f"breakeven {float(cross):.1f}")
+        fig.add_vline(
+            x=float(cross),
+            line_dash="dash",
+            line_color="#444",
+            annotation_text=f"breakeven {float(cross):.1f}",
+        )
     fig.update_xaxes(type="log")
-    return _layout(fig, "Per-request decode rate vs concurrency: this run and the baseline",
-                   "requests in flight (batch)", "tokens/s per request")
+    return _layout(
+        fig,
+        "Per-request decode rate vs concurrency: this run and the baseline",
+        "requests in flight (batch)",
+        "tokens/s per request",
+    )
 
 
 FIGURES: list[tuple[FigureSpec, Callable[[dict[str, Any]], go.Figure | None]]] = [
-    (FigureSpec("commit_len_histogram", "Commit-length histogram",
-                "How many tokens each verify step committed; mass at 1-2 means the drafter is "
-                "rarely right."), commit_len_histogram),
-    (FigureSpec("commit_len_by_position", "Commit length over output position",
-                "A falling line: early tokens are easy (the honeymoon), later ones are not."),
-     commit_len_by_position),
-    (FigureSpec("step_time_by_position", "Step time over output position",
-                "Points above the context model's line are excess step time; excess that grows "
-                "with position points to stateful degradation."), step_time_by_position),
-    (FigureSpec("tps_by_context", "Decode rate vs context",
-                "Attention-bound decode slows as context grows; this is the expected part."),
-     tps_by_context),
-    (FigureSpec("tps_by_output_len", "Decode rate vs generation length",
-                "At low context, a rate that falls with length is not the context's doing."),
-     tps_by_output_len),
-    (FigureSpec("two_point_vs_full", "Two-point vs full generation",
-                "A two-point window over early tokens can overstate a long generation."),
-     two_point_vs_full),
-    (FigureSpec("baseline_vs_observed", "Baseline vs observed",
-                "The tps ratio splits exactly into commit length and step time."),
-     baseline_vs_observed),
-    (FigureSpec("concurrency", "Concurrency",
-                "Per-request rate falling with concurrency is batching interference."),
-     concurrency),
-    (FigureSpec("breakeven", "Breakeven vs baseline",
-                "Where the lines cross, speculation stops paying per request; bands are 95% "
-                "bootstrap intervals of the fitted step-time model."), breakeven),
+    (
+        FigureSpec(
+            "commit_len_histogram",
+            "Commit-length histogram",
+            "How many tokens each verify step committed; mass at 1-2 means the drafter is "
+            "rarely right.",
+        ),
+        commit_len_histogram,
+    ),
+    (
+        FigureSpec(
+            "commit_len_by_position",
+            "Commit length over output position",
+            "A falling line: early tokens are easy (the honeymoon), later ones are not.",
+        ),
+        commit_len_by_position,
+    ),
+    (
+        FigureSpec(
+            "step_time_by_position",
+            "Step time over output position",
+            "Points above the context model's line are excess step time; excess that grows "
+            "with position points to stateful degradation.",
+        ),
+        step_time_by_position,
+    ),
+    (
+        FigureSpec(
+            "tps_by_context",
+            "Decode rate vs context",
+            "Attention-bound decode slows as context grows; this is the expected part.",
+        ),
+        tps_by_context,
+    ),
+    (
+        FigureSpec(
+            "tps_by_output_len",
+            "Decode rate vs generation length",
+            "At low context, a rate that falls with length is not the context's doing.",
+        ),
+        tps_by_output_len,
+    ),
+    (
+        FigureSpec(
+            "two_point_vs_full",
+            "Two-point vs full generation",
+            "A two-point window over early tokens can overstate a long generation.",
+        ),
+        two_point_vs_full,
+    ),
+    (
+        FigureSpec(
+            "baseline_vs_observed",
+            "Baseline vs observed",
+            "The tps ratio splits exactly into commit length and step time.",
+        ),
+        baseline_vs_observed,
+    ),
+    (
+        FigureSpec(
+            "concurrency",
+            "Concurrency",
+            "Per-request rate falling with concurrency is batching interference.",
+        ),
+        concurrency,
+    ),
+    (
+        FigureSpec(
+            "breakeven",
+            "Breakeven vs baseline",
+            "Where the lines cross, speculation stops paying per request; bands are 95% "
+            "bootstrap intervals of the fitted step-time model.",
+        ),
+        breakeven,
+    ),
 ]
 
 

@@ -71,8 +71,10 @@ def _headline(ctx: ReportContext) -> str:
     cards = [
         _card("decode tokens/s", fmt(a.decode_tps, 1) + fmt_ci(a.decode_tps_ci, 1)),
         _card("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s")),
-        _card("mean commit length (tokens/step)",
-              fmt(a.mean_commit_len, 2) + fmt_ci(a.mean_commit_len_ci, 2)),
+        _card(
+            "mean commit length (tokens/step)",
+            fmt(a.mean_commit_len, 2) + fmt_ci(a.mean_commit_len_ci, 2),
+        ),
         *([_card("per drafted step", d)] if (d := drafted_line(a)) else []),
         _card("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms")),
         _card("requests (errors)", f"{a.requests} ({a.errors})"),
@@ -86,8 +88,9 @@ def _headline(ctx: ReportContext) -> str:
             f"{'' if a.steps_reliable is not False else '; client-side steps unreliable'})</p>"
         )
     if a.speculation:
-        decomposition += (f"<p>Speculation {_e(a.speculation)}: "
-                          f"{_e(a.speculation_reason or '')}.</p>")
+        decomposition += (
+            f"<p>Speculation {_e(a.speculation)}: {_e(a.speculation_reason or '')}.</p>"
+        )
     if a.interval_method:
         decomposition += f"<p>Intervals: {_e(a.interval_method)}.</p>"
     if (reached := precision_line(a.precision)) is not None:
@@ -102,10 +105,14 @@ def _attribution(ctx: ReportContext) -> str:
     rows = [
         ("baseline run", at.baseline_run or "-"),
         ("tps ratio (baseline / observed)", fmt(at.tps_ratio, 3) + fmt_interval(at.tps_ratio_ci)),
-        ("acceptance factor (L_B / L_O)",
-         fmt(at.acceptance_factor, 3) + fmt_interval(at.acceptance_factor_ci)),
-        ("step-time factor (s_O / s_B)",
-         fmt(at.step_time_factor, 3) + fmt_interval(at.step_time_factor_ci)),
+        (
+            "acceptance factor (L_B / L_O)",
+            fmt(at.acceptance_factor, 3) + fmt_interval(at.acceptance_factor_ci),
+        ),
+        (
+            "step-time factor (s_O / s_B)",
+            fmt(at.step_time_factor, 3) + fmt_interval(at.step_time_factor_ci),
+        ),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
@@ -121,12 +128,18 @@ def _findings(ctx: ReportContext) -> str:
             f"<tr><td>{_e(e.label)}</td><td>{_e(fmt_value(e.value))} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
             for e in f.evidence
         )
-        factor = f" &middot; explains a factor of {_e(fmt(f.factor, 2))}" if f.factor is not None else ""
+        factor = (
+            f" &middot; explains a factor of {_e(fmt(f.factor, 2))}" if f.factor is not None else ""
+        )
         parts.append(
             f'<div class="finding"><div><b>{rank}.</b> <span class="id">{_e(f.id)}</span> '
             f"&middot; confidence {_e(fmt(f.confidence, 2))}{factor}</div>"
             f"<p>{_e(f.summary)}</p>"
-            + (f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>" if ev else "")
+            + (
+                f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>"
+                if ev
+                else ""
+            )
             + (f'<div class="next"><b>Next:</b> {_e(f.next)}</div>' if f.next else "")
             + "</div>"
         )
@@ -145,10 +158,14 @@ def _serving(ctx: ReportContext) -> str:
         return ""
     rows = latency_rows(s.get("run") or {})
     levels = level_rows(s)
-    return ("<h2>Serving metrics</h2>"
-            + (_rows_table(TABLE_HEADER, rows) if rows else "")
-            + "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in summary_lines(s)) + "</ul>"
-            + (_rows_table(LEVEL_HEADER, levels) if len(levels) > 1 else ""))
+    return (
+        "<h2>Serving metrics</h2>"
+        + (_rows_table(TABLE_HEADER, rows) if rows else "")
+        + "<ul>"
+        + "".join(f"<li>{_e(line)}</li>" for line in summary_lines(s))
+        + "</ul>"
+        + (_rows_table(LEVEL_HEADER, levels) if len(levels) > 1 else "")
+    )
 
 
 def _inline_md(text: str) -> str:
@@ -160,13 +177,16 @@ def _inline_md(text: str) -> str:
 
 def _glossary() -> str:
     head = "".join(f"<th>{_inline_md(h)}</th>" for h in GLOSSARY_HEADER)
-    body = "".join("<tr>" + "".join(f"<td>{_inline_md(c)}</td>" for c in t) + "</tr>"
-                   for t in GLOSSARY)
-    return ('<footer class="glossary"><h2>Glossary: what each serving metric means, and its name '
-            "in other tools</h2><p>With speculative decoding one streamed chunk carries a whole "
-            "verify step (several tokens), so a per-chunk ITL is a per-step latency and reads "
-            "commit-length times a per-token ITL.</p>"
-            f"<table><tr>{head}</tr>{body}</table></footer>")
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_inline_md(c)}</td>" for c in t) + "</tr>" for t in GLOSSARY
+    )
+    return (
+        '<footer class="glossary"><h2>Glossary: what each serving metric means, and its name '
+        "in other tools</h2><p>With speculative decoding one streamed chunk carries a whole "
+        "verify step (several tokens), so a per-chunk ITL is a per-step latency and reads "
+        "commit-length times a per-token ITL.</p>"
+        f"<table><tr>{head}</tr>{body}</table></footer>"
+    )
 
 
 def _plan(ctx: ReportContext) -> str:
@@ -178,7 +198,9 @@ def _plan(ctx: ReportContext) -> str:
         f"<td>{_e(s.get('concurrency'))}</td></tr>"
         for s in ctx.plan.get("steps", [])
     )
-    skipped = "".join(f"<li>{_e(s.get('tag'))}: {_e(s.get('reason'))}</li>" for s in ctx.plan.get("skipped", []))
+    skipped = "".join(
+        f"<li>{_e(s.get('tag'))}: {_e(s.get('reason'))}</li>" for s in ctx.plan.get("skipped", [])
+    )
     notes = "".join(f"<li>{_e(n)}</li>" for n in ctx.plan.get("notes", []))
     return (
         "<h2>What was sent</h2><table><tr><th>experiment</th><th>prompt tokens</th>"
@@ -196,9 +218,15 @@ def _errors(ctx: ReportContext) -> str:
         f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td>{_e(e.message)}</td></tr>"
         for e in shown
     )
-    more = f"<p>... and {len(ctx.errors) - len(shown)} more.</p>" if len(ctx.errors) > len(shown) else ""
-    return ("<h2>Errors</h2><table><tr><th>request</th><th>experiment</th><th>kind</th>"
-            f"<th>message</th></tr>{rows}</table>{more}")
+    more = (
+        f"<p>... and {len(ctx.errors) - len(shown)} more.</p>"
+        if len(ctx.errors) > len(shown)
+        else ""
+    )
+    return (
+        "<h2>Errors</h2><table><tr><th>request</th><th>experiment</th><th>kind</th>"
+        f"<th>message</th></tr>{rows}</table>{more}"
+    )
 
 
 def _plots(ctx: ReportContext) -> str:
@@ -209,8 +237,10 @@ def _plots(ctx: ReportContext) -> str:
                 continue
             if spec.key == "concurrency":
                 continue
-            parts.append(f'<div class="plot"><h3>{_e(spec.title)}</h3>'
-                         f'<p class="nodata">Not measured in this run.</p></div>')
+            parts.append(
+                f'<div class="plot"><h3>{_e(spec.title)}</h3>'
+                f'<p class="nodata">Not measured in this run.</p></div>'
+            )
             continue
         div_id = f"plot-{spec.key}"
         payload = _safe_json(fig.to_json())
@@ -228,8 +258,10 @@ def render_html(ctx: ReportContext) -> str:
     title = f"specscope diagnosis — {info.model or info.endpoint or info.run_id}"
     partial = ""
     if ctx.partial:
-        partial = (f'<div class="partial"><b>Partial run.</b> {_e(ctx.status_line)}. '
-                   "The numbers below cover only what was measured before it stopped.</div>")
+        partial = (
+            f'<div class="partial"><b>Partial run.</b> {_e(ctx.status_line)}. '
+            "The numbers below cover only what was measured before it stopped.</div>"
+        )
     notes = "".join(f"<li>{_e(n)}</li>" for n in [*a.notes, *info.notes])
     meta = (
         f"run <code>{_e(info.run_id)}</code> &middot; endpoint <code>{_e(info.endpoint)}</code> "
@@ -238,10 +270,10 @@ def render_html(ctx: ReportContext) -> str:
     )
     plotly_js = plotly.offline.get_plotlyjs()
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_CSS}</style>"
         f'<script type="text/javascript">{plotly_js}</script></head><body>'
-        f"<h1>{_e(title)}</h1><div class=\"meta\">{meta}</div>{partial}"
+        f'<h1>{_e(title)}</h1><div class="meta">{meta}</div>{partial}'
         f"<h2>Headline</h2>{_headline(ctx)}"
         f"<h2>Attribution</h2>{_attribution(ctx)}"
         + _serving(ctx)
@@ -251,7 +283,7 @@ def render_html(ctx: ReportContext) -> str:
         + _plan(ctx)
         + _errors(ctx)
         + _glossary()
-        + f"<p class=\"meta\">analysis: {_e(json.dumps({'schema': a.schema_}))} &middot; specscope "
+        + f'<p class="meta">analysis: {_e(json.dumps({"schema": a.schema_}))} &middot; specscope '
         f"{_e(info.tool_version)}</p></body></html>\n"
     )
 

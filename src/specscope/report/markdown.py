@@ -37,38 +37,66 @@ def md_escape(value: object) -> str:
 
 def render_markdown(ctx: ReportContext) -> str:
     a, info = ctx.analysis, ctx.info
-    out: list[str] = [f"# specscope diagnosis — {md_escape(info.model or info.endpoint or info.run_id)}", ""]
-    out.append(f"run {md_escape(info.run_id)} · endpoint {md_escape(info.endpoint)} · "
-               f"status {md_escape(info.status)}")
+    out: list[str] = [
+        f"# specscope diagnosis — {md_escape(info.model or info.endpoint or info.run_id)}",
+        "",
+    ]
+    out.append(
+        f"run {md_escape(info.run_id)} · endpoint {md_escape(info.endpoint)} · "
+        f"status {md_escape(info.status)}"
+    )
     out.append("")
     if ctx.partial:
-        out += [f"> **Partial run.** {md_escape(ctx.status_line)}. Numbers cover only what was "
-                "measured before it stopped.", ""]
-    out += ["## Headline", "", "| metric | value |", "|---|---|",
-            f"| decode tokens/s | {fmt(a.decode_tps, 1)}{fmt_ci(a.decode_tps_ci, 1)} |",
-            f"| time to first token | {fmt(a.ttft_s, 3, 's')}{fmt_ci(a.ttft_s_ci, 3, unit='s')} |",
-            f"| mean commit length | {fmt(a.mean_commit_len, 2)}{fmt_ci(a.mean_commit_len_ci, 2)} |",
-            *([f"| per drafted step | {md_escape(d)} |"] if (d := drafted_line(a)) else []),
-            f"| mean step time | {fmt_ms(a.mean_step_s)}{fmt_ci(a.mean_step_s_ci, 1, 1e3, 'ms')} |",
-            *([f"| speculation | {md_escape(a.speculation)}: {md_escape(a.speculation_reason)} |"]
-              if a.speculation else []),
-            f"| requests (errors) | {a.requests} ({a.errors}) |", ""]
+        out += [
+            f"> **Partial run.** {md_escape(ctx.status_line)}. Numbers cover only what was "
+            "measured before it stopped.",
+            "",
+        ]
+    out += [
+        "## Headline",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| decode tokens/s | {fmt(a.decode_tps, 1)}{fmt_ci(a.decode_tps_ci, 1)} |",
+        f"| time to first token | {fmt(a.ttft_s, 3, 's')}{fmt_ci(a.ttft_s_ci, 3, unit='s')} |",
+        f"| mean commit length | {fmt(a.mean_commit_len, 2)}{fmt_ci(a.mean_commit_len_ci, 2)} |",
+        *([f"| per drafted step | {md_escape(d)} |"] if (d := drafted_line(a)) else []),
+        f"| mean step time | {fmt_ms(a.mean_step_s)}{fmt_ci(a.mean_step_s_ci, 1, 1e3, 'ms')} |",
+        *(
+            [f"| speculation | {md_escape(a.speculation)}: {md_escape(a.speculation_reason)} |"]
+            if a.speculation
+            else []
+        ),
+        f"| requests (errors) | {a.requests} ({a.errors}) |",
+        "",
+    ]
     if a.interval_method:
         out += [f"Intervals: {md_escape(a.interval_method)}.", ""]
     if (reached := precision_line(a.precision)) is not None:
         out += [f"Precision: {md_escape(reached)}.", ""]
     if a.mean_commit_len and a.mean_step_s:
-        out += [f"decode_tps = {fmt(a.mean_commit_len, 2)} tokens/step / {fmt_ms(a.mean_step_s)} "
-                f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s", ""]
+        out += [
+            f"decode_tps = {fmt(a.mean_commit_len, 2)} tokens/step / {fmt_ms(a.mean_step_s)} "
+            f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s",
+            "",
+        ]
     at = a.attribution
     if at is not None:
-        out += ["## Attribution", "", f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
-                f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
-                f"step-time factor {fmt(at.step_time_factor, 3)}", ""]
+        out += [
+            "## Attribution",
+            "",
+            f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
+            f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
+            f"step-time factor {fmt(at.step_time_factor, 3)}",
+            "",
+        ]
         if at.tps_ratio_ci is not None:
-            out += [f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, acceptance factor"
-                    f"{fmt_interval(at.acceptance_factor_ci)}, step-time factor"
-                    f"{fmt_interval(at.step_time_factor_ci)}", ""]
+            out += [
+                f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, acceptance factor"
+                f"{fmt_interval(at.acceptance_factor_ci)}, step-time factor"
+                f"{fmt_interval(at.step_time_factor_ci)}",
+                "",
+            ]
     if a.serving:
         out += _serving(a.serving)
     if rows := breakeven_lines(a.breakeven):
@@ -78,27 +106,47 @@ def render_markdown(ctx: ReportContext) -> str:
         out += [f"No finding: {md_escape(a.no_finding_reason or '')}", ""]
     for rank, f in enumerate(a.findings, start=1):
         factor = f", factor {fmt(f.factor, 2)}" if f.factor is not None else ""
-        out.append(f"{rank}. **{f.id}** (confidence {fmt(f.confidence, 2)}{factor}): {md_escape(f.summary)}")
+        out.append(
+            f"{rank}. **{f.id}** (confidence {fmt(f.confidence, 2)}{factor}): {md_escape(f.summary)}"
+        )
         for e in f.evidence:
-            out.append(f"   - {md_escape(e.label)}: {md_escape(fmt_value(e.value))} {md_escape(e.unit)} "
-                       f"({md_escape(e.source)})")
+            out.append(
+                f"   - {md_escape(e.label)}: {md_escape(fmt_value(e.value))} {md_escape(e.unit)} "
+                f"({md_escape(e.source)})"
+            )
         if f.next:
             out.append(f"   - next: {md_escape(f.next)}")
     out.append("")
     if a.notes or info.notes:
         out += ["## Notes", ""] + [f"- {md_escape(n)}" for n in [*a.notes, *info.notes]] + [""]
     if ctx.plan and ctx.plan.get("skipped"):
-        out += ["## Skipped", ""] + [f"- {md_escape(s.get('tag'))}: {md_escape(s.get('reason'))}"
-                                     for s in ctx.plan["skipped"]] + [""]
+        out += (
+            ["## Skipped", ""]
+            + [
+                f"- {md_escape(s.get('tag'))}: {md_escape(s.get('reason'))}"
+                for s in ctx.plan["skipped"]
+            ]
+            + [""]
+        )
     if ctx.errors:
-        out += ["## Errors", ""] + [f"- request {e.index} ({md_escape(e.tag)}): {md_escape(e.kind)}: "
-                                    f"{md_escape(e.message)}" for e in ctx.errors[:50]] + [""]
+        out += (
+            ["## Errors", ""]
+            + [
+                f"- request {e.index} ({md_escape(e.tag)}): {md_escape(e.kind)}: "
+                f"{md_escape(e.message)}"
+                for e in ctx.errors[:50]
+            ]
+            + [""]
+        )
     return "\n".join(out)
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows] + [""])
+    return (
+        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        + ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
+        + [""]
+    )
 
 
 def _serving(serving: dict) -> list[str]:

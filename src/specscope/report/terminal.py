@@ -43,25 +43,37 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
 
     add_row("decode tokens/s", fmt(a.decode_tps, 1) + fmt_ci(a.decode_tps_ci, 1))
     add_row("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s"))
-    add_row("mean commit length", f"{fmt(a.mean_commit_len, 2)} tokens/step"
-                 + fmt_ci(a.mean_commit_len_ci, 2)
-                 + (f"  (from {a.commit_len_source})" if a.commit_len_source else ""))
+    add_row(
+        "mean commit length",
+        f"{fmt(a.mean_commit_len, 2)} tokens/step"
+        + fmt_ci(a.mean_commit_len_ci, 2)
+        + (f"  (from {a.commit_len_source})" if a.commit_len_source else ""),
+    )
     if (drafted := drafted_line(a)) is not None:
         add_row("per drafted step", drafted)
     add_row("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms"))
     if a.speculation:
         add_row("speculation", f"{a.speculation}: {a.speculation_reason}")
     if a.mean_commit_len and a.mean_step_s:
-        add_row("decomposition", f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
-                     f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s")
+        add_row(
+            "decomposition",
+            f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
+            f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s",
+        )
     at = a.attribution
     if at is not None:
-        add_row("vs baseline", f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
-                     f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}")
+        add_row(
+            "vs baseline",
+            f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
+            f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}",
+        )
         if at.tps_ratio_ci is not None:
-            add_row("95% intervals", f"tps ratio{fmt_interval(at.tps_ratio_ci, 2)}, acceptance"
-                    f"{fmt_interval(at.acceptance_factor_ci, 2)}, step time"
-                    f"{fmt_interval(at.step_time_factor_ci, 2)}")
+            add_row(
+                "95% intervals",
+                f"tps ratio{fmt_interval(at.tps_ratio_ci, 2)}, acceptance"
+                f"{fmt_interval(at.acceptance_factor_ci, 2)}, step time"
+                f"{fmt_interval(at.step_time_factor_ci, 2)}",
+            )
     for label, text in breakeven_lines(a.breakeven):
         add_row(label, text)
     if a.interval_method:
@@ -72,28 +84,43 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
     title = Text(f"specscope diagnosis: {info.model or info.endpoint}", style="bold")
     console.print(Panel(head, title=title, expand=False))
     if ctx.partial:
-        console.print(Text(f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
-                           style="bold yellow"))
+        console.print(
+            Text(
+                f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
+                style="bold yellow",
+            )
+        )
 
     if a.serving:
         render_serving(a.serving, console)
     if not a.findings:
         console.print(Text(f"No finding: {a.no_finding_reason or ''}"))
     for rank, f in enumerate(a.findings, start=1):
-        lines = [Text.assemble((f"{rank}. {f.id}", "bold cyan"),
-                               f"  confidence {fmt(f.confidence, 2)}",
-                               (f"  factor {fmt(f.factor, 2)}" if f.factor is not None else "")),
-                 Text(f.summary)]
+        lines = [
+            Text.assemble(
+                (f"{rank}. {f.id}", "bold cyan"),
+                f"  confidence {fmt(f.confidence, 2)}",
+                (f"  factor {fmt(f.factor, 2)}" if f.factor is not None else ""),
+            ),
+            Text(f.summary),
+        ]
         for e in f.evidence:
-            lines.append(Text(f"   • {e.label}: {fmt_value(e.value)} {e.unit}  [{e.source}]", style="dim"))
+            lines.append(
+                Text(f"   • {e.label}: {fmt_value(e.value)} {e.unit}  [{e.source}]", style="dim")
+            )
         if f.next:
             lines.append(Text.assemble(("   next: ", "bold green"), f.next))
         console.print(Group(*lines))
     for n in a.notes:
         console.print(Text(f"note: {n}", style="dim"))
     if ctx.errors:
-        console.print(Text(f"{len(ctx.errors)} request(s) failed; first: {ctx.errors[0].kind}: "
-                           f"{ctx.errors[0].message}", style="red"))
+        console.print(
+            Text(
+                f"{len(ctx.errors)} request(s) failed; first: {ctx.errors[0].kind}: "
+                f"{ctx.errors[0].message}",
+                style="red",
+            )
+        )
 
 
 def render_serving(serving: dict, console: Console) -> None:
@@ -101,8 +128,9 @@ def render_serving(serving: dict, console: Console) -> None:
     a row per concurrency level when there are several."""
     rows = latency_rows(serving.get("run") or {})
     if rows:
-        t = Table(title=Text("Serving metrics"), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1))
+        t = Table(
+            title=Text("Serving metrics"), title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+        )
         for i, h in enumerate(TABLE_HEADER):
             t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
         for r in rows:
@@ -112,8 +140,9 @@ def render_serving(serving: dict, console: Console) -> None:
         console.print(Text(line))
     levels = level_rows(serving)
     if len(levels) > 1:
-        t = Table(title=Text("By concurrency"), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1))
+        t = Table(
+            title=Text("By concurrency"), title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+        )
         for h in LEVEL_HEADER:
             t.add_column(h, justify="right")
         for r in levels:
@@ -124,8 +153,9 @@ def render_serving(serving: dict, console: Console) -> None:
 def render_plan(plan: Plan, console: Console, target: str) -> None:
     """What will be sent, before anything is: steps, token counts, estimated time. Steps of one
     tag (two-point's alternating rounds) are shown as one row."""
-    t = Table(title=Text(f"Plan for {target}"), title_justify="left", box=box.SIMPLE_HEAD,
-              padding=(0, 1))
+    t = Table(
+        title=Text(f"Plan for {target}"), title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+    )
     t.add_column("experiment", no_wrap=True)
     t.add_column("prompt", justify="right")
     t.add_column("gen", justify="right")
@@ -139,18 +169,31 @@ def render_plan(plan: Plan, console: Console, target: str) -> None:
         row[1] += s.requests
         row[2] += s.estimate_s(d, p)
     for tag, (s, n, est) in rows.items():
-        t.add_row(tag, str(s.prompt_tokens), str(s.max_tokens), str(n), f"{est:.1f}", Text(s.purpose))
+        t.add_row(
+            tag, str(s.prompt_tokens), str(s.max_tokens), str(n), f"{est:.1f}", Text(s.purpose)
+        )
     console.print(t)
-    basis = ("measured over a 32-token calibration request: if the server slows down over long "
-             "generations, as in the seed story, it takes longer" if plan.rates_measured
-             else "assumed; nothing measured yet")
-    console.print(Text(f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
-                       f"{plan.total_generated_tokens} generated tokens: about {plan.estimate_s():.0f} s "
-                       f"if {d:.1f} tok/s holds ({basis})."))
+    basis = (
+        "measured over a 32-token calibration request: if the server slows down over long "
+        "generations, as in the seed story, it takes longer"
+        if plan.rates_measured
+        else "assumed; nothing measured yet"
+    )
+    console.print(
+        Text(
+            f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
+            f"{plan.total_generated_tokens} generated tokens: about {plan.estimate_s():.0f} s "
+            f"if {d:.1f} tok/s holds ({basis})."
+        )
+    )
     if plan.precision is not None:
         console.print(Text(plan_precision_line(plan.precision.to_dict())))
     for k in plan.skipped:
-        console.print(Text(f"skipped {k.experiment}{':' + k.point if k.point else ''}: {k.reason}",
-                           style="yellow"))
+        console.print(
+            Text(
+                f"skipped {k.experiment}{':' + k.point if k.point else ''}: {k.reason}",
+                style="yellow",
+            )
+        )
     for n in plan.notes:
         console.print(Text(f"note: {n}", style="dim"))

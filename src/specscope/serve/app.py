@@ -36,8 +36,11 @@ def create_app(backend: Backend, options: ServeOptions | None = None) -> FastAPI
         log=log,
         model_name=model_name,
         stream_interval=opts.stream_interval or int(extra.get("stream_interval", 1)),
-        per_token_events=(opts.per_token_events if opts.per_token_events is not None
-                          else bool(extra.get("per_token_events", False))),
+        per_token_events=(
+            opts.per_token_events
+            if opts.per_token_events is not None
+            else bool(extra.get("per_token_events", False))
+        ),
         decode_log_interval=opts.decode_log_interval,
     )
 
@@ -73,8 +76,9 @@ def create_app(backend: Backend, options: ServeOptions | None = None) -> FastAPI
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), exc.status_code, None, kind),
-                            exc.status_code)
+        return JSONResponse(
+            error_body(str(exc.detail), exc.status_code, None, kind), exc.status_code
+        )
 
     app.include_router(routes_openai.build_router(ctx))
     app.include_router(routes_native.build_router(ctx))

@@ -39,14 +39,25 @@ class ServeContext:
     def new_id(self, prefix: str = "") -> str:
         return f"{prefix}{uuid.uuid4().hex}"
 
-    def sampling(self, max_tokens: int | None, prompt_len: int, temperature: float, top_p: float,
-                 seed: int | None, ignore_eos: bool, stop: str | list[str] | None,
-                 param: str = "max_tokens") -> SamplingParams:
+    def sampling(
+        self,
+        max_tokens: int | None,
+        prompt_len: int,
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+        ignore_eos: bool,
+        stop: str | list[str] | None,
+        param: str = "max_tokens",
+    ) -> SamplingParams:
         """Sampling parameters, or a 400 when the request cannot fit the context."""
         limit = self.backend.info.max_context
         if prompt_len >= limit:
-            raise ApiError(f"the prompt is {prompt_len} tokens; this model's maximum context "
-                           f"length is {limit} tokens", param="prompt")
+            raise ApiError(
+                f"the prompt is {prompt_len} tokens; this model's maximum context "
+                f"length is {limit} tokens",
+                param="prompt",
+            )
         n = max_tokens if max_tokens is not None else min(DEFAULT_MAX_TOKENS, limit - prompt_len)
         if prompt_len + n > limit:
             raise ApiError(
@@ -57,11 +68,18 @@ class ServeContext:
         if n < 1:
             raise ApiError(f"{param}: must be at least 1", param=param)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        return SamplingParams(max_tokens=n, temperature=temperature, top_p=top_p, seed=seed,
-                              ignore_eos=ignore_eos, stop=stops)
+        return SamplingParams(
+            max_tokens=n,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            ignore_eos=ignore_eos,
+            stop=stops,
+        )
 
-    async def start(self, request: Request, rid: str, prompt_ids: list[int],
-                    params: SamplingParams) -> tuple[RequestState, StepEvent] | Response:
+    async def start(
+        self, request: Request, rid: str, prompt_ids: list[int], params: SamplingParams
+    ) -> tuple[RequestState, StepEvent] | Response:
         """Queue the request and wait for its first step; an admission error or a client that
         left before the first token is answered here (headers are not sent yet)."""
         state = RequestState(rid, prompt_ids, params)

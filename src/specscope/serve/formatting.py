@@ -33,8 +33,14 @@ def now_s() -> int:
     return int(time.time())
 
 
-def completion_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None,
-                     usage_: dict[str, int] | None = None) -> dict[str, Any]:
+def completion_chunk(
+    rid: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str | None,
+    usage_: dict[str, int] | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": rid,
         "object": "text_completion",
@@ -47,8 +53,14 @@ def completion_chunk(rid: str, created: int, model: str, text: str, finish_reaso
     return body
 
 
-def chat_chunk(rid: str, created: int, model: str, delta: dict[str, Any],
-               finish_reason: str | None, usage_: dict[str, int] | None = None) -> dict[str, Any]:
+def chat_chunk(
+    rid: str,
+    created: int,
+    model: str,
+    delta: dict[str, Any],
+    finish_reason: str | None,
+    usage_: dict[str, int] | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": rid,
         "object": "chat.completion.chunk",
@@ -61,13 +73,22 @@ def chat_chunk(rid: str, created: int, model: str, delta: dict[str, Any],
     return body
 
 
-def usage_chunk(rid: str, created: int, model: str, obj: str, usage_: dict[str, int]) -> dict[str, Any]:
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": usage_}
+def usage_chunk(
+    rid: str, created: int, model: str, obj: str, usage_: dict[str, int]
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage_,
+    }
 
 
-def completion_full(rid: str, created: int, model: str, text: str, finish_reason: str | None,
-                    usage_: dict[str, int]) -> dict[str, Any]:
+def completion_full(
+    rid: str, created: int, model: str, text: str, finish_reason: str | None, usage_: dict[str, int]
+) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "text_completion",
@@ -78,8 +99,9 @@ def completion_full(rid: str, created: int, model: str, text: str, finish_reason
     }
 
 
-def chat_full(rid: str, created: int, model: str, text: str, finish_reason: str | None,
-              usage_: dict[str, int]) -> dict[str, Any]:
+def chat_full(
+    rid: str, created: int, model: str, text: str, finish_reason: str | None, usage_: dict[str, int]
+) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "chat.completion",
@@ -126,8 +148,14 @@ def spec_fields(state: RequestState, num_draft_tokens: int) -> dict[str, Any]:
     }
 
 
-def meta_info(state: RequestState, completion_tokens: int, finish_reason: str | None,
-              final: bool, num_draft_tokens: int, e2e_latency: float | None) -> dict[str, Any]:
+def meta_info(
+    state: RequestState,
+    completion_tokens: int,
+    finish_reason: str | None,
+    final: bool,
+    num_draft_tokens: int,
+    e2e_latency: float | None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "id": state.request_id,
         "finish_reason": sglang_finish_reason(finish_reason, completion_tokens),
@@ -143,8 +171,14 @@ def meta_info(state: RequestState, completion_tokens: int, finish_reason: str | 
 
 
 def error_body_abort() -> dict[str, Any]:
-    return {"error": {"message": "request aborted by the server", "type": "server_error",
-                      "param": None, "code": 500}}
+    return {
+        "error": {
+            "message": "request aborted by the server",
+            "type": "server_error",
+            "param": None,
+            "code": 500,
+        }
+    }
 
 
 class TextStream:
@@ -172,7 +206,7 @@ class TextStream:
                     break
                 common += 1
             self._sent = self._sent[:common]
-        delta = text[len(self._sent):]
+        delta = text[len(self._sent) :]
         self._sent = text
         return delta
 

@@ -55,7 +55,9 @@ class ServerLog:
             f"gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queued}"
         )
 
-    def ddtree_step(self, request_id: str, step: int, accepted_drafts: int, commit_len: int) -> None:
+    def ddtree_step(
+        self, request_id: str, step: int, accepted_drafts: int, commit_len: int
+    ) -> None:
         self.logger.info(
             f"DDTREE metrics req={request_id} step={step} "
             f"avg_accepted_drafts={accepted_drafts:.2f} avg_commit_len={commit_len:.2f}"

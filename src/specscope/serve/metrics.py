@@ -10,15 +10,40 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-    1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
 )
 
 
 class ServeMetrics:
     def __init__(self, model_name: str):
         self.registry = CollectorRegistry()
-        labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+        labels = {
+            "model_name": model_name,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+        }
         names = list(labels)
         r = self.registry
 
@@ -29,7 +54,9 @@ class ServeMetrics:
             return Counter(name, doc, names, registry=r).labels(**labels)
 
         def hist(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, names, buckets=_LATENCY_BUCKETS, registry=r).labels(**labels)
+            return Histogram(name, doc, names, buckets=_LATENCY_BUCKETS, registry=r).labels(
+                **labels
+            )
 
         self.spec_accept_length = gauge(
             "sglang:spec_accept_length",

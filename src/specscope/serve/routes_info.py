@@ -24,9 +24,16 @@ def build_router(ctx: ServeContext) -> APIRouter:
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": ctx.model_name, "object": "model", "created": int(ctx.started_unix),
-                      "owned_by": "specscope", "root": info.model,
-                      "max_model_len": info.max_context}],
+            "data": [
+                {
+                    "id": ctx.model_name,
+                    "object": "model",
+                    "created": int(ctx.started_unix),
+                    "owned_by": "specscope",
+                    "root": info.model,
+                    "max_model_len": info.max_context,
+                }
+            ],
         }
 
     async def server_info() -> dict[str, Any]:
@@ -52,7 +59,9 @@ def build_router(ctx: ServeContext) -> APIRouter:
             "max_running_requests": ctx.scheduler.max_batch,
             "internal_states": [state],
             "version": "specscope-serve",
-            "backend": {k: v for k, v in info.extra.items() if isinstance(v, str | int | float | bool)},
+            "backend": {
+                k: v for k, v in info.extra.items() if isinstance(v, str | int | float | bool)
+            },
         }
 
     router.add_api_route("/get_server_info", server_info, methods=["GET"])
@@ -69,8 +78,12 @@ def build_router(ctx: ServeContext) -> APIRouter:
         async def twin_truth(request_id: str) -> JSONResponse:
             found = truth(request_id)
             if found is None:
-                raise ApiError(f"no truth for request {request_id!r}", status=404,
-                               param="request_id", type_="not_found_error")
+                raise ApiError(
+                    f"no truth for request {request_id!r}",
+                    status=404,
+                    param="request_id",
+                    type_="not_found_error",
+                )
             return JSONResponse(found)
 
     describe = getattr(ctx.backend, "describe", None)

@@ -24,12 +24,22 @@ def build_router(ctx: ServeContext) -> APIRouter:
         req = await parse_body(request, GenerateRequest)
         if (req.text is None) == (req.input_ids is None):
             raise ApiError("exactly one of text or input_ids is required", param="text")
-        prompt_ids = (req.input_ids if req.input_ids is not None
-                      else await asyncio.to_thread(ctx.backend.tokenize, req.text or ""))
+        prompt_ids = (
+            req.input_ids
+            if req.input_ids is not None
+            else await asyncio.to_thread(ctx.backend.tokenize, req.text or "")
+        )
         sp = req.sampling_params
-        params = ctx.sampling(sp.max_new_tokens, len(prompt_ids), sp.temperature, sp.top_p,
-                              sp.sampling_seed, sp.ignore_eos, sp.stop,
-                              param="sampling_params.max_new_tokens")
+        params = ctx.sampling(
+            sp.max_new_tokens,
+            len(prompt_ids),
+            sp.temperature,
+            sp.top_p,
+            sp.sampling_seed,
+            sp.ignore_eos,
+            sp.stop,
+            param="sampling_params.max_new_tokens",
+        )
         rid = req.rid or ctx.new_id()
         started = await ctx.start(request, rid, prompt_ids, params)
         if isinstance(started, Response):
@@ -40,8 +50,11 @@ def build_router(ctx: ServeContext) -> APIRouter:
 
         def body(text: str, done: int, reason: str | None, final: bool) -> dict:
             e2e = time.perf_counter() - state.t_arrival if final else None
-            return {"text": text, "meta_info": fmt.meta_info(state, done, reason, final, ndt, e2e),
-                    "index": 0}
+            return {
+                "text": text,
+                "meta_info": fmt.meta_info(state, done, reason, final, ndt, e2e),
+                "index": 0,
+            }
 
         async def frames() -> AsyncIterator[str]:
             text = fmt.TextStream(ctx.backend.detokenize)  # SGLang streams the cumulative text
@@ -49,11 +62,18 @@ def build_router(ctx: ServeContext) -> APIRouter:
                 if em.finish_reason == "abort":
                     return  # simulated mid-stream disconnect
                 text.add(em.tokens, em.finished)
-                yield fmt.sse(body(text.text, em.completion_tokens, em.finish_reason if em.finished
-                                   else None, em.finished))
+                yield fmt.sse(
+                    body(
+                        text.text,
+                        em.completion_tokens,
+                        em.finish_reason if em.finished else None,
+                        em.finished,
+                    )
+                )
             yield fmt.SSE_DONE
 
         if req.stream:
+
             async def guarded() -> AsyncIterator[str]:
                 try:
                     async for f in frames():
@@ -71,8 +91,9 @@ def build_router(ctx: ServeContext) -> APIRouter:
                 last = em
             if last is None or last.finish_reason == "abort":
                 return None
-            return body(ctx.backend.detokenize(ids), last.completion_tokens, last.finish_reason,
-                        True)
+            return body(
+                ctx.backend.detokenize(ids), last.completion_tokens, last.finish_reason, True
+            )
 
         task = asyncio.ensure_future(collect())
         try:
@@ -89,15 +110,18 @@ def build_router(ctx: ServeContext) -> APIRouter:
     async def tokenize(request: Request) -> JSONResponse:
         req = await parse_body(request, TokenizeRequest)
         if req.messages is not None:
-            tokens = await asyncio.to_thread(ctx.backend.apply_chat_template,
-                                             [m.model_dump() for m in req.messages])
+            tokens = await asyncio.to_thread(
+                ctx.backend.apply_chat_template, [m.model_dump() for m in req.messages]
+            )
         else:
             text = next((t for t in (req.prompt, req.text, req.content) if t is not None), None)
             if text is None:
-                raise ApiError("one of prompt, text, content or messages is required",
-                               param="prompt")
+                raise ApiError(
+                    "one of prompt, text, content or messages is required", param="prompt"
+                )
             tokens = await asyncio.to_thread(ctx.backend.tokenize, text)
-        return JSONResponse({"tokens": tokens, "count": len(tokens),
-                             "max_model_len": ctx.backend.info.max_context})
+        return JSONResponse(
+            {"tokens": tokens, "count": len(tokens), "max_model_len": ctx.backend.info.max_context}
+        )
 
     return router

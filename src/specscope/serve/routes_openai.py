@@ -37,8 +37,9 @@ async def _collect(ctx: ServeContext, state: RequestState, first: StepEvent) -> 
     return [em async for em in emissions(state, first, ctx.metrics)]
 
 
-async def _full(ctx: ServeContext, request: Request, state: RequestState,
-                first: StepEvent) -> list[Emission] | Response:
+async def _full(
+    ctx: ServeContext, request: Request, state: RequestState, first: StepEvent
+) -> list[Emission] | Response:
     task = asyncio.ensure_future(_collect(ctx, state, first))
     try:
         ems = await wait_or_disconnect(task, request.is_disconnected)
@@ -51,8 +52,9 @@ async def _full(ctx: ServeContext, request: Request, state: RequestState,
     return ems
 
 
-def _stream(ctx: ServeContext, state: RequestState, first: StepEvent,
-            frames: AsyncIterator[str]) -> StreamingResponse:
+def _stream(
+    ctx: ServeContext, state: RequestState, first: StepEvent, frames: AsyncIterator[str]
+) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         try:
             async for frame in frames:
@@ -60,8 +62,11 @@ def _stream(ctx: ServeContext, state: RequestState, first: StepEvent,
         finally:  # the client left or the stream ended: free the request either way
             ctx.scheduler.cancel(state.request_id)
 
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def _opts(so: StreamOptions | None) -> tuple[bool, bool]:
@@ -89,15 +94,24 @@ _CHAT = _Shape(
     "chat.completion.chunk",
     fmt.chat_full,
     lambda rid, created, model, text, finish, u: fmt.chat_chunk(
-        rid, created, model, {"content": text}, finish, u),
+        rid, created, model, {"content": text}, finish, u
+    ),
     lambda rid, created, model, u: fmt.chat_chunk(
-        rid, created, model, {"role": "assistant", "content": ""}, None, u),
+        rid, created, model, {"role": "assistant", "content": ""}, None, u
+    ),
 )
 
 
-async def _respond(ctx: ServeContext, request: Request, shape: _Shape, rid: str,
-                   prompt_ids: list[int], params: Any, stream: bool,
-                   stream_options: StreamOptions | None) -> Response:
+async def _respond(
+    ctx: ServeContext,
+    request: Request,
+    shape: _Shape,
+    rid: str,
+    prompt_ids: list[int],
+    params: Any,
+    stream: bool,
+    stream_options: StreamOptions | None,
+) -> Response:
     started = await ctx.start(request, rid, prompt_ids, params)
     if isinstance(started, Response):
         return started
@@ -110,7 +124,9 @@ async def _respond(ctx: ServeContext, request: Request, shape: _Shape, rid: str,
         text = ctx.backend.detokenize([t for e in ems for t in e.tokens])
         done = ems[-1].completion_tokens if ems else 0
         finish = ems[-1].finish_reason if ems else None
-        return JSONResponse(shape.full(rid, created, model, text, finish, fmt.usage(n_prompt, done)))
+        return JSONResponse(
+            shape.full(rid, created, model, text, finish, fmt.usage(n_prompt, done))
+        )
     include_usage, continuous = _opts(stream_options)
 
     async def frames() -> AsyncIterator[str]:
@@ -119,17 +135,27 @@ async def _respond(ctx: ServeContext, request: Request, shape: _Shape, rid: str,
             yield fmt.sse(shape.opening(rid, created, model, u0))
         done = 0
         text = fmt.TextStream(ctx.backend.detokenize)
-        async for em in emissions(state, first, ctx.metrics, ctx.stream_interval,
-                                  ctx.per_token_events):
+        async for em in emissions(
+            state, first, ctx.metrics, ctx.stream_interval, ctx.per_token_events
+        ):
             if em.finish_reason == "abort":
                 return  # simulated mid-stream disconnect: no final chunk, no [DONE]
             done = em.completion_tokens
             u = fmt.usage(n_prompt, done) if continuous else None
-            yield fmt.sse(shape.chunk(rid, created, model, text.add(em.tokens, em.finished),
-                                      em.finish_reason if em.finished else None, u))
+            yield fmt.sse(
+                shape.chunk(
+                    rid,
+                    created,
+                    model,
+                    text.add(em.tokens, em.finished),
+                    em.finish_reason if em.finished else None,
+                    u,
+                )
+            )
         if include_usage:
-            yield fmt.sse(fmt.usage_chunk(rid, created, model, shape.usage_object,
-                                          fmt.usage(n_prompt, done)))
+            yield fmt.sse(
+                fmt.usage_chunk(rid, created, model, shape.usage_object, fmt.usage(n_prompt, done))
+            )
         yield fmt.SSE_DONE
 
     return _stream(ctx, state, first, frames())
@@ -142,23 +168,41 @@ def build_router(ctx: ServeContext) -> APIRouter:
     async def completions(request: Request) -> Response:
         req = await parse_body(request, CompletionRequest)
         prompt_ids = await asyncio.to_thread(_prompt_ids, ctx, req.prompt)
-        params = ctx.sampling(req.max_tokens, len(prompt_ids), req.temperature, req.top_p,
-                              req.seed, req.ignore_eos, req.stop)
+        params = ctx.sampling(
+            req.max_tokens,
+            len(prompt_ids),
+            req.temperature,
+            req.top_p,
+            req.seed,
+            req.ignore_eos,
+            req.stop,
+        )
         rid = req.rid or ctx.new_id(_COMPLETION.id_prefix)
-        return await _respond(ctx, request, _COMPLETION, rid, prompt_ids, params, req.stream,
-                              req.stream_options)
+        return await _respond(
+            ctx, request, _COMPLETION, rid, prompt_ids, params, req.stream, req.stream_options
+        )
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         req = await parse_body(request, ChatRequest)
-        prompt_ids = await asyncio.to_thread(ctx.backend.apply_chat_template,
-                                             [m.model_dump() for m in req.messages])
+        prompt_ids = await asyncio.to_thread(
+            ctx.backend.apply_chat_template, [m.model_dump() for m in req.messages]
+        )
         max_tokens = req.max_completion_tokens or req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
-        params = ctx.sampling(max_tokens, len(prompt_ids), req.temperature, req.top_p,
-                              req.seed, req.ignore_eos, req.stop, param=param)
+        params = ctx.sampling(
+            max_tokens,
+            len(prompt_ids),
+            req.temperature,
+            req.top_p,
+            req.seed,
+            req.ignore_eos,
+            req.stop,
+            param=param,
+        )
         rid = req.rid or ctx.new_id(_CHAT.id_prefix)
-        return await _respond(ctx, request, _CHAT, rid, prompt_ids, params, req.stream,
-                              req.stream_options)
+        return await _respond(
+            ctx, request, _CHAT, rid, prompt_ids, params, req.stream, req.stream_options
+        )
 
     return router

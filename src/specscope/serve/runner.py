@@ -68,12 +68,20 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     # Access logs off: the server's own SGLang-style lines are what clients parse.
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                          lifespan="on", timeout_graceful_shutdown=1)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+    )
 
 
-def run_server(backend: Backend, options: ServeOptions | None = None, host: str = "127.0.0.1",
-               port: int = 0) -> ServerHandle:
+def run_server(
+    backend: Backend, options: ServeOptions | None = None, host: str = "127.0.0.1", port: int = 0
+) -> ServerHandle:
     """Serve `backend` from a daemon thread; returns once the server accepts connections."""
     app = create_app(backend, options)
     sock = _bind(host, port)
@@ -94,12 +102,18 @@ def run_server(backend: Backend, options: ServeOptions | None = None, host: str 
             raise RuntimeError(f"server on {host}:{real_port} did not start")
         time.sleep(0.01)
     shown = f"[{host}]" if ":" in host else host
-    return ServerHandle(f"http://{shown}:{real_port}", host, real_port, app, backend, server, thread)
+    return ServerHandle(
+        f"http://{shown}:{real_port}", host, real_port, app, backend, server, thread
+    )
 
 
-def serve_forever(backend: Backend, options: ServeOptions | None = None,
-                  host: str = "127.0.0.1", port: int = 30000,
-                  announce: Callable[[str], None] | None = None) -> None:
+def serve_forever(
+    backend: Backend,
+    options: ServeOptions | None = None,
+    host: str = "127.0.0.1",
+    port: int = 30000,
+    announce: Callable[[str], None] | None = None,
+) -> None:
     """Foreground server for the CLI; returns on Ctrl-C / SIGTERM. `announce` gets the URL once
     the socket is bound (with port 0, the port the OS picked)."""
     sock = _bind(host, port)  # OSError here (port taken) is the caller's clear message

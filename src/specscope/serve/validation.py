@@ -28,14 +28,20 @@ BodyT = TypeVar("BodyT", bound=BaseModel)
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 type_: str = "invalid_request_error"):
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        type_: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.message, self.status, self.param, self.type = message, status, param, type_
 
 
-def error_body(message: str, status: int, param: str | None = None,
-               type_: str = "invalid_request_error") -> dict[str, Any]:
+def error_body(
+    message: str, status: int, param: str | None = None, type_: str = "invalid_request_error"
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": status}}
 
 
@@ -150,8 +156,9 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     reading); a client that leaves mid-body is an ApiError, never an unhandled exception."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(f"request body of {declared} bytes is larger than the {limit}-byte limit",
-                       status=413)
+        raise ApiError(
+            f"request body of {declared} bytes is larger than the {limit}-byte limit", status=413
+        )
     parts: list[bytes] = []
     size = 0
     try:
@@ -161,8 +168,9 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
                 raise ApiError(f"request body is larger than the {limit}-byte limit", status=413)
             parts.append(piece)
     except ClientDisconnect:
-        raise ApiError(f"client disconnected after {size} bytes of the body",
-                       status=CLIENT_CLOSED) from None
+        raise ApiError(
+            f"client disconnected after {size} bytes of the body", status=CLIENT_CLOSED
+        ) from None
     return b"".join(parts)
 
 

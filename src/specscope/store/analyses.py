@@ -17,7 +17,9 @@ from specscope.analysis.model import Analysis
 from specscope.trace import Run, load_run
 
 
-def analyze_run(run: Run, baseline: Run | None = None, telemetry: list[Any] | None = None) -> Analysis:
+def analyze_run(
+    run: Run, baseline: Run | None = None, telemetry: list[Any] | None = None
+) -> Analysis:
     """Call the analysis layer (pure). Kept in one place so every command analyses alike."""
     return analyze(run, baseline=baseline, telemetry=telemetry)
 

@@ -65,7 +65,9 @@ class Comparison:
     resolved_findings: list[str] = field(default_factory=list)  # ids in A, not in B
     b_findings: list[Finding] = field(default_factory=list)  # all of B's, for the reader
     attribution: Attribution | None = None  # B analysed against A (factors and intervals)
-    breakeven: dict[str, Any] | None = None  # where B's per-request rate meets A's (analysis.breakeven)
+    breakeven: dict[str, Any] | None = (
+        None  # where B's per-request rate meets A's (analysis.breakeven)
+    )
     # every claim tested for B against A, reported or not (why a finding is absent)
     finding_tests: list[FindingTest] = field(default_factory=list)
     a: Analysis | None = None
@@ -108,25 +110,43 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
-def compare_analyses(a: Analysis, b: Analysis, b_with_baseline: Analysis | None = None) -> Comparison:
+def compare_analyses(
+    a: Analysis, b: Analysis, b_with_baseline: Analysis | None = None
+) -> Comparison:
     """Headline comparison. `b_with_baseline` (B analysed against A) supplies the attribution
     and findings when the analysis layer could compute them; headline ratios are the fallback."""
     if b_with_baseline is not None and not b_with_baseline.requests:
         b_with_baseline = None  # nothing to re-analyse (e.g. an imported summary): use B as stored
     at = b_with_baseline.attribution if b_with_baseline is not None else None
-    tps_ratio = at.tps_ratio if at and at.tps_ratio is not None else _ratio(a.decode_tps, b.decode_tps)
-    acc = (at.acceptance_factor if at and at.acceptance_factor is not None
-           else _ratio(a.mean_commit_len, b.mean_commit_len))
-    stf = (at.step_time_factor if at and at.step_time_factor is not None
-           else _ratio(b.mean_step_s, a.mean_step_s))
+    tps_ratio = (
+        at.tps_ratio if at and at.tps_ratio is not None else _ratio(a.decode_tps, b.decode_tps)
+    )
+    acc = (
+        at.acceptance_factor
+        if at and at.acceptance_factor is not None
+        else _ratio(a.mean_commit_len, b.mean_commit_len)
+    )
+    stf = (
+        at.step_time_factor
+        if at and at.step_time_factor is not None
+        else _ratio(b.mean_step_s, a.mean_step_s)
+    )
     b_findings = list((b_with_baseline or b).findings)
     ids_a = {f.id for f in a.findings}
     ids_b = {f.id for f in b_findings}
     return Comparison(
-        tps_a=a.decode_tps, tps_b=b.decode_tps, tps_ratio=tps_ratio, acceptance_factor=acc,
-        step_time_factor=stf, findings=differing_findings(a.findings, b_findings),
-        new_findings=sorted(ids_b - ids_a), resolved_findings=sorted(ids_a - ids_b),
-        b_findings=b_findings, attribution=at, a=a, b=b,
+        tps_a=a.decode_tps,
+        tps_b=b.decode_tps,
+        tps_ratio=tps_ratio,
+        acceptance_factor=acc,
+        step_time_factor=stf,
+        findings=differing_findings(a.findings, b_findings),
+        new_findings=sorted(ids_b - ids_a),
+        resolved_findings=sorted(ids_a - ids_b),
+        b_findings=b_findings,
+        attribution=at,
+        a=a,
+        b=b,
         breakeven=b_with_baseline.breakeven if b_with_baseline is not None else None,
         finding_tests=list(b_with_baseline.finding_tests) if b_with_baseline is not None else [],
     )

@@ -24,6 +24,7 @@ INDEX_FILE = "index.sqlite"
 class RunHomeError(Exception):
     """The runs home cannot hold an index (it is a file, or cannot be created); one line."""
 
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     path TEXT PRIMARY KEY,
@@ -81,11 +82,18 @@ def row_from_dir(run_dir: Path | str) -> RunRow:
     status = info.status
     # A diagnosis has analysis.json; a plain probe run has only its summary.json.
     analysis = reader.analysis() or _probe_summary(Path(run_dir))
-    return RunRow(path=str(Path(run_dir).resolve()), run_id=info.run_id, kind=info.kind,
-                  endpoint=info.endpoint, model=info.model, started=info.started_unix,
-                  status=status, decode_tps=_num(analysis, "decode_tps"),
-                  mean_commit_len=_num(analysis, "mean_commit_len"),
-                  mean_step_s=_num(analysis, "mean_step_s"))
+    return RunRow(
+        path=str(Path(run_dir).resolve()),
+        run_id=info.run_id,
+        kind=info.kind,
+        endpoint=info.endpoint,
+        model=info.model,
+        started=info.started_unix,
+        status=status,
+        decode_tps=_num(analysis, "decode_tps"),
+        mean_commit_len=_num(analysis, "mean_commit_len"),
+        mean_step_s=_num(analysis, "mean_step_s"),
+    )
 
 
 class RunIndex:
@@ -101,8 +109,9 @@ class RunIndex:
         try:
             self.home.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RunHomeError(f"runs home {self.home} (SPECSCOPE_HOME) cannot be created: "
-                               f"{e.strerror or e}") from None
+            raise RunHomeError(
+                f"runs home {self.home} (SPECSCOPE_HOME) cannot be created: {e.strerror or e}"
+            ) from None
         try:
             con = sqlite3.connect(self.path, timeout=10)
         except sqlite3.Error as e:
@@ -115,15 +124,17 @@ class RunIndex:
             if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
                 raise RunHomeError(f"run index {self.path} is locked: {e}") from None
             # A cache, rebuilt from the run dirs by `rescan`: replace it rather than fail.
-            self.warnings.append(f"run index {self.path} was unreadable ({e}); rebuilt it from "
-                                 "the run directories")
+            self.warnings.append(
+                f"run index {self.path} was unreadable ({e}); rebuilt it from the run directories"
+            )
             try:
                 self.path.unlink()
                 con = sqlite3.connect(self.path, timeout=10)
                 con.execute(_SCHEMA)
             except (OSError, sqlite3.Error) as e2:
-                raise RunHomeError(f"run index {self.path} is corrupt and cannot be replaced: "
-                                   f"{e2}") from None
+                raise RunHomeError(
+                    f"run index {self.path} is corrupt and cannot be replaced: {e2}"
+                ) from None
         return con
 
     @contextmanager
@@ -164,5 +175,6 @@ class RunIndex:
         with self._db() as con:
             cur = con.execute(
                 "SELECT path, run_id, kind, endpoint, model, started, status, decode_tps, "
-                "mean_commit_len, mean_step_s FROM runs ORDER BY started DESC")
+                "mean_commit_len, mean_step_s FROM runs ORDER BY started DESC"
+            )
             return [RunRow(*r) for r in cur.fetchall()]

@@ -86,8 +86,15 @@ class CommitTally:
     step_n: int = 0
     by_basis: dict[str, _Sums] = field(default_factory=dict)
 
-    def add(self, commit: float, *, per_step: bool, n_steps: float | None = None,
-            basis: str = ALL_STEPS, count: int = 1) -> None:
+    def add(
+        self,
+        commit: float,
+        *,
+        per_step: bool,
+        n_steps: float | None = None,
+        basis: str = ALL_STEPS,
+        count: int = 1,
+    ) -> None:
         if per_step:
             self.step_sum += commit * count
             self.step_n += count

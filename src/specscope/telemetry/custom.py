@@ -15,7 +15,16 @@ from specscope.telemetry.records import Malformed, Parsed, integer, number
 from specscope.telemetry.scan import LineFormat
 from specscope.telemetry.timewindow import parse_time
 
-KNOWN_GROUPS = {"commit_len", "accepted_drafts", "accept_rate", "n_steps", "step", "ts", "rank", "request_id"}
+KNOWN_GROUPS = {
+    "commit_len",
+    "accepted_drafts",
+    "accept_rate",
+    "n_steps",
+    "step",
+    "ts",
+    "rank",
+    "request_id",
+}
 
 
 class PatternError(ValueError):

@@ -215,7 +215,9 @@ class DDTreeBlockFast:
         if base is None:
             return None
         sec = int(raw[17:19])
-        return base + sec if sec < 60 else self.prefixes("[" + raw.decode("ascii", "replace") + "]").ts
+        return (
+            base + sec if sec < 60 else self.prefixes("[" + raw.decode("ascii", "replace") + "]").ts
+        )
 
     def _rank_of(self, label: bytes) -> str | None:
         if label not in self._rank:
@@ -238,9 +240,13 @@ class DDTreeBlockFast:
             found = Counter(rx.both.findall(block))  # counted in C; few distinct rows
             other = found.pop((b"", b"", b"", b""), 0)
             rank = self.rank
-            rows = Counter({(ts, rank + more, acc, com): n for (ts, more, acc, com), n in found.items()})
+            rows = Counter(
+                {(ts, rank + more, acc, com): n for (ts, more, acc, com), n in found.items()}
+            )
         else:
-            rows = Counter((ts, self.rank + more, acc, com) for ts, more, acc, com in rx.wanted.findall(block))
+            rows = Counter(
+                (ts, self.rank + more, acc, com) for ts, more, acc, com in rx.wanted.findall(block)
+            )
             other = len(rx.other.findall(block))
         n_rows = rows.total()
         complete = total == n_rows + other

@@ -63,10 +63,14 @@ async def scrape_before(url: str | None) -> MetricsBefore:
 
 
 def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float) -> Evidence:
-    query = LogQuery(paths=list(sources.logs), logs_cmd=sources.logs_cmd,
-                     command_timeout_s=sources.logs_timeout_s,
-                     since=started_unix - LOG_WINDOW_SLACK_S, until=run_end + LOG_WINDOW_SLACK_S,
-                     keep_records=True)
+    query = LogQuery(
+        paths=list(sources.logs),
+        logs_cmd=sources.logs_cmd,
+        command_timeout_s=sources.logs_timeout_s,
+        since=started_unix - LOG_WINDOW_SLACK_S,
+        until=run_end + LOG_WINDOW_SLACK_S,
+        keep_records=True,
+    )
     what = ", ".join([*query.paths, *([query.logs_cmd] if query.logs_cmd else [])])
     try:
         res = read_logs(query)
@@ -79,15 +83,21 @@ def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float)
         return Evidence(notes=[f"server logs ({what}) not read: {e}"])
     s = res.summary
     coverage = covered_share(res.records, started_unix, run_end)
-    note = (f"server logs ({what}): {len(res.records)} speculation records in the run "
-            f"window; {s.malformed} malformed line(s)"
-            + (f"; waited {waited:.1f} s for the closing interval" if waited else "")
-            + ("" if coverage is None
-               else f"; interval records cover {coverage:.0%} of the run window"))
-    return Evidence(records=list(res.records),
-                    notes=[note, *(f"server logs: {w}" for w in s.warnings[:5])],
-                    log_window={"log_coverage": coverage, "log_wait_s": round(waited, 2),
-                                "log_records": len(res.records)})
+    note = (
+        f"server logs ({what}): {len(res.records)} speculation records in the run "
+        f"window; {s.malformed} malformed line(s)"
+        + (f"; waited {waited:.1f} s for the closing interval" if waited else "")
+        + ("" if coverage is None else f"; interval records cover {coverage:.0%} of the run window")
+    )
+    return Evidence(
+        records=list(res.records),
+        notes=[note, *(f"server logs: {w}" for w in s.warnings[:5])],
+        log_window={
+            "log_coverage": coverage,
+            "log_wait_s": round(waited, 2),
+            "log_records": len(res.records),
+        },
+    )
 
 
 def _metrics_evidence(url: str, before: MetricsBefore) -> Evidence:
@@ -97,12 +107,18 @@ def _metrics_evidence(url: str, before: MetricsBefore) -> Evidence:
         recs = metrics_delta(before, scrape_metrics(url))
     except MetricsError as e:
         return Evidence(notes=[f"metrics {url}: scrape after the run failed ({e})"])
-    return Evidence(records=recs, notes=[f"metrics {url}: {len(recs)} run-scoped delta record(s) "
-                                         "(server-wide counters: other traffic is included)"])
+    return Evidence(
+        records=recs,
+        notes=[
+            f"metrics {url}: {len(recs)} run-scoped delta record(s) "
+            "(server-wide counters: other traffic is included)"
+        ],
+    )
 
 
-def collect_evidence(sources: EvidenceSources, started_unix: float,
-                     metrics_before: MetricsBefore) -> Evidence:
+def collect_evidence(
+    sources: EvidenceSources, started_unix: float, metrics_before: MetricsBefore
+) -> Evidence:
     """The server's evidence for the window from `started_unix` to now."""
     run_end = time.time()
     parts: list[Evidence] = []
@@ -111,6 +127,8 @@ def collect_evidence(sources: EvidenceSources, started_unix: float,
     if sources.metrics_url:
         parts.append(_metrics_evidence(sources.metrics_url, metrics_before))
     windows = [p.log_window for p in parts if p.log_window is not None]
-    return Evidence(records=[r for p in parts for r in p.records],
-                    notes=[n for p in parts for n in p.notes],
-                    log_window=windows[0] if windows else None)
+    return Evidence(
+        records=[r for p in parts for r in p.records],
+        notes=[n for p in parts for n in p.notes],
+        log_window=windows[0] if windows else None,
+    )

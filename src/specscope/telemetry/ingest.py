@@ -45,7 +45,9 @@ def formats_for(group: str) -> list[LineFormat]:
     """The formats that `--format GROUP` reads (`auto`: all of them; `custom`: none, only
     the user's `--pattern`)."""
     if group not in FORMAT_GROUPS:
-        raise UnknownFormatError(f"--format must be one of {', '.join(FORMAT_GROUPS)}, not {group!r}")
+        raise UnknownFormatError(
+            f"--format must be one of {', '.join(FORMAT_GROUPS)}, not {group!r}"
+        )
     if group == "auto":
         return list(LINE_FORMATS)
     return [f for f in LINE_FORMATS if f.group == group]

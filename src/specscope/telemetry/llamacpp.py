@@ -46,6 +46,8 @@ def all_steps_commit_len(tokens: float, requests: float, accepted: float) -> flo
     if decoded <= 0 or steps <= 0 or accepted < 0:
         return None
     return decoded / steps
+
+
 _PER_POS = re.compile(r"acceptance rate per position = \(([^)]*)\)")
 _SLOT = re.compile(r"\bid\s+(?P<slot>\d+) \| task (?P<task>\d+)")
 _STATS = re.compile(r"statistics\s+(?P<impl>[^:\s]+):")
@@ -116,7 +118,9 @@ def _parse_statistics(line: str, prefixes: PrefixParser) -> Parsed | Malformed:
         "rank": pre.rank,
         "commit_len": commit,
         "accepted_drafts": None if commit is None else commit - 1.0,
-        "accept_rate": acc_tokens / gen_tokens if isinstance(gen_tokens, int) and gen_tokens else None,
+        "accept_rate": acc_tokens / gen_tokens
+        if isinstance(gen_tokens, int) and gen_tokens
+        else None,
         "n_steps": gen_drafts,
         "per_position": (float_list(pos.group(1)) or None) if pos else None,
         "scope": "request",
@@ -194,6 +198,4 @@ def parse_timings_line(line: str, prefixes: PrefixParser) -> Parsed | Malformed 
 LLAMACPP_LOG = LineFormat(
     "llamacpp_log", "llamacpp", (b"draft acceptance", b"#calls"), parse_llamacpp_log
 )
-LLAMACPP_TIMINGS = LineFormat(
-    "llamacpp_timings", "llamacpp", (b'"draft_n"',), parse_timings_line
-)
+LLAMACPP_TIMINGS = LineFormat("llamacpp_timings", "llamacpp", (b'"draft_n"',), parse_timings_line)

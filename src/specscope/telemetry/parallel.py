@@ -86,7 +86,9 @@ def _scan_range(
     log = SourceLog()
 
     line_base = 0
-    for block in whole_lines(file_range_chunks(path, start, end, block_size), options.max_line, log):
+    for block in whole_lines(
+        file_range_chunks(path, start, end, block_size), options.max_line, log
+    ):
         line_base += scanner.feed(block, path, line_base)
     scanner.summary.oversized_lines += log.oversized_lines
     scanner.summary.warnings.extend(log.warnings)

@@ -101,7 +101,9 @@ def parse_metrics_text(text: str, t_unix: float | None = None, url: str = "") ->
                     gauges[_GAUGES[name]].append(sample.value)
                     snap.engine = snap.engine or "sglang"
     except Exception as exc:  # the parser raises ValueError/TypeError/IndexError on bad text
-        raise MetricsError(f"{url or 'metrics'}: not Prometheus text ({type(exc).__name__}: {exc})") from None
+        raise MetricsError(
+            f"{url or 'metrics'}: not Prometheus text ({type(exc).__name__}: {exc})"
+        ) from None
     snap.counters = dict(sums)
     snap.per_position = dict(per_pos)
     snap.gauges = dict(gauges)
@@ -166,7 +168,9 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> list[SpecR
                 ts=after.t_unix,
                 commit_len=commit,
                 accepted_drafts=None if commit is None else commit - 1.0,
-                accept_rate=accepted / draft_tokens if draft_tokens and accepted is not None else None,
+                accept_rate=accepted / draft_tokens
+                if draft_tokens and accepted is not None
+                else None,
                 n_steps=int(drafts) if drafts else None,
                 per_position=per_pos,
                 scope="run_delta",

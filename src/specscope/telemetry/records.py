@@ -34,6 +34,7 @@ class SpecRecord(BaseModel):
     line_no: int | None = None
     source: str = ""  # file name, "-", or the command
 
+
 Parsed = dict[str, Any]
 
 

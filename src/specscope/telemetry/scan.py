@@ -176,7 +176,9 @@ class Scanner:
             if handled is not None:  # odd lines left: the general parser reads them
                 seen[name] = handled
                 keys = [k for k in self._plan if k in fast.markers]
-                self._scan_keys(keys, self._finder.find(block, keys), block, source, line_base, seen)
+                self._scan_keys(
+                    keys, self._finder.find(block, keys), block, source, line_base, seen
+                )
         self._scan_keys(rare, hits, block, source, line_base, seen)
         for fmt in self._unmarked:
             self._scan_all_lines(fmt, block, source, line_base)
@@ -353,7 +355,7 @@ class Scanner:
                         "line_no": line_no,
                         "format": result.format,
                         "reason": result.reason,
-                        "text": clean_bytes(block[ls:min(le, ls + 300)]),
+                        "text": clean_bytes(block[ls : min(le, ls + 300)]),
                     }
                 )
             return

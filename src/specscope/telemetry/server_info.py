@@ -22,8 +22,11 @@ def max_commit_len_from(server_info: dict[str, Any]) -> int | None:
     """Upper bound of tokens per verify step when the server's info says it (SGLang's
     `speculative_num_draft_tokens` counts the current token, so it bounds drafts + 1; the
     `speculative_num_steps` chain depth bounds it as steps + 1). Used for coalescing detection."""
-    for key, extra in (("speculative_num_draft_tokens", 0), ("num_draft_tokens", 0),
-                       ("speculative_num_steps", 1)):
+    for key, extra in (
+        ("speculative_num_draft_tokens", 0),
+        ("num_draft_tokens", 0),
+        ("speculative_num_steps", 1),
+    ):
         v = server_info.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v + extra

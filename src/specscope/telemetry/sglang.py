@@ -99,9 +99,15 @@ _CANONICAL = re.compile(
     _PRE
     + rb"\[(\d{4})-(\d\d)-(\d\d) (\d\d:\d\d:\d\d)((?: [A-Z]+\d+)*)\] "
     + rb"(Decode batch)[.,] #running-req: (\d+), #token: \d+, token usage: \d+(?:\.\d+)?, "
-    + rb"(?:accept len: " + _NUM + rb", )?(?:accept rate: " + _NUM + rb", )?"
+    + rb"(?:accept len: "
+    + _NUM
+    + rb", )?(?:accept rate: "
+    + _NUM
+    + rb", )?"
     + rb"(?:[a-z]+ graph: (?:True|False), )?"
-    + rb"gen throughput \(token/s\): " + _NUM + rb", #queue-req: (\d+)(?:, )? *"
+    + rb"gen throughput \(token/s\): "
+    + _NUM
+    + rb", #queue-req: (\d+)(?:, )? *"
 )
 
 

@@ -42,9 +42,7 @@ class SourceLog:
     oversized_lines: int = 0
 
 
-def whole_lines(
-    chunks: Iterable[bytes], max_line: int, log: SourceLog
-) -> Iterator[bytes]:
+def whole_lines(chunks: Iterable[bytes], max_line: int, log: SourceLog) -> Iterator[bytes]:
     """Re-cut arbitrary chunks into blocks that end at a newline; a line longer than
     `max_line` with no newline in sight is dropped (counted), never buffered without bound."""
     carry = b""
@@ -151,7 +149,9 @@ def file_chunks(path: str, log: SourceLog, block_size: int = BLOCK_SIZE) -> Iter
         stream.close()
 
 
-def file_range_chunks(path: str, start: int, stop: int, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
+def file_range_chunks(
+    path: str, start: int, stop: int, block_size: int = BLOCK_SIZE
+) -> Iterator[bytes]:
     """Blocks of bytes [start, stop) of a plain file (a parallel worker's share), cut after
     newlines like `file_chunks`."""
     with open(path, "rb") as stream:
@@ -224,7 +224,10 @@ def command_chunks(
         # Its own process group: on timeout the whole group is killed, so a child it started
         # (`sh -c 'sleep 999; ...'`) cannot outlive us holding the pipe open.
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
     except FileNotFoundError:

@@ -94,7 +94,9 @@ class FormatStats:
             out["steps"] = self.steps
             out["step_weighted_commit_len"] = self.weighted_commit / self.steps
         if self.pos_sum:
-            out["mean_per_position"] = [s / n for s, n in zip(self.pos_sum, self.pos_n, strict=True)]
+            out["mean_per_position"] = [
+                s / n for s, n in zip(self.pos_sum, self.pos_n, strict=True)
+            ]
         for key, n in self.field_n.items():
             out[f"mean_{key}"] = self.field_sums[key] / n
         return out
@@ -139,8 +141,13 @@ class LogSummary:
         c = p.get("commit_len")
         if c is not None and p.get("scope") != "lifetime":
             per_step = is_step_record(fmt, p.get("scope"), p.get("n_steps"))
-            self.commit.add(c, per_step=per_step, n_steps=p.get("n_steps"),
-                            basis=basis_of(fmt, p.get("scope"), p.get("fields")), count=count)
+            self.commit.add(
+                c,
+                per_step=per_step,
+                n_steps=p.get("n_steps"),
+                basis=basis_of(fmt, p.get("scope"), p.get("fields")),
+                count=count,
+            )
         if p.get("scope") == "step" and c is not None:
             self.step_commit[c] += count
             self.step_pairs[(p.get("accepted_drafts"), c)] += count

@@ -78,11 +78,18 @@ def parse_vllm_spec(line: str, prefixes: PrefixParser) -> Parsed | Malformed | N
 
 _NUM = rb"(" + PLAIN_NUMBER + rb")"
 _CANONICAL = re.compile(
-    rb"[\x20-\x7e]*?(SpecDecoding metrics): Mean acceptance length: " + _NUM
+    rb"[\x20-\x7e]*?(SpecDecoding metrics): Mean acceptance length: "
+    + _NUM
     + rb", Accepted throughput: \d+(?:\.\d+)? tokens/s, Drafted throughput: \d+(?:\.\d+)? tokens/s, "
     + rb"Accepted: (\d+) tokens, Drafted: \d+ tokens, "
-    + rb"Per-position acceptance rate: (" + PLAIN_NUMBER + rb"(?:, " + PLAIN_NUMBER + rb")*), "
-    + rb"Avg Draft acceptance rate: " + _NUM + rb"% *"
+    + rb"Per-position acceptance rate: ("
+    + PLAIN_NUMBER
+    + rb"(?:, "
+    + PLAIN_NUMBER
+    + rb")*), "
+    + rb"Avg Draft acceptance rate: "
+    + _NUM
+    + rb"% *"
 )
 
 

@@ -180,7 +180,9 @@ class RequestTrace(_Model):
         reads = self.reads()
         if len(reads) < 2:
             return None
-        total = self.completion_tokens if self.completion_tokens is not None else self.tokens_received
+        total = (
+            self.completion_tokens if self.completion_tokens is not None else self.tokens_received
+        )
         tokens = total - sum(n for _, n in reads[0])
         seconds = (reads[-1][-1][0] - reads[0][0][0]) / 1e9
         if tokens <= 0 or seconds <= 0:

@@ -28,7 +28,6 @@ ANALYSIS_JSON = "analysis.json"
 REPORT_HTML = "report.html"
 
 
-
 def runs_home() -> Path:
     """Where runs are kept unless `--out` says otherwise: `SPECSCOPE_HOME`, else
     ./specscope-runs. Read at call time, so that the writer and the run index always agree."""
@@ -45,8 +44,9 @@ def new_run_id(kind: str) -> str:
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(scrub_tree(obj), indent=2, sort_keys=False, default=str) + "\n",
-                   encoding="utf-8")
+    tmp.write_text(
+        json.dumps(scrub_tree(obj), indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8"
+    )
     os.replace(tmp, path)
 
 
@@ -135,7 +135,9 @@ class RunDirReader:
                 # valid JSON that pydantic's parser refuses: read them as escape text instead.
                 return RunInfo.model_validate(scrub_tree(json.loads(raw)))
         except (ValidationError, ValueError, OSError, RecursionError) as e:
-            raise RunDirError(f"unreadable {RUN_JSON} in {self.path}: {e.__class__.__name__}") from e
+            raise RunDirError(
+                f"unreadable {RUN_JSON} in {self.path}: {e.__class__.__name__}"
+            ) from e
 
     def _jsonl(self, name: str) -> tuple[list[dict[str, Any]], int]:
         path = self.path / name
@@ -194,8 +196,13 @@ class RunDirReader:
             # Never closed: the process died or was killed. What is here is a partial run.
             info.status = "partial"
             info.status_reason = info.status_reason or "run was not closed (process stopped)"
-        return Run(info=info, requests=reqs, telemetry=tel, analysis=self.analysis(),
-                   malformed_lines=bad_r + bad_t)
+        return Run(
+            info=info,
+            requests=reqs,
+            telemetry=tel,
+            analysis=self.analysis(),
+            malformed_lines=bad_r + bad_t,
+        )
 
 
 def load_run(path: Path | str) -> Run:

@@ -143,8 +143,10 @@ class TwinBackend:
         if faults.error_5xx_prob > 0 and draws[0] < faults.error_5xx_prob:
             self._remember(request_id, {"request_id": request_id, "fault": "error_5xx"})
             raise BackendError("simulated server error (twin fault)", status=faults.error_status)
-        seed = params.seed if params.seed is not None else zlib.crc32(
-            np.asarray(prompt_ids, dtype=np.int64).tobytes()
+        seed = (
+            params.seed
+            if params.seed is not None
+            else zlib.crc32(np.asarray(prompt_ids, dtype=np.int64).tobytes())
         )
         seed %= 2**64  # a negative API seed is valid; SeedSequence takes non-negative entropy
         acc_rng, time_rng = request_rngs(sc, seed)
@@ -156,8 +158,16 @@ class TwinBackend:
         if faults.stall_prob > 0 and draws[2] < faults.stall_prob:
             stall_at = int(self._fault_rng.integers(0, span))
         req = _TwinRequest(
-            request_id, seed, len(prompt_ids), params.max_tokens, acc_rng, time_rng, token_rng,
-            disconnect_at, stall_at, RequestNoise(sc, seed),
+            request_id,
+            seed,
+            len(prompt_ids),
+            params.max_tokens,
+            acc_rng,
+            time_rng,
+            token_rng,
+            disconnect_at,
+            stall_at,
+            RequestNoise(sc, seed),
         )
         pre_s = prefill_time(sc, len(prompt_ids))
         req.truth = {
@@ -184,8 +194,15 @@ class TwinBackend:
         out_pos = max(r.output for r in reqs)
         # The oldest request's timing stream drives the batch, so batch 1 matches simulate_request.
         lead = reqs[0]
-        s = step_time(sc, context, self._verified, batch, out_pos, lead.time_rng,
-                      lead.noise.step_z(lead.time_rng))
+        s = step_time(
+            sc,
+            context,
+            self._verified,
+            batch,
+            out_pos,
+            lead.time_rng,
+            lead.noise.step_z(lead.time_rng),
+        )
         stall_s = 0.0
         for r in reqs:  # a stalled request stalls the whole batch (one forward pass)
             if r.stall_at is not None and r.output >= r.stall_at:

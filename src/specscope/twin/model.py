@@ -320,9 +320,7 @@ def accepted_drafts(
     return k
 
 
-def commit_length(
-    sc: Scenario, output_pos: int, context_len: int, rng: np.random.Generator
-) -> int:
+def commit_length(sc: Scenario, output_pos: int, context_len: int, rng: np.random.Generator) -> int:
     return accepted_drafts(sc, output_pos, context_len, rng) + 1
 
 
@@ -358,7 +356,9 @@ class SimStep:
     output_pos: int
 
 
-def request_rngs(sc: Scenario, request_seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+def request_rngs(
+    sc: Scenario, request_seed: int
+) -> tuple[np.random.Generator, np.random.Generator]:
     """(acceptance rng, timing rng) for one request: independent streams from one seed, so the
     live twin at concurrency 1 and `simulate_request` draw the same numbers."""
     acc_seq, time_seq = np.random.SeedSequence([sc.seed, request_seed]).spawn(2)
@@ -375,8 +375,11 @@ class RequestNoise:
         self._sc = sc
         acc, faults = sc.acceptance, sc.faults
         self._rng = np.random.default_rng(np.random.SeedSequence([sc.seed, request_seed, 4]))
-        self.level = float(self._rng.standard_normal()) * acc.request_sigma if (
-            acc.request_sigma > 0) else 0.0
+        self.level = (
+            float(self._rng.standard_normal()) * acc.request_sigma
+            if (acc.request_sigma > 0)
+            else 0.0
+        )
         self._stretch = 0.0
         if acc.stretch_sigma > 0:
             self._stretch = float(self._rng.standard_normal()) * acc.stretch_sigma
@@ -457,8 +460,9 @@ def simulate_batch_steps(
             return steps
         batch = len(active)
         context = sum(prompt_tokens + out[i] for i in active)
-        s = step_time(sc, context, verified, batch, max(out[i] for i in active),
-                      streams[active[0]][1])
+        s = step_time(
+            sc, context, verified, batch, max(out[i] for i in active), streams[active[0]][1]
+        )
         for i in active:
             ctx = prompt_tokens + out[i]
             k = accepted_drafts(sc, out[i], ctx, streams[i][0], batch_size=batch)
@@ -496,8 +500,13 @@ def breakeven_batch(
     `baseline`'s (on a 1/100-request grid, then linear between the two grid points that bracket
     it); None when `sc` is slower from the start or stays faster over the whole range."""
     grid = np.linspace(1.0, high, int((high - 1) * 100) + 1)
-    return _first_fall(grid, [per_request_rate(sc, b, context_len)
-                              - per_request_rate(baseline, b, context_len) for b in grid])
+    return _first_fall(
+        grid,
+        [
+            per_request_rate(sc, b, context_len) - per_request_rate(baseline, b, context_len)
+            for b in grid
+        ],
+    )
 
 
 def breakeven_context(sc: Scenario, baseline: Scenario, low: float, high: float) -> float | None:
@@ -505,5 +514,6 @@ def breakeven_context(sc: Scenario, baseline: Scenario, low: float, high: float)
     context in [low, high] at which `sc`'s rate falls to `baseline`'s (a 1-token grid, then
     linear); None when `sc` is slower from the start or stays faster over the whole range."""
     grid = np.arange(float(low), float(high) + 1.0)
-    return _first_fall(grid, [per_request_rate(sc, 1.0, c) - per_request_rate(baseline, 1.0, c)
-                              for c in grid])
+    return _first_fall(
+        grid, [per_request_rate(sc, 1.0, c) - per_request_rate(baseline, 1.0, c) for c in grid]
+    )

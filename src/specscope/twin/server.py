@@ -17,9 +17,15 @@ from specscope.twin.backend import TwinBackend
 from specscope.twin.model import Scenario, load_scenario
 
 
-def start_twin_server(scenario: Any = "seed-regression", *, time_scale: float | None = None,
-                      truth_file: Path | None = None, host: str = "127.0.0.1", port: int = 0,
-                      **options: Any) -> ServerHandle:
+def start_twin_server(
+    scenario: Any = "seed-regression",
+    *,
+    time_scale: float | None = None,
+    truth_file: Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    **options: Any,
+) -> ServerHandle:
     """The twin behind a background server. `scenario` is a Scenario, a shipped name
     ("seed-regression", "speculation-overhead:baseline") or a TOML path; `options` are
     ServeOptions fields (stream_interval, per_token_events, decode_log_interval, log_file, ...)."""

@@ -17,8 +17,13 @@ from specscope.twin import model as tw
 # The shipped scenarios made for breakeven: each is judged against its own [baseline] across a
 # concurrency sweep and a context sweep, not by the concurrency-1 accuracy suite
 # (validation.accuracy), which leaves them out.
-SCENARIOS = ("batch-verify-cost", "shared-drafter", "expensive-tree", "batch-headroom",
-             "context-verify-cost")
+SCENARIOS = (
+    "batch-verify-cost",
+    "shared-drafter",
+    "expensive-tree",
+    "batch-headroom",
+    "context-verify-cost",
+)
 LEVELS = (1, 2, 4, 8, 16)
 PROMPT, OUTPUT = 512, 128
 CONTEXT = PROMPT + OUTPUT // 2  # the concurrency sweep's median context
@@ -81,8 +86,9 @@ class DraftsOutcome:
     @property
     def covered(self) -> bool:
         t = self.true_gain
-        return t is not None and self.gain_ci is not None and (
-            self.gain_ci[0] <= t <= self.gain_ci[1])
+        return (
+            t is not None and self.gain_ci is not None and (self.gain_ci[0] <= t <= self.gain_ci[1])
+        )
 
 
 @dataclass(frozen=True)
@@ -98,8 +104,13 @@ class Outcome:
         if f is None or self.draft_truth is None:
             return None
         true = self.draft_truth
-        return DraftsOutcome(true, f.best, f.gain, f.gain_ci,
-                             true[f.best] / true[f.drafts] - 1.0 if f.drafts < len(true) else None)
+        return DraftsOutcome(
+            true,
+            f.best,
+            f.gain,
+            f.gain_ci,
+            true[f.best] / true[f.drafts] - 1.0 if f.drafts < len(true) else None,
+        )
 
     def axis(self, name: str) -> AxisOutcome:
         a = None if self.estimate is None else getattr(self.estimate, name)
@@ -124,30 +135,47 @@ def with_drafts(sc: tw.Scenario, k: int) -> tw.Scenario:
     k + 1 wide); k = 0 is the scenario's own baseline."""
     if k == 0:
         return sc.variant("baseline")
-    acc = sc.acceptance.model_copy(update={"depth_probs": sc.acceptance.depth_probs[:k],
-                                           "verify_width": 0})
+    acc = sc.acceptance.model_copy(
+        update={"depth_probs": sc.acceptance.depth_probs[:k], "verify_width": 0}
+    )
     return sc.model_copy(update={"acceptance": acc})
 
 
-def true_draft_rates(sc: tw.Scenario, batch: float = float(max(LEVELS)),
-                     context: float = CONTEXT) -> list[float]:
+def true_draft_rates(
+    sc: tw.Scenario, batch: float = float(max(LEVELS)), context: float = CONTEXT
+) -> list[float]:
     """The true per-request rate at `batch` with k = 0..K drafts per step (what
     analysis.breakeven.fewer_drafts predicts from one run at K)."""
-    return [tw.per_request_rate(with_drafts(sc, k), batch, context)
-            for k in range(sc.acceptance.max_drafts + 1)]
+    return [
+        tw.per_request_rate(with_drafts(sc, k), batch, context)
+        for k in range(sc.acceptance.max_drafts + 1)
+    ]
 
 
 def simulated(sc: tw.Scenario, seed: int, repeats: int = 2) -> virtual.VirtualRun:
     """A concurrency sweep (LEVELS, `repeats` rounds each) and a context sweep on the scenario."""
 
     def simulate(p: int, n: int, seeds: list[int]) -> list[list[tuple[int, float]]]:
-        return [[(st.commit_len, st.step_s) for st in req]
-                for req in tw.simulate_batch_steps(sc, p, n, seeds)]
+        return [
+            [(st.commit_len, st.step_s) for st in req]
+            for req in tw.simulate_batch_steps(sc, p, n, seeds)
+        ]
 
-    plan = virtual.sweep_plan(LEVELS, prompt_tokens=PROMPT, max_tokens=OUTPUT, contexts=CONTEXTS,
-                              context_tokens=CONTEXT_OUTPUT, repeats=repeats)
-    return virtual.virtual_batched_run(simulate, plan, prefill=lambda p: tw.prefill_time(sc, p),
-                                       seed=seed, run_id=f"{sc.name}-{seed}")
+    plan = virtual.sweep_plan(
+        LEVELS,
+        prompt_tokens=PROMPT,
+        max_tokens=OUTPUT,
+        contexts=CONTEXTS,
+        context_tokens=CONTEXT_OUTPUT,
+        repeats=repeats,
+    )
+    return virtual.virtual_batched_run(
+        simulate,
+        plan,
+        prefill=lambda p: tw.prefill_time(sc, p),
+        seed=seed,
+        run_id=f"{sc.name}-{seed}",
+    )
 
 
 def evaluate(name: str, seed: int, *, resamples: int = 200) -> Outcome:

@@ -118,7 +118,8 @@ def _context_part(sc: tw.Scenario, context: float) -> tuple[float, float]:
     st = sc.step
     rest = st.s0 + st.per_verified_token * sc.acceptance.verified_tokens
     return st.per_context_token * context * sc.time_scale, (
-        rest + st.per_context_token * context) * sc.time_scale
+        rest + st.per_context_token * context
+    ) * sc.time_scale
 
 
 def truth_of(case: PowerCase) -> Truth:
@@ -127,8 +128,11 @@ def truth_of(case: PowerCase) -> Truth:
     tr = Truth()
     no_decay = with_tables(sc, acceptance={"decay_per_output_token": 0.0})
     l_start = tw.expected_commit_length(no_decay, 0, p)
-    l_end = tw.expected_commit_length(sc, g, p + g) / tw.expected_commit_length(
-        no_decay, g, p + g) * l_start
+    l_end = (
+        tw.expected_commit_length(sc, g, p + g)
+        / tw.expected_commit_length(no_decay, g, p + g)
+        * l_start
+    )
     drop = 1 - l_end / l_start if l_start > 0 else 0.0
     tr.effect["acceptance_decay"] = drop if sc.acceptance.decay_per_output_token > 0 else 0.0
     tr.present["acceptance_decay"] = drop >= MIN_DECAY and sc.acceptance.decay_per_output_token > 0
@@ -136,8 +140,9 @@ def truth_of(case: PowerCase) -> Truth:
     crosses = acc.window > 0 and p + g > acc.window
     w_drop = 0.0
     if acc.window > 0:  # commit length just above the window over just below it
-        w_drop = 1 - tw.expected_commit_length(no_decay, 0, acc.window + 1) / \
-            tw.expected_commit_length(no_decay, 0, acc.window)
+        w_drop = 1 - tw.expected_commit_length(
+            no_decay, 0, acc.window + 1
+        ) / tw.expected_commit_length(no_decay, 0, acc.window)
     tr.effect["draft_window"] = w_drop if crosses else 0.0
     tr.present["draft_window"] = crosses and w_drop >= MIN_WINDOW
     tok, sec = _expected_path(sc, p, 0, g)
@@ -147,7 +152,9 @@ def truth_of(case: PowerCase) -> Truth:
         pos += tw.expected_commit_length(sc, int(pos), int(p + pos))
         steps_full += 1
     mean_step = sec / steps_full if steps_full else 0.0
-    drift_share = sc.step.drift_per_output_token * sc.time_scale * g / mean_step if mean_step else 0.0
+    drift_share = (
+        sc.step.drift_per_output_token * sc.time_scale * g / mean_step if mean_step else 0.0
+    )
     tr.effect["step_time_drift"] = drift_share
     tr.present["step_time_drift"] = drift_share >= DRIFT_MIN_SHARE
     # the context term's share of the step the context explains (drift left out, as the fit does)
@@ -155,8 +162,11 @@ def truth_of(case: PowerCase) -> Truth:
     ctx_share = ctx_term / no_drift_step if no_drift_step else 0.0
     tr.effect["context_scaling"] = ctx_share
     tr.present["context_scaling"] = ctx_share >= CONTEXT_SHARE
-    tp = [s for s in diagnosis_plan.build(p, g, quick=case.quick).steps
-          if s.experiment == tags.TWO_POINT]
+    tp = [
+        s
+        for s in diagnosis_plan.build(p, g, quick=case.quick).steps
+        if s.experiment == tags.TWO_POINT
+    ]
     if tp:
         n1, n2 = min(s.max_tokens for s in tp), max(s.max_tokens for s in tp)
         wt, ws = _expected_path(sc, p, n1, n2)
@@ -196,8 +206,13 @@ def run_case(case: PowerCase) -> PowerOutcome:
     truth = truth_of(case)
     tests = {t.id: t for t in an.finding_tests}
     out = PowerOutcome(case, an, truth, {f.id: f.confidence for f in an.findings}, tests)
-    for fid in ("acceptance_decay", "draft_window", "step_time_drift", "context_scaling",
-                "two_point_bias"):
+    for fid in (
+        "acceptance_decay",
+        "draft_window",
+        "step_time_drift",
+        "context_scaling",
+        "two_point_bias",
+    ):
         t = tests.get(fid)
         true = truth.effect.get(fid)
         if t is None or true is None or t.ci[0] is None or t.ci[1] is None:
@@ -225,28 +240,43 @@ def is_right(out: PowerOutcome, fid: str) -> bool:
     return bool(out.truth.present.get(fid, False))
 
 
-def null_cases(scenarios: dict[str, tw.Scenario], *, seeds: range, quick: bool = True,
-               shape: tuple[int, int] = (2700, 1500)) -> list[PowerCase]:
+def null_cases(
+    scenarios: dict[str, tw.Scenario],
+    *,
+    seeds: range,
+    quick: bool = True,
+    shape: tuple[int, int] = (2700, 1500),
+) -> list[PowerCase]:
     """Servers with no effect but context scaling, with realistic noise: healthy as shipped, a
     weaker drafter (~3 tokens/step), and llama.cpp-style per-token events; every third case
     with a baseline run of the same server."""
     h = scenarios["healthy"]
     servers = {
         "null:healthy": realistic(h),
-        "null:weaker-drafter": realistic(with_tables(
-            h, acceptance={"depth_probs": [0.85, 0.75, 0.6, 0.5, 0.4]})),
+        "null:weaker-drafter": realistic(
+            with_tables(h, acceptance={"depth_probs": [0.85, 0.75, 0.6, 0.5, 0.4]})
+        ),
         "null:per-token-events": realistic(with_tables(h, streaming={"per_token_events": True})),
     }
     cases = []
     for i, (name, sc) in enumerate(servers.items()):
         for s in seeds:
-            cases.append(PowerCase(name, sc, *shape, seed=s + 10_000 * i, quick=quick,
-                                   baseline=sc if s % 3 == 2 else None))
+            cases.append(
+                PowerCase(
+                    name,
+                    sc,
+                    *shape,
+                    seed=s + 10_000 * i,
+                    quick=quick,
+                    baseline=sc if s % 3 == 2 else None,
+                )
+            )
     return cases
 
 
-def effect_cases(scenarios: dict[str, tw.Scenario], *, seeds: range, quick: bool = True
-                 ) -> list[PowerCase]:
+def effect_cases(
+    scenarios: dict[str, tw.Scenario], *, seeds: range, quick: bool = True
+) -> list[PowerCase]:
     """Scenarios with true effects of stated sizes (realistic noise):
     - seed-regression as shipped (decay to the 0.63 floor: commit length 5 -> ~2.9; drift 60 us
       per output token: ~+50% step time over 1500 tokens; the two-point window far above);
@@ -262,17 +292,46 @@ def effect_cases(scenarios: dict[str, tw.Scenario], *, seeds: range, quick: bool
         c
         for s in seeds
         for c in (
-            PowerCase("effect:seed-regression", realistic(scenarios["seed-regression"]), 2701,
-                      1500, seed=s, quick=quick,
-                      stated=("acceptance_decay", "step_time_drift", "two_point_bias")),
-            PowerCase("effect:decay-35", realistic(with_tables(
-                h, acceptance={"decay_per_output_token": 0.0003, "decay_floor": 0.8})),
-                2700, 1500, seed=s, quick=quick, stated=("acceptance_decay",)),
-            PowerCase("effect:drift-20", realistic(with_tables(
-                h, step={"drift_per_output_token": 0.2 * mean_step / 1500})), 2700, 1500,
-                seed=s, quick=quick, stated=("step_time_drift",)),
-            PowerCase("effect:draft-window", realistic(scenarios["draft-window"]), 1500, 1200,
-                      seed=s, quick=quick, stated=("draft_window",)),
+            PowerCase(
+                "effect:seed-regression",
+                realistic(scenarios["seed-regression"]),
+                2701,
+                1500,
+                seed=s,
+                quick=quick,
+                stated=("acceptance_decay", "step_time_drift", "two_point_bias"),
+            ),
+            PowerCase(
+                "effect:decay-35",
+                realistic(
+                    with_tables(
+                        h, acceptance={"decay_per_output_token": 0.0003, "decay_floor": 0.8}
+                    )
+                ),
+                2700,
+                1500,
+                seed=s,
+                quick=quick,
+                stated=("acceptance_decay",),
+            ),
+            PowerCase(
+                "effect:drift-20",
+                realistic(with_tables(h, step={"drift_per_output_token": 0.2 * mean_step / 1500})),
+                2700,
+                1500,
+                seed=s,
+                quick=quick,
+                stated=("step_time_drift",),
+            ),
+            PowerCase(
+                "effect:draft-window",
+                realistic(scenarios["draft-window"]),
+                1500,
+                1200,
+                seed=s,
+                quick=quick,
+                stated=("draft_window",),
+            ),
         )
     ]
 
@@ -283,17 +342,23 @@ def false_rate(outs: list[PowerOutcome], fid: str) -> float:
     return sum(fid in o.reported for o in judged) / len(judged) if judged else 0.0
 
 
-def reliability(outs: list[PowerOutcome], edges: tuple[float, ...] = (0.0, 0.5, 0.8, 0.9, 0.95,
-                                                                      1.0001)
-                ) -> list[tuple[float, float, int, float, float]]:
+def reliability(
+    outs: list[PowerOutcome], edges: tuple[float, ...] = (0.0, 0.5, 0.8, 0.9, 0.95, 1.0001)
+) -> list[tuple[float, float, int, float, float]]:
     """(bin low, bin high, findings, mean confidence, share right) per confidence bin, over
     every reported finding with a sampled test (validity checks excluded)."""
-    pairs = [(c, is_right(o, fid)) for o in outs for fid, c in o.reported.items()
-             if fid in o.tests]
+    pairs = [(c, is_right(o, fid)) for o in outs for fid, c in o.reported.items() if fid in o.tests]
     rows = []
     for lo, hi in itertools.pairwise(edges):
         sel = [(c, r) for c, r in pairs if lo <= c < hi]
         if sel:
-            rows.append((lo, min(hi, 1.0), len(sel), float(np.mean([c for c, _ in sel])),
-                         float(np.mean([r for _, r in sel]))))
+            rows.append(
+                (
+                    lo,
+                    min(hi, 1.0),
+                    len(sel),
+                    float(np.mean([c for c, _ in sel])),
+                    float(np.mean([r for _, r in sel])),
+                )
+            )
     return rows

@@ -40,7 +40,9 @@ from specscope.engine.model import Transformer
 from specscope.engine.runner import EagerRunner, Logits, Work
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-MAX_GRAPH_NODES = 63  # tokens per request in one captured forward (verify budget + root): one int64 mask word
+MAX_GRAPH_NODES = (
+    63  # tokens per request in one captured forward (verify budget + root): one int64 mask word
+)
 _COMPILED: dict[tuple, tuple] = {}
 
 
@@ -57,7 +59,12 @@ class _TokenwiseLayers:
     @torch.no_grad()
     def __init__(self, model: Transformer, compile: bool, gemv: bool = True):
         cfg = model.cfg
-        self.h, self.kvh, self.d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        self.h, self.kvh, self.d, eps = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            cfg.rms_norm_eps,
+        )
         h, kvh, d = self.h, self.kvh, self.d
         self.embed = model.embed_tokens.weight
         self.inv_freq = model.inv_freq
@@ -66,14 +73,16 @@ class _TokenwiseLayers:
         self.layers = []
         for layer in model.layers:
             a, m = layer.self_attn, layer.mlp
-            self.layers.append((
-                layer.input_layernorm.weight,
-                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).contiguous(),
-                a.o_proj.weight,
-                layer.post_attention_layernorm.weight,
-                torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(),
-                m.down_proj.weight,
-            ))
+            self.layers.append(
+                (
+                    layer.input_layernorm.weight,
+                    torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).contiguous(),
+                    a.o_proj.weight,
+                    layer.post_attention_layernorm.weight,
+                    torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(),
+                    m.down_proj.weight,
+                )
+            )
 
         def rms(x, w):
             hx = x.float()
@@ -123,7 +132,9 @@ class _TokenwiseLayers:
             logits = linear(rms(x, norm), head).float()
             return logits, logits.argmax(dim=-1)
 
-        wrap = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
+        wrap = (
+            (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
+        )
         # One compiled set per architecture shape: a second runner (another bench configuration,
         # another KV layout) reuses the compiled code instead of compiling again.
         key = (h, kvh, d, eps, compile, gemv)
@@ -135,13 +146,24 @@ class _TokenwiseLayers:
 class CudaGraphRunner:
     """Runner (engine/runner.py) for CUDA: graphs for decode (Q = 1) and verify (Q = node budget)."""
 
-    def __init__(self, model: Transformer, kv: KVCache, *, max_batch: int, max_nodes: int = 1,
-                 compile: bool = True, gemv: bool = True, max_context: int | None = None,
-                 taps: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        model: Transformer,
+        kv: KVCache,
+        *,
+        max_batch: int,
+        max_nodes: int = 1,
+        compile: bool = True,
+        gemv: bool = True,
+        max_context: int | None = None,
+        taps: tuple[int, ...] = (),
+    ):
         if kv.device.type != "cuda":
             raise ValueError("CudaGraphRunner needs the KV pool on a CUDA device")
         if not self.can_tap(model, taps):
-            raise ValueError(f"taps {taps}: the captured step can tap layers 0..{len(model.layers) - 2}")
+            raise ValueError(
+                f"taps {taps}: the captured step can tap layers 0..{len(model.layers) - 2}"
+            )
         self.taps = tuple(taps)
         self.model, self.kv, self.device = model, kv, kv.device
         self.eager = EagerRunner(model, kv)
@@ -153,13 +175,19 @@ class CudaGraphRunner:
             kv.enable_device_table(self.buckets[-1] + 1, kv.pages_for(rows + max_nodes) + 1)
         self.table = kv.device_table.table
         self.layers = _TokenwiseLayers(model, compile, gemv and compile)
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor,
-                                                  torch.Tensor | None]] = {}
+        self._graphs: dict[
+            tuple[int, int],
+            tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor | None],
+        ] = {}
         self._pool = torch.cuda.graph_pool_handle()
-        self._inputs = {q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long, device=self.device)
-                        for q in self.node_counts}
-        self._staging = {q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long).pin_memory()
-                         for q in self.node_counts}
+        self._inputs = {
+            q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long, device=self.device)
+            for q in self.node_counts
+        }
+        self._staging = {
+            q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long).pin_memory()
+            for q in self.node_counts
+        }
         self._pad = {q: self._pad_row(q) for q in self.node_counts}
         # Set after each input copy: the pinned staging block is rewritten only once it is done.
         self._copied = {q: torch.cuda.Event() for q in self.node_counts}
@@ -177,7 +205,9 @@ class CudaGraphRunner:
         row[3 * q : 4 * q] = [1 << j for j in range(q)]  # each padding token sees itself only
         return row
 
-    def _step(self, inp: torch.Tensor, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _step(
+        self, inp: torch.Tensor, q: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         b = inp.shape[0]
         tokens = inp[:, :q].reshape(-1)
         positions = inp[:, q : 2 * q].reshape(-1)
@@ -187,14 +217,26 @@ class CudaGraphRunner:
         lens = inp[:, 4 * q + 1].contiguous()
         lay, kv = self.layers, self.kv
         splits = num_splits_for(b, lay.kvh)
-        x, cos, sin, qh, k, v = lay.first(tokens, positions, lay.embed, lay.inv_freq,
-                                          lay.layers[0][0], lay.layers[0][1])
+        x, cos, sin, qh, k, v = lay.first(
+            tokens, positions, lay.embed, lay.inv_freq, lay.layers[0][0], lay.layers[0][1]
+        )
         n = len(lay.layers)
         tapped: dict[int, torch.Tensor] = {}
         for i, (_, _, wo, ln2, wgu, wd) in enumerate(lay.layers):
-            o = paged_attention(qh.unflatten(0, (b, q)), k.unflatten(0, (b, q)),
-                                v.unflatten(0, (b, q)), kv.k[i], kv.v[i], self.table, rows,
-                                lens, write, bits, kv.page_size, splits)
+            o = paged_attention(
+                qh.unflatten(0, (b, q)),
+                k.unflatten(0, (b, q)),
+                v.unflatten(0, (b, q)),
+                kv.k[i],
+                kv.v[i],
+                self.table,
+                rows,
+                lens,
+                write,
+                bits,
+                kv.page_size,
+                splits,
+            )
             if i + 1 < n:
                 nxt = lay.layers[i + 1]
                 x, qh, k, v = lay.middle(x, o, wo, ln2, wgu, wd, nxt[0], nxt[1], cos, sin)
@@ -202,7 +244,9 @@ class CudaGraphRunner:
                     tapped[i] = x
             else:
                 logits, top = lay.last(x, o, wo, ln2, wgu, wd, lay.final_norm, lay.head)
-        hidden = torch.cat([tapped[t] for t in self.taps], dim=-1).view(b, q, -1) if self.taps else None
+        hidden = (
+            torch.cat([tapped[t] for t in self.taps], dim=-1).view(b, q, -1) if self.taps else None
+        )
         return logits.view(b, q, -1), top.view(b, q), hidden
 
     def _graph(self, bucket: int, q: int):
@@ -230,7 +274,9 @@ class CudaGraphRunner:
         torch.cuda.synchronize()
 
     # -- Runner -----------------------------------------------------------------------------
-    def forward(self, work: Sequence[Work], want_logits: bool = True) -> tuple[list[list[int]], Logits | None]:
+    def forward(
+        self, work: Sequence[Work], want_logits: bool = True
+    ) -> tuple[list[list[int]], Logits | None]:
         replayed = self._replay(work)
         if replayed is None:
             return self.eager.forward(work, want_logits)
@@ -250,7 +296,9 @@ class CudaGraphRunner:
         rows = [] if hidden is None else [hidden[r, : len(w.tokens)] for r, w in enumerate(work)]
         return slots, logits, rows
 
-    def _replay(self, work: Sequence[Work]) -> tuple[list[list[int]], Logits, torch.Tensor | None] | None:
+    def _replay(
+        self, work: Sequence[Work]
+    ) -> tuple[list[list[int]], Logits, torch.Tensor | None] | None:
         """One captured step over `work`, or None where no graph covers it (eager then)."""
         q_max = max(len(w.tokens) for w in work)
         q = next((n for n in self.node_counts if n >= q_max), None)
@@ -271,7 +319,9 @@ class CudaGraphRunner:
             row[:n] = w.tokens
             row[q : q + n] = w.resolved_positions()
             row[2 * q : 2 * q + n] = s
-            row[3 * q : 3 * q + n] = causal_bits(n) if w.mask is None else mask_bits(np.asarray(w.mask))
+            row[3 * q : 3 * q + n] = (
+                causal_bits(n) if w.mask is None else mask_bits(np.asarray(w.mask))
+            )
             row[4 * q] = w.seq.table_row
             row[4 * q + 1] = ctx
         # Rows just allocated may have added pages: publish them before the kernel reads.
@@ -281,5 +331,8 @@ class CudaGraphRunner:
         self._copied[q].record()
         graph.replay()
         b = len(work)
-        return (slots, Logits(logits[:b], [len(w.tokens) for w in work], top[:b]),
-                None if hidden is None else hidden[:b])
+        return (
+            slots,
+            Logits(logits[:b], [len(w.tokens) for w in work], top[:b]),
+            None if hidden is None else hidden[:b],
+        )

@@ -44,12 +44,35 @@ def _attend(q, k, v, visible, m_i, l_i, acc, sm_scale, IEEE: tl.constexpr):
 
 @triton.jit
 def _paged_attention_kernel(
-    q_ptr, k_new_ptr, v_new_ptr, k_pool_ptr, v_pool_ptr, table_ptr, rows_ptr, lens_ptr,
-    write_ptr, bits_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
-    sm_scale, max_pages, stride_q, stride_k, stride_v,
-    Q_LEN: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr,
+    q_ptr,
+    k_new_ptr,
+    v_new_ptr,
+    k_pool_ptr,
+    v_pool_ptr,
+    table_ptr,
+    rows_ptr,
+    lens_ptr,
+    write_ptr,
+    bits_ptr,
+    out_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    part_acc_ptr,
+    sm_scale,
+    max_pages,
+    stride_q,
+    stride_k,
+    stride_v,
+    Q_LEN: tl.constexpr,
+    G: tl.constexpr,
+    KVH: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     b = tl.program_id(0)
     hk = tl.program_id(1)
@@ -60,8 +83,11 @@ def _paged_attention_kernel(
     m_ok = offs_m < Q_LEN * G
     offs_d = tl.arange(0, D)
     tok = (b * Q_LEN + j).to(tl.int64)
-    q = tl.load(q_ptr + (tok * stride_q + (hk * G + g) * D)[:, None] + offs_d[None, :],
-                mask=m_ok[:, None], other=0.0)
+    q = tl.load(
+        q_ptr + (tok * stride_q + (hk * G + g) * D)[:, None] + offs_d[None, :],
+        mask=m_ok[:, None],
+        other=0.0,
+    )
     out_off = (tok * (KVH * G) + hk * G + g) * D
     ctx = tl.load(lens_ptr + b).to(tl.int32)
     row = tl.load(rows_ptr + b).to(tl.int64)
@@ -99,8 +125,11 @@ def _paged_attention_kernel(
         m_i, l_i, acc = _attend(q, kn, vn, seen & q_ok[None, :], m_i, l_i, acc, sm_scale, IEEE)
     if NUM_SPLITS == 1:
         out = acc / l_i[:, None]
-        tl.store(out_ptr + out_off[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=m_ok[:, None])
+        tl.store(
+            out_ptr + out_off[:, None] + offs_d[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=m_ok[:, None],
+        )
     else:
         part = ((b * KVH + hk) * NUM_SPLITS + s) * BLOCK_M + offs_m
         tl.store(part_m_ptr + part, m_i)
@@ -110,9 +139,16 @@ def _paged_attention_kernel(
 
 @triton.jit
 def _combine_kernel(
-    part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr,
-    Q_LEN: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    part_m_ptr,
+    part_l_ptr,
+    part_acc_ptr,
+    out_ptr,
+    Q_LEN: tl.constexpr,
+    G: tl.constexpr,
+    KVH: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
 ):
     """Merge the splits' partial softmaxes of one query row (one program per row: the splits
     are loaded at once, not one after another)."""
@@ -184,16 +220,48 @@ def paged_attention(
         part_m = part_l = part_acc = out  # unused
     ieee = q.dtype == torch.float32  # fp32 runs must not silently drop to tf32
     _paged_attention_kernel[(b, kvh, num_splits)](
-        q, k_new, v_new, k_pool, v_pool, block_table, seq_rows, ctx_lens, write_slots, mask_bits,
-        out, part_m, part_l, part_acc, 1.0 / math.sqrt(d), block_table.shape[1],
-        q.stride(1), k_new.stride(1), v_new.stride(1),
-        Q_LEN=q_len, G=g, KVH=kvh, D=d, PAGE=page_size, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
-        BLOCK_Q=block_q, NUM_SPLITS=num_splits, IEEE=ieee,
+        q,
+        k_new,
+        v_new,
+        k_pool,
+        v_pool,
+        block_table,
+        seq_rows,
+        ctx_lens,
+        write_slots,
+        mask_bits,
+        out,
+        part_m,
+        part_l,
+        part_acc,
+        1.0 / math.sqrt(d),
+        block_table.shape[1],
+        q.stride(1),
+        k_new.stride(1),
+        v_new.stride(1),
+        Q_LEN=q_len,
+        G=g,
+        KVH=kvh,
+        D=d,
+        PAGE=page_size,
+        BLOCK_M=block_m,
+        BLOCK_N=BLOCK_N,
+        BLOCK_Q=block_q,
+        NUM_SPLITS=num_splits,
+        IEEE=ieee,
     )
     if num_splits > 1:
         _combine_kernel[(b, kvh, q_len * g)](
-            part_m, part_l, part_acc, out,
-            Q_LEN=q_len, G=g, KVH=kvh, D=d, BLOCK_M=block_m, NUM_SPLITS=num_splits,
+            part_m,
+            part_l,
+            part_acc,
+            out,
+            Q_LEN=q_len,
+            G=g,
+            KVH=kvh,
+            D=d,
+            BLOCK_M=block_m,
+            NUM_SPLITS=num_splits,
         )
     return out
 

@@ -35,8 +35,15 @@ class _Context:
 
 
 class DFlashDrafter:
-    def __init__(self, model: DFlashDraftModel, target: Transformer, *, top_k: int = 8,
-                 draft_window: int | None = None, name: str = "dflash"):
+    def __init__(
+        self,
+        model: DFlashDraftModel,
+        target: Transformer,
+        *,
+        top_k: int = 8,
+        draft_window: int | None = None,
+        name: str = "dflash",
+    ):
         model.config.check_target(target.cfg)
         self.model, self.target = model, target
         self.block_size = model.config.block_size
@@ -91,14 +98,17 @@ class DFlashDrafter:
             if ctx.length != len(req.tokens) - 1:
                 raise RuntimeError(
                     f"DFlash drafter out of step for {req.request_id!r}: it observed {ctx.length} "
-                    f"context positions, the request has {len(req.tokens) - 1} cached")
+                    f"context positions, the request has {len(req.tokens) - 1} cached"
+                )
             contexts.append(ctx)
         rows = [self._visible(c) for c in contexts]
         if len(live) == 1 and contexts[0].keys and rows[0] > 0:
             # One request (batch-1 serving): its rows as they are, no padding, no mask.
             n = rows[0]
-            kv_rows = [(k[-n:][None], v[-n:][None])
-                       for k, v in zip(contexts[0].keys, contexts[0].values, strict=True)]
+            kv_rows = [
+                (k[-n:][None], v[-n:][None])
+                for k, v in zip(contexts[0].keys, contexts[0].values, strict=True)
+            ]
             mask = None
         else:
             kv_rows, mask = self._padded_context(contexts, rows, dev, dtype)
@@ -115,19 +125,25 @@ class DFlashDrafter:
         top_lp, top_ids = top_lp.cpu().numpy(), top_ids.cpu().numpy()
         for r, i in enumerate(live):
             k = min(depth, requests[i].num_draft_tokens)
-            drafts[i] = Draft(sequences=[top_ids[r, :k, 0].tolist()],
-                              topk_tokens=top_ids[r, :k].astype(np.int64),
-                              topk_logprobs=top_lp[r, :k].astype(np.float64))
+            drafts[i] = Draft(
+                sequences=[top_ids[r, :k, 0].tolist()],
+                topk_tokens=top_ids[r, :k].astype(np.int64),
+                topk_logprobs=top_lp[r, :k].astype(np.float64),
+            )
         return drafts
 
-    def _padded_context(self, contexts: list[_Context], rows: list[int], dev: torch.device,
-                        dtype: torch.dtype) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    def _padded_context(
+        self, contexts: list[_Context], rows: list[int], dev: torch.device, dtype: torch.dtype
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
         """Several requests: their context rows left-aligned in [R, max rows] per layer, and the
         attention mask (own rows + the whole block), or None when every row is visible."""
         b, c_max = self.block_size, max(rows)
         layers = len(self.model.layers)
         kvh, hd = self.model.config.num_kv_heads, self.model.config.head_dim
-        keys = [torch.zeros(len(contexts), c_max, kvh, hd, device=dev, dtype=dtype) for _ in range(layers)]
+        keys = [
+            torch.zeros(len(contexts), c_max, kvh, hd, device=dev, dtype=dtype)
+            for _ in range(layers)
+        ]
         values = [torch.zeros_like(k) for k in keys]
         visible = torch.zeros(len(contexts), c_max + b, dtype=torch.bool)
         visible[:, c_max:] = True  # bidirectional inside the block
@@ -136,7 +152,9 @@ class DFlashDrafter:
             for layer in range(min(layers, len(ctx.keys))):
                 keys[layer][r, :n] = ctx.keys[layer][-n:] if n else ctx.keys[layer][:0]
                 values[layer][r, :n] = ctx.values[layer][-n:] if n else ctx.values[layer][:0]
-        mask = None if bool(visible.all()) else visible[:, None, None, :].expand(-1, 1, b, -1).to(dev)
+        mask = (
+            None if bool(visible.all()) else visible[:, None, None, :].expand(-1, 1, b, -1).to(dev)
+        )
         return list(zip(keys, values, strict=True)), mask
 
     def _visible(self, ctx: _Context) -> int:

@@ -65,16 +65,29 @@ class DFlashConfig:
     training: dict[str, Any] = field(default_factory=dict)  # how it was trained (the card's gist)
 
     @classmethod
-    def for_target(cls, name: str, cfg: ModelConfig, *, num_layers: int = 1, block_size: int = 16,
-                   num_taps: int = 5) -> DFlashConfig:
+    def for_target(
+        cls,
+        name: str,
+        cfg: ModelConfig,
+        *,
+        num_layers: int = 1,
+        block_size: int = 16,
+        num_taps: int = 5,
+    ) -> DFlashConfig:
         """A drafter shaped like the target's own layers (its heads, head size and MLP width)."""
         return cls(
-            target_name=name, target_vocab_size=cfg.vocab_size, target_hidden_size=cfg.hidden_size,
+            target_name=name,
+            target_vocab_size=cfg.vocab_size,
+            target_hidden_size=cfg.hidden_size,
             target_num_layers=cfg.num_layers,
             target_layer_ids=default_target_layers(cfg.num_layers, num_taps),
-            block_size=block_size, num_layers=num_layers, num_heads=cfg.num_heads,
-            num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-            intermediate_size=cfg.intermediate_size, rms_norm_eps=cfg.rms_norm_eps,
+            block_size=block_size,
+            num_layers=num_layers,
+            num_heads=cfg.num_heads,
+            num_kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim,
+            intermediate_size=cfg.intermediate_size,
+            rms_norm_eps=cfg.rms_norm_eps,
             rope_theta=cfg.rope_theta,
         )
 
@@ -82,20 +95,29 @@ class DFlashConfig:
         if self.format != FORMAT:
             raise ValueError(f"not a {FORMAT} drafter config (format {self.format!r})")
         if self.block_size < 2 or self.num_layers < 1 or not self.target_layer_ids:
-            raise ValueError("a DFlash drafter needs block_size >= 2, >= 1 layer and >= 1 tapped layer")
+            raise ValueError(
+                "a DFlash drafter needs block_size >= 2, >= 1 layer and >= 1 tapped layer"
+            )
         if any(not 0 <= t < self.target_num_layers for t in self.target_layer_ids):
-            raise ValueError(f"tapped layers {self.target_layer_ids} outside the target's "
-                             f"0..{self.target_num_layers - 1}")
+            raise ValueError(
+                f"tapped layers {self.target_layer_ids} outside the target's "
+                f"0..{self.target_num_layers - 1}"
+            )
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
 
     def model_config(self) -> ModelConfig:
         """The engine's config type for the shared pieces (MLP width, RoPE)."""
         return ModelConfig(
-            vocab_size=self.target_vocab_size, hidden_size=self.target_hidden_size,
-            intermediate_size=self.intermediate_size, num_layers=self.num_layers,
-            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-            rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta,
+            vocab_size=self.target_vocab_size,
+            hidden_size=self.target_hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            rms_norm_eps=self.rms_norm_eps,
+            rope_theta=self.rope_theta,
         )
 
     def check_target(self, cfg: ModelConfig) -> None:
@@ -103,8 +125,10 @@ class DFlashConfig:
         got = (cfg.vocab_size, cfg.hidden_size, cfg.num_layers)
         want = (self.target_vocab_size, self.target_hidden_size, self.target_num_layers)
         if got != want:
-            raise ValueError(f"DFlash drafter was made for a target with vocabulary, hidden size, "
-                             f"layers = {want}; this target has {got}")
+            raise ValueError(
+                f"DFlash drafter was made for a target with vocabulary, hidden size, "
+                f"layers = {want}; this target has {got}"
+            )
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -126,21 +150,31 @@ class DFlashLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(d_model, c.rms_norm_eps)
         self.mlp = MLP(c.model_config())
 
-    def kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def kv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (k-normed, rotated) and values [B, N, kv_heads, head_dim] of features x [B, N, D]."""
         k = self.k_norm(self.k_proj(x).unflatten(-1, (self.kvh, self.d)))
         return _rope(k, cos, sin), self.v_proj(x).unflatten(-1, (self.kvh, self.d))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx_k: torch.Tensor,
-                ctx_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx_k: torch.Tensor,
+        ctx_v: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         b, q, _ = x.shape
         h = self.input_layernorm(x)
         xq = _rope(self.q_norm(self.q_proj(h).unflatten(-1, (self.h, self.d))), cos, sin)
         bk, bv = self.kv(h, cos, sin)
         keys = torch.cat([ctx_k, bk], dim=1).transpose(1, 2)
         values = torch.cat([ctx_v, bv], dim=1).transpose(1, 2)
-        out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys, values, attn_mask=mask,
-                                             enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            xq.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
+        )
         x = x + self.o_proj(out.transpose(1, 2).reshape(b, q, self.h * self.d))
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -165,9 +199,13 @@ class DFlashDraftModel(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("weight") and p.dim() == 2:
                 p.data = torch.randn(p.shape, generator=g).mul_(0.02).to(p.dtype)
-        self.mask_embedding.data = torch.randn(self.mask_embedding.shape, generator=g).mul_(embed_std)
+        self.mask_embedding.data = torch.randn(self.mask_embedding.shape, generator=g).mul_(
+            embed_std
+        )
 
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [B, N, 1, head_dim] for absolute positions [B, N]."""
         angles = positions.to(torch.float32)[..., None] * self.inv_freq.to(positions.device)
         angles = torch.cat([angles, angles], dim=-1)[:, :, None, :]
@@ -177,13 +215,20 @@ class DFlashDraftModel(nn.Module):
         """Target context features [.., n_taps * D] -> one feature per token [.., D]."""
         return self.hidden_norm(self.fc(taps))
 
-    def context_kv(self, fused: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def context_kv(
+        self, fused: torch.Tensor, positions: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's keys/values of the fused context features [B, N, D] at positions [B, N]."""
         cos, sin = self.rope(positions, fused.dtype)
         return [layer.kv(fused, cos, sin) for layer in self.layers]
 
-    def block_hidden(self, x: torch.Tensor, positions: torch.Tensor,
-                     ctx: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None) -> torch.Tensor:
+    def block_hidden(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: list[tuple[torch.Tensor, torch.Tensor]],
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Block inputs x [B, Q, D] at positions [B, Q], attending to the context keys/values
         `ctx` and to the block under `mask` [B, 1, Q, C + Q] (bool; None = all visible);
         returns the final-normed hidden states for the target's LM head."""
@@ -201,8 +246,10 @@ def resolve_path(ref: str) -> Path:
     name = ref or "smollm2"
     path = SHIPPED_ROOT / SHIPPED[name] if name in SHIPPED else Path(name).expanduser()
     if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"DFlash drafter {ref!r}: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
-                                f"in {path} (train one: python -m specscope.engine.train_dflash)")
+        raise FileNotFoundError(
+            f"DFlash drafter {ref!r}: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
+            f"in {path} (train one: python -m specscope.engine.train_dflash)"
+        )
     return path
 
 
@@ -217,8 +264,9 @@ def save(model: DFlashDraftModel, folder: Path, dtype: torch.dtype = torch.bfloa
     return folder
 
 
-def load(folder: Path | str, device: torch.device | str = "cpu",
-         dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
+def load(
+    folder: Path | str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> DFlashDraftModel:
     """A saved drafter; a clear ValueError for a config or tensor that does not fit."""
     from safetensors.torch import load_file
 

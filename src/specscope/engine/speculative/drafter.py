@@ -90,4 +90,4 @@ def window(tokens: Sequence[int], draft_window: int | None) -> Sequence[int]:
     """The last `draft_window` tokens (the drafter's whole view); None or <= 0 = unbounded."""
     if draft_window is None or draft_window <= 0 or len(tokens) <= draft_window:
         return tokens
-    return tokens[len(tokens) - draft_window:]
+    return tokens[len(tokens) - draft_window :]

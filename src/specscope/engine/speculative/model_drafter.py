@@ -44,7 +44,9 @@ class _State:
 
 
 class ModelDrafter:
-    def __init__(self, lm: EngineLM, top_k: int = 8, draft_window: int | None = None, name: str = "model"):
+    def __init__(
+        self, lm: EngineLM, top_k: int = 8, draft_window: int | None = None, name: str = "model"
+    ):
         self.lm = lm
         self.top_k = max(1, int(top_k))
         self.draft_window = draft_window
@@ -99,7 +101,9 @@ class ModelDrafter:
             )
         return drafts
 
-    def _pick(self, req: DraftRequest, logits: torch.Tensor, top_ids: list, top_lps: list, q_rows: list) -> int:
+    def _pick(
+        self, req: DraftRequest, logits: torch.Tensor, top_ids: list, top_lps: list, q_rows: list
+    ) -> int:
         """Record this depth's top-K and choose the chain token (argmax, or a sample from q)."""
         logits = logits.float()
         logp = torch.log_softmax(logits, dim=-1)
@@ -181,7 +185,9 @@ def early_exit_model(model: Transformer, num_layers: int) -> Transformer:
     (LayerSkip-style self-speculation). Shares every weight with the target: no extra memory,
     same vocabulary by construction, and much cheaper per token than the full model."""
     if not 1 <= num_layers <= model.cfg.num_layers:
-        raise ValueError(f"early-exit drafter needs 1..{model.cfg.num_layers} layers, got {num_layers}")
+        raise ValueError(
+            f"early-exit drafter needs 1..{model.cfg.num_layers} layers, got {num_layers}"
+        )
     cfg = replace(model.cfg, num_layers=num_layers)
     with torch.device("meta"):
         draft = Transformer(cfg)

@@ -26,7 +26,9 @@ class NgramDrafter:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
+            raise ValueError(
+                f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}"
+            )
         if self.num_candidates < 1:
             raise ValueError("num_candidates must be >= 1")
 
@@ -44,13 +46,13 @@ class NgramDrafter:
         if k <= 0:
             return found
         for n in range(min(self.max_ngram, n_tok - 1), self.min_ngram - 1, -1):
-            suffix = seq[n_tok - n:]
+            suffix = seq[n_tok - n :]
             # Start indices i of every earlier occurrence seq[i:i+n] == suffix whose
             # continuation starts inside the sequence (i + n < n_tok), most recent first.
             windows = np.lib.stride_tricks.sliding_window_view(seq[: n_tok - 1], n)
             starts = np.flatnonzero((windows == suffix).all(axis=1))[::-1]
             for i in starts:
-                cont = seq[i + n: i + n + k].tolist()
+                cont = seq[i + n : i + n + k].tolist()
                 if cont and cont not in found:
                     found.append(cont)
                     if len(found) >= self.num_candidates:

@@ -19,7 +19,9 @@ from specscope.engine.speculative.ngram import NgramDrafter
 from specscope.engine.speculative.stepper import SpeculativeStepper
 
 
-def make_stepper(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions) -> SpeculativeStepper:
+def make_stepper(
+    target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions
+) -> SpeculativeStepper:
     if opts.tree_kv == "inplace" and target_kv.page_size != 1:
         raise ValueError("tree_kv inplace rewrites the page table per token: needs page_size 1")
     return SpeculativeStepper(make_drafter(target, target_kv, opts), opts)
@@ -42,7 +44,12 @@ def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptio
                 f"draft model {path} has vocabulary {loaded.config.vocab_size}, "
                 f"target has {target.config.vocab_size}: they must match"
             )
-        model, name, dtype, device = loaded.model, f"model:{loaded.name}", loaded.dtype, loaded.device
+        model, name, dtype, device = (
+            loaded.model,
+            f"model:{loaded.name}",
+            loaded.dtype,
+            loaded.device,
+        )
     page = target_kv.page_size
     pool = target_kv.num_pages * page  # as large as the target's: see EngineLM.max_rows
     window = opts.draft_window
@@ -52,10 +59,17 @@ def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptio
         reserved = target_kv.seqs[request_id].reserved_pages * page
         return min(reserved, window_rows) if window_rows else reserved
 
-    kv = KVCache.for_model(model.cfg, pool_tokens=pool // page * page or page, page_size=page,
-                           dtype=dtype, device=device)
+    kv = KVCache.for_model(
+        model.cfg,
+        pool_tokens=pool // page * page or page,
+        page_size=page,
+        dtype=dtype,
+        device=device,
+    )
     top_k = opts.draft_top_k or (min(8, opts.budget) if opts.verify == "tree" else 1)
-    return ModelDrafter(EngineLM(model, kv, rows), top_k=top_k, draft_window=window or None, name=name)
+    return ModelDrafter(
+        EngineLM(model, kv, rows), top_k=top_k, draft_window=window or None, name=name
+    )
 
 
 def make_dflash_drafter(target: LoadedModel, opts: SpeculationOptions) -> DFlashDrafter:
@@ -63,8 +77,15 @@ def make_dflash_drafter(target: LoadedModel, opts: SpeculationOptions) -> DFlash
     path = dflash_model.resolve_path(ref)
     model = dflash_model.load(path, device=target.device, dtype=target.dtype)
     if opts.num_draft_tokens > model.config.block_size - 1:
-        raise ValueError(f"--num-draft-tokens {opts.num_draft_tokens}: the DFlash drafter's block of "
-                         f"{model.config.block_size} drafts at most {model.config.block_size - 1}")
+        raise ValueError(
+            f"--num-draft-tokens {opts.num_draft_tokens}: the DFlash drafter's block of "
+            f"{model.config.block_size} drafts at most {model.config.block_size - 1}"
+        )
     top_k = opts.draft_top_k or (min(8, opts.budget) if opts.verify == "tree" else 1)
-    return DFlashDrafter(model, target.model, top_k=top_k, draft_window=opts.draft_window or None,
-                         name=f"dflash:{path.name}")
+    return DFlashDrafter(
+        model,
+        target.model,
+        top_k=top_k,
+        draft_window=opts.draft_window or None,
+        name=f"dflash:{path.name}",
+    )

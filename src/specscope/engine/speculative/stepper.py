@@ -47,7 +47,8 @@ class SpeculativeStepper:
         self.config = config
         self.max_nodes = config.max_nodes
         self.target_taps: tuple[int, ...] = (
-            tuple(drafter.target_taps) if isinstance(drafter, HiddenStateDrafter) else ())
+            tuple(drafter.target_taps) if isinstance(drafter, HiddenStateDrafter) else ()
+        )
 
     def speculation(self) -> SpeculationInfo:
         cfg = self.config
@@ -56,11 +57,15 @@ class SpeculativeStepper:
         return SpeculationInfo(
             algorithm="DDTREE" if cfg.verify == "tree" else "CHAIN",
             num_draft_tokens=cfg.max_nodes,
-            extra={"drafter": self.drafter.name, "verify": cfg.verify,
-                   "spec_depth": cfg.num_draft_tokens, "tree_budget": cfg.budget,
-                   "tree_kv": cfg.tree_kv,
-                   # The drafter's context window, as SGLang states its own (server info).
-                   **({"draft_window": cfg.draft_window} if cfg.draft_window else {})},
+            extra={
+                "drafter": self.drafter.name,
+                "verify": cfg.verify,
+                "spec_depth": cfg.num_draft_tokens,
+                "tree_budget": cfg.budget,
+                "tree_kv": cfg.tree_kv,
+                # The drafter's context window, as SGLang states its own (server info).
+                **({"draft_window": cfg.draft_window} if cfg.draft_window else {}),
+            },
         )
 
     def release(self, request_id: str) -> None:
@@ -80,13 +85,21 @@ class SpeculativeStepper:
             ]
         )
         t1 = time.perf_counter()
-        trees = [self._build(r.tokens[-1], d, k) for r, d, k in zip(live, drafts, depths, strict=True)]
+        trees = [
+            self._build(r.tokens[-1], d, k) for r, d, k in zip(live, drafts, depths, strict=True)
+        ]
         t2 = time.perf_counter()
         work = []
         for r, tree in zip(live, trees, strict=True):
             is_chain = bool(np.all(tree.parents[1:] == np.arange(len(tree.tokens) - 1)))
-            work.append(Work(r.seq, tree.tokens.tolist(), tree.positions(r.seq.context_len).tolist(),
-                             None if is_chain else tree.attention_mask()))
+            work.append(
+                Work(
+                    r.seq,
+                    tree.tokens.tolist(),
+                    tree.positions(r.seq.context_len).tolist(),
+                    None if is_chain else tree.attention_mask(),
+                )
+            )
         if self.target_taps:
             slots, logits, hidden = runner.forward_hidden(work, self.target_taps)
         else:
@@ -104,10 +117,21 @@ class SpeculativeStepper:
             self._commit_kv(runner.kv, r.seq, slots[i], verdict.path)
             if hidden:  # the accepted nodes are the next context rows: their features too
                 self.drafter.observe(r.request_id, hidden[i][verdict.path])  # type: ignore[attr-defined]
-            proposals[r.request_id] = Proposal(verdict.committed, verdict.accepted_drafts,
-                                               tree.num_nodes, verdict.accepted_per_position)
-        return StepResult(proposals, {"draft": t1 - t0, "tree": t2 - t1, "verify": t3 - t2,
-                                      "commit": time.perf_counter() - t3})
+            proposals[r.request_id] = Proposal(
+                verdict.committed,
+                verdict.accepted_drafts,
+                tree.num_nodes,
+                verdict.accepted_per_position,
+            )
+        return StepResult(
+            proposals,
+            {
+                "draft": t1 - t0,
+                "tree": t2 - t1,
+                "verify": t3 - t2,
+                "commit": time.perf_counter() - t3,
+            },
+        )
 
     def _depth(self, req: Request, max_context: int) -> int:
         """Draft no deeper than the tokens the request may still emit (the bonus is one)."""
@@ -120,10 +144,14 @@ class SpeculativeStepper:
         if cfg.verify == "chain":
             return chain_tree(root, draft.chain[:depth])
         if draft.topk_tokens is not None:
-            return build_ddtree(root, draft.topk_tokens[:depth], draft.topk_logprobs[:depth], cfg.budget)
+            return build_ddtree(
+                root, draft.topk_tokens[:depth], draft.topk_logprobs[:depth], cfg.budget
+            )
         return trie_tree(root, [s[:depth] for s in draft.sequences], cfg.budget)
 
-    def _sampled(self, req: Request, draft: Draft, tree: DraftTree, logits: torch.Tensor) -> Verdict:
+    def _sampled(
+        self, req: Request, draft: Draft, tree: DraftTree, logits: torch.Tensor
+    ) -> Verdict:
         p = req.params
         rng = req.state.get("spec_rng")
         if rng is None:  # derived from the request's seeded generator: reproducible per seed

@@ -26,7 +26,9 @@ class DraftTree:
     tokens: np.ndarray  # int64 [N+1]; tokens[0] = root token
     parents: np.ndarray  # int64 [N+1]; parents[0] = -1
     depths: np.ndarray  # int64 [N+1]; depths[0] = 0
-    logprobs: np.ndarray = field(default=None)  # float64 [N+1]: draft log-prob of the path to the node
+    logprobs: np.ndarray = field(
+        default=None
+    )  # float64 [N+1]: draft log-prob of the path to the node
 
     def __post_init__(self) -> None:
         if self.logprobs is None:
@@ -144,8 +146,17 @@ def build_ddtree(
     depth_count, k = topk_tokens.shape if topk_tokens.ndim == 2 else (0, 0)
     tokens, parents, depths, logw = [int(root_token)], [-1], [0], [0.0]
     if depth_count == 0 or k == 0 or budget <= 0:
-        return DraftTree(*(np.array(a, dtype=t) for a, t in
-                           ((tokens, np.int64), (parents, np.int64), (depths, np.int64), (logw, np.float64))))
+        return DraftTree(
+            *(
+                np.array(a, dtype=t)
+                for a, t in (
+                    (tokens, np.int64),
+                    (parents, np.int64),
+                    (depths, np.int64),
+                    (logw, np.float64),
+                )
+            )
+        )
     # Heap entries: (-logw, tie-break counter, parent node, depth (1-based), rank).
     counter = 0
     heap = [(-topk_logprobs[0, 0], counter, 0, 1, 0)]

@@ -50,10 +50,14 @@ def _per_position(accepted: int, depth: int) -> list[bool]:
 def verify_greedy(tree: DraftTree, target_argmax: Sequence[int]) -> Verdict:
     """Follow the target argmax down the tree (a chain is a one-child-per-node tree)."""
     path, bonus = tree.walk(target_argmax)
-    return Verdict(path, [*tree.path_tokens(path), bonus], _per_position(len(path) - 1, tree.max_depth))
+    return Verdict(
+        path, [*tree.path_tokens(path), bonus], _per_position(len(path) - 1, tree.max_depth)
+    )
 
 
-def verify_tree_sampled(tree: DraftTree, target_probs: np.ndarray, rng: np.random.Generator) -> Verdict:
+def verify_tree_sampled(
+    tree: DraftTree, target_probs: np.ndarray, rng: np.random.Generator
+) -> Verdict:
     """Target-only sampling walk: sample y ~ p(node) only at nodes on the path (lazily)."""
     kids = tree.children()
     path, cur = [0], 0
@@ -61,7 +65,9 @@ def verify_tree_sampled(tree: DraftTree, target_probs: np.ndarray, rng: np.rando
         y = int(rng.choice(target_probs.shape[-1], p=target_probs[cur]))
         nxt = kids[cur].get(y)
         if nxt is None:
-            return Verdict(path, [*tree.path_tokens(path), y], _per_position(len(path) - 1, tree.max_depth))
+            return Verdict(
+                path, [*tree.path_tokens(path), y], _per_position(len(path) - 1, tree.max_depth)
+            )
         path.append(nxt)
         cur = nxt
 

@@ -21,11 +21,15 @@ def make_flavor(name: str, api: str | None = None, model: str | None = None) -> 
     try:
         cls = FLAVORS[name]
     except KeyError:
-        raise ValueError(f"unknown flavor {name!r} (expected one of {', '.join(FLAVORS)})") from None
+        raise ValueError(
+            f"unknown flavor {name!r} (expected one of {', '.join(FLAVORS)})"
+        ) from None
     flavor = cls(api=api, model=model)
     if flavor.api not in flavor.supported_apis:
-        raise ValueError(f"flavor {name!r} does not serve api {flavor.api!r} "
-                         f"(expected one of {', '.join(flavor.supported_apis)})")
+        raise ValueError(
+            f"flavor {name!r} does not serve api {flavor.api!r} "
+            f"(expected one of {', '.join(flavor.supported_apis)})"
+        )
     return flavor
 
 

@@ -51,7 +51,9 @@ def parse_json_object(data: str) -> dict[str, Any]:
     try:
         obj = json.loads(data)
     except (json.JSONDecodeError, RecursionError, ValueError) as e:
-        raise StreamError("malformed_json", f"event data is not JSON: {data[:120]!r} ({e})") from None
+        raise StreamError(
+            "malformed_json", f"event data is not JSON: {data[:120]!r} ({e})"
+        ) from None
     if not isinstance(obj, dict):
         raise StreamError("malformed_json", f"event data is not a JSON object: {data[:120]!r}")
     return obj
@@ -107,9 +109,11 @@ class Decoder(ABC):
         if value < 0:
             raise StreamError("impossible_count", f"server reported {field} = {value} (negative)")
         if value < previous:
-            raise StreamError("impossible_count",
-                              f"server's {field} went backwards: {previous} then {value}")
+            raise StreamError(
+                "impossible_count", f"server's {field} went backwards: {previous} then {value}"
+            )
         return value - previous
+
     def route(self, fields: dict[str, str], n: int) -> None:
         """Attribute an event's `n` tokens to the delta fields that carried its text, split by
         characters where several did (a parsers-on server moves text from `content` to

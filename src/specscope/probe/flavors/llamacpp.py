@@ -85,8 +85,12 @@ class LlamaCppFlavor(OpenAIFlavor):
     def build_request(self, spec: RequestSpec, variant: int) -> HttpRequest:
         if self.api != "native":
             return super().build_request(spec, variant)
-        body: dict[str, Any] = {"prompt": spec.prompt, "n_predict": spec.max_tokens,
-                                "temperature": spec.temperature, "stream": True}
+        body: dict[str, Any] = {
+            "prompt": spec.prompt,
+            "n_predict": spec.max_tokens,
+            "temperature": spec.temperature,
+            "stream": True,
+        }
         if spec.ignore_eos:
             body["ignore_eos"] = True
         body.update(spec.extra)

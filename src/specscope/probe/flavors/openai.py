@@ -94,8 +94,9 @@ class OpenAIDecoder(Decoder):
                 if has_choices:
                     self.continuous_usage = True
                 if self.continuous_usage:
-                    n = self.counted("usage", self.increment("usage.completion_tokens", ct,
-                                                             self._last_usage_ct))
+                    n = self.counted(
+                        "usage", self.increment("usage.completion_tokens", ct, self._last_usage_ct)
+                    )
                     self._last_usage_ct = ct
             pt = usage.get("prompt_tokens")
             if isinstance(pt, int) and not isinstance(pt, bool):
@@ -145,8 +146,11 @@ class OpenAIFlavor(Flavor):
     n_variants = len(_LADDER)
     default_api = "completions"
     supported_apis = ("completions", "chat")
-    tokenize_endpoints = (("/tokenize", "prompt"), ("/v1/tokenize", "prompt"),
-                          ("/tokenize", "content"))
+    tokenize_endpoints = (
+        ("/tokenize", "prompt"),
+        ("/v1/tokenize", "prompt"),
+        ("/tokenize", "content"),
+    )
 
     def extras(self, spec: RequestSpec) -> dict[str, Any]:
         """Server-specific request fields (dropped on the last rung of the ladder)."""

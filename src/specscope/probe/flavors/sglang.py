@@ -50,7 +50,7 @@ class SGLangNativeDecoder(Decoder):
         text = obj.get("text") if isinstance(obj.get("text"), str) else ""
         # Cumulative text by default; incremental when the server runs with incremental output.
         if text.startswith(self._text):
-            delta_text = text[len(self._text):]
+            delta_text = text[len(self._text) :]
             self._text = text
         else:
             delta_text = text
@@ -69,8 +69,9 @@ class SGLangNativeDecoder(Decoder):
         ct = meta.get("completion_tokens")
         if isinstance(ct, int) and not isinstance(ct, bool):
             self.completion_tokens = ct  # the raw value, kept even when it is impossible
-            n = self.counted("meta_info", self.increment("meta_info.completion_tokens", ct,
-                                                         self._last_ct))
+            n = self.counted(
+                "meta_info", self.increment("meta_info.completion_tokens", ct, self._last_ct)
+            )
             self._last_ct = ct
         else:
             n = self.count_text(delta_text)
@@ -99,8 +100,10 @@ class SGLangFlavor(OpenAIFlavor):
     def build_request(self, spec: RequestSpec, variant: int) -> HttpRequest:
         if self.api != "native":
             return super().build_request(spec, variant)
-        sampling: dict[str, Any] = {"max_new_tokens": spec.max_tokens,
-                                    "temperature": spec.temperature}
+        sampling: dict[str, Any] = {
+            "max_new_tokens": spec.max_tokens,
+            "temperature": spec.temperature,
+        }
         if spec.ignore_eos:
             sampling["ignore_eos"] = True
         body: dict[str, Any] = {"sampling_params": sampling, "stream": True}

@@ -37,13 +37,27 @@ SYNTHETIC = "synthetic"
 MIXED = "mixed"
 # The mix in request order. Free-form and reasoning text first: the seed story's case, and the
 # one a single-request probe then measures.
-MIXED_ORDER = ("long-writing", "reasoning", "chat", "summarisation", "multi-turn",
-               "code-completion", "code-edit")
+MIXED_ORDER = (
+    "long-writing",
+    "reasoning",
+    "chat",
+    "summarisation",
+    "multi-turn",
+    "code-completion",
+    "code-edit",
+)
 DEFAULT_WORKLOAD = MIXED
 BUILT_IN = (MIXED, *CATEGORIES, SYNTHETIC)
 
-__all__ = ["BUILT_IN", "DEFAULT_WORKLOAD", "PromptSource", "Workload", "WorkloadError",
-           "resolve_workload", "run_nonce"]
+__all__ = [
+    "BUILT_IN",
+    "DEFAULT_WORKLOAD",
+    "PromptSource",
+    "Workload",
+    "WorkloadError",
+    "resolve_workload",
+    "run_nonce",
+]
 
 
 def run_nonce() -> str:
@@ -91,8 +105,10 @@ def resolve_workload(spec: str | Path | None) -> Workload:
         return Workload(name, (name,))
     path = Path(name).expanduser()
     if not path.exists():
-        raise WorkloadError(f"--workload: {name!r} is neither a built-in workload "
-                            f"({', '.join(BUILT_IN)}) nor an existing file")
+        raise WorkloadError(
+            f"--workload: {name!r} is neither a built-in workload "
+            f"({', '.join(BUILT_IN)}) nor an existing file"
+        )
     if path.is_dir():
         raise WorkloadError(f"--workload {name}: is a directory, expected a JSONL file")
     prompts = load_file(path)
@@ -164,8 +180,7 @@ class PromptSource:
         tag = f"[{self.nonce}.{self.issued:04d}]"  # fixed width: the same token count
         return f"# {tag}\n" if category in (CODE_COMPLETION, CODE_EDIT) else f"{tag}\n"
 
-    async def prompt(self, n_tokens: int, seed: int, category: str | None = None
-                     ) -> BuiltPrompt:
+    async def prompt(self, n_tokens: int, seed: int, category: str | None = None) -> BuiltPrompt:
         """A prompt for one request. Built-in workloads: `category` (default: round-robin by
         `seed`) at exactly `n_tokens`. File workloads: the `seed`-th prompt, as given (with
         `fit_files`, its lines cut to exactly `n_tokens`)."""
@@ -173,15 +188,19 @@ class PromptSource:
             if self.workload.file_prompts and not self.fit_files:
                 return await self._file_prompt(seed)
             if self.workload.file_prompts:
-                category = self.workload.file_prompts[seed % len(self.workload.file_prompts)].category
+                category = self.workload.file_prompts[
+                    seed % len(self.workload.file_prompts)
+                ].category
             elif category is None:
                 category, seed = self.category_for(seed)
             if self.count is None:
                 raise PromptError("no way to count prompt tokens")
             key = (category, seed, n_tokens)
-            frame = (_file_frame(self.workload.file_prompts, seed, n_tokens)
-                     if self.workload.file_prompts
-                     else _frame(category, seed, n_tokens))
+            frame = (
+                _file_frame(self.workload.file_prompts, seed, n_tokens)
+                if self.workload.file_prompts
+                else _frame(category, seed, n_tokens)
+            )
             prefix, hint = self._reference(category), self._cuts.get(key)
             try:
                 built, cut = await fit_units(self.count, frame, n_tokens, prefix=prefix, hint=hint)
@@ -191,8 +210,9 @@ class PromptSource:
                 # The counter stopped answering (a server going down): the cut found before,
                 # under a reference of the same width, with its length marked unverified, so
                 # the request itself goes out and its failure is recorded as the server's.
-                built = BuiltPrompt(render(normalized(frame), hint, prefix), None, False,
-                                    boundary=frame.unit_kind)
+                built = BuiltPrompt(
+                    render(normalized(frame), hint, prefix), None, False, boundary=frame.unit_kind
+                )
                 cut = hint
             if not built.exact and prefix.startswith("# "):
                 # A length shorter than a code comment's reference: the bare reference.
@@ -215,8 +235,7 @@ class PromptSource:
         else:
             text, messages = ref + (fp.text or ""), None
         n = await self.count(text) if self.count is not None else None
-        return BuiltPrompt(text, n, True, category=fp.category, boundary="whole",
-                           messages=messages)
+        return BuiltPrompt(text, n, True, category=fp.category, boundary="whole", messages=messages)
 
     async def prompts(self, n_tokens: int, n: int, start: int = 0) -> list[BuiltPrompt]:
         """`n` prompts in request order from request `start` (round-robin over the

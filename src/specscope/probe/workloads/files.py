@@ -20,9 +20,16 @@ class WorkloadError(Exception):
     """A workload name or file that cannot be used; the message says why (exit 2)."""
 
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
-                   "system": "system"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "system": "system",
+}
 
 
 @dataclass(frozen=True)
@@ -37,8 +44,11 @@ def _messages(value: Any, where: str) -> tuple[tuple[str, str], ...]:
         raise WorkloadError(f"{where}: `messages` must be a non-empty list")
     out = []
     for i, msg in enumerate(value):
-        if (not isinstance(msg, dict) or not isinstance(msg.get("role"), str)
-                or not isinstance(msg.get("content"), str)):
+        if (
+            not isinstance(msg, dict)
+            or not isinstance(msg.get("role"), str)
+            or not isinstance(msg.get("content"), str)
+        ):
             raise WorkloadError(f"{where}: message {i} needs string `role` and `content`")
         out.append((msg["role"], msg["content"]))
     return tuple(out)
@@ -53,8 +63,10 @@ def _sharegpt(value: Any, where: str) -> tuple[tuple[str, str], ...]:
             raise WorkloadError(f"{where}: turn {i} needs a string `value`")
         role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
         if role is None:
-            raise WorkloadError(f"{where}: turn {i} has an unknown `from` {turn.get('from')!r} "
-                                "(expected human, gpt or system)")
+            raise WorkloadError(
+                f"{where}: turn {i} has an unknown `from` {turn.get('from')!r} "
+                "(expected human, gpt or system)"
+            )
         out.append((role, turn["value"]))
     while out and out[-1][0] == "assistant":
         out.pop()
@@ -80,8 +92,10 @@ def _record(obj: Any, where: str) -> FilePrompt:
             if not isinstance(obj[key], str) or not obj[key].strip():
                 raise WorkloadError(f"{where}: `{key}` must be a non-empty string")
             return FilePrompt(obj[key], None, category)
-    raise WorkloadError(f"{where}: no `prompt`, `messages` or `conversations` key "
-                        f"(keys: {', '.join(sorted(obj)) or 'none'})")
+    raise WorkloadError(
+        f"{where}: no `prompt`, `messages` or `conversations` key "
+        f"(keys: {', '.join(sorted(obj)) or 'none'})"
+    )
 
 
 def load_file(path: Path) -> list[FilePrompt]:

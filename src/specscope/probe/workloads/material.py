@@ -25,15 +25,56 @@ from specscope.probe.prompts import PromptError
 # Pure-Python stdlib modules with substantial, stable code and prose docstrings (3.11-3.13).
 # Files missing from an installation are skipped.
 STDLIB_FILES = (
-    "argparse.py", "difflib.py", "textwrap.py", "statistics.py", "fractions.py", "calendar.py",
-    "configparser.py", "shlex.py", "pprint.py", "dataclasses.py", "functools.py", "heapq.py",
-    "bisect.py", "csv.py", "string.py", "ipaddress.py", "gettext.py", "tokenize.py", "enum.py",
-    "inspect.py", "random.py", "glob.py", "fnmatch.py", "queue.py", "sched.py", "copy.py",
-    "contextlib.py", "base64.py", "shutil.py", "tempfile.py", "threading.py", "selectors.py",
-    "traceback.py", "warnings.py", "optparse.py", "mailbox.py", "smtplib.py", "ftplib.py",
-    "tarfile.py", "json/decoder.py", "json/encoder.py", "http/client.py", "http/cookiejar.py",
-    "urllib/parse.py", "logging/__init__.py", "unittest/case.py", "asyncio/tasks.py",
-    "concurrent/futures/_base.py", "email/message.py", "collections/__init__.py",
+    "argparse.py",
+    "difflib.py",
+    "textwrap.py",
+    "statistics.py",
+    "fractions.py",
+    "calendar.py",
+    "configparser.py",
+    "shlex.py",
+    "pprint.py",
+    "dataclasses.py",
+    "functools.py",
+    "heapq.py",
+    "bisect.py",
+    "csv.py",
+    "string.py",
+    "ipaddress.py",
+    "gettext.py",
+    "tokenize.py",
+    "enum.py",
+    "inspect.py",
+    "random.py",
+    "glob.py",
+    "fnmatch.py",
+    "queue.py",
+    "sched.py",
+    "copy.py",
+    "contextlib.py",
+    "base64.py",
+    "shutil.py",
+    "tempfile.py",
+    "threading.py",
+    "selectors.py",
+    "traceback.py",
+    "warnings.py",
+    "optparse.py",
+    "mailbox.py",
+    "smtplib.py",
+    "ftplib.py",
+    "tarfile.py",
+    "json/decoder.py",
+    "json/encoder.py",
+    "http/client.py",
+    "http/cookiejar.py",
+    "urllib/parse.py",
+    "logging/__init__.py",
+    "unittest/case.py",
+    "asyncio/tasks.py",
+    "concurrent/futures/_base.py",
+    "email/message.py",
+    "collections/__init__.py",
 )
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -55,8 +96,10 @@ def stdlib_sources() -> tuple[tuple[str, str], ...]:
         except (OSError, UnicodeDecodeError):
             continue
     if not out:
-        raise PromptError(f"no Python standard library sources under {root}: real-content "
-                          "workloads need them (use --workload synthetic or a --workload FILE)")
+        raise PromptError(
+            f"no Python standard library sources under {root}: real-content "
+            "workloads need them (use --workload synthetic or a --workload FILE)"
+        )
     return tuple(out)
 
 
@@ -172,8 +215,11 @@ def sentences(text: str) -> list[str]:
 
 
 def _text(name: str) -> str:
-    return resources.files("specscope.probe.workloads").joinpath("texts", name).read_text(
-        encoding="utf-8")
+    return (
+        resources.files("specscope.probe.workloads")
+        .joinpath("texts", name)
+        .read_text(encoding="utf-8")
+    )
 
 
 @functools.cache
