@@ -42,10 +42,12 @@ demo: setup
 TEST_WORKERS ?= 3
 test: setup peer-models peer-vllm browser
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
 
 # F16 target + Q4_1 draft for llama.cpp's speculative server (made with the gguf package only).
 peer-models: setup

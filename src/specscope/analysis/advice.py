@@ -91,3 +91,80 @@ def chunk_coalescing(flavor: str | None) -> str:
         "set the server's stream interval to 1 (SGLang --stream-interval 1, vLLM "
         "stream_interval=1), or pass --logs with per-step server telemetry",
     )
+
+
+# The next steps that name no server flag: one text per finding (and variant), the same for
+# every flavor; kept here so every `next` of the rule cards (analysis/cards.py) has one home.
+
+
+def acceptance_decay(flavor: str | None = None) -> str:
+    return (
+        "measure with the real workload's prompts and long generations (not a short "
+        "window); improve or retrain the drafter on long free-form/reasoning text"
+    )
+
+
+def speculation_unmeasured(flavor: str | None = None) -> str:
+    """Low commit length and no baseline: the experiment that tells whether speculation pays."""
+    return (
+        "run the same prompt with speculation disabled and pass it as --baseline: "
+        "plain decoding faster means speculation is pure overhead here"
+    )
+
+
+def acceptance_below_baseline(flavor: str | None = None) -> str:
+    return (
+        "check drafter version, temperature and prompt domain against the baseline; "
+        "compare the commit-length histograms (specscope compare)"
+    )
+
+
+def step_time_drift(flavor: str | None = None) -> str:
+    return (
+        "stateful degradation (KV fragmentation, memory pressure): check page size / KV "
+        "allocation (page_size=1 with tree acceptance scatters KV), restart-and-remeasure, "
+        "and confirm with short prompt, long generation (specscope diagnose --prompt-tokens "
+        "64 --max-tokens 2048)"
+    )
+
+
+def context_confounded(flavor: str | None = None) -> str:
+    """Context and output position grew together: the experiment that separates them."""
+    return (
+        "short prompt, long generation (specscope diagnose --prompt-tokens 64 "
+        "--max-tokens 2048) separates output length from context; a context sweep gives "
+        "the attention slope"
+    )
+
+
+def context_scaling(flavor: str | None = None) -> str:
+    return (
+        "expected at concurrency 1; shorter prompts, prefix caching or a faster "
+        "attention kernel reduce it"
+    )
+
+
+def two_point_bias(flavor: str | None = None) -> str:
+    return (
+        "measure with the real generation length (full_generation), or move N1 past the "
+        "warm-up region; report both numbers"
+    )
+
+
+def prefill_bound(flavor: str | None = None) -> str:
+    return "prefix caching, chunked-prefill size, or shorter prompts; check the queue (#queue-req)"
+
+
+def batching_interference(flavor: str | None = None) -> str:
+    return (
+        "measure at the deployment's real concurrency; tune max running requests / "
+        "speculative settings per batch size (speculation pays less in large batches)"
+    )
+
+
+def draft_coverage(flavor: str | None = None) -> str:
+    return (
+        "the drafter finds nothing to propose on these steps (n-gram lookup without a "
+        "match): a shorter minimum n-gram, a larger lookup window, or a model-based drafter "
+        "(EAGLE, a draft model), which drafts on every step"
+    )

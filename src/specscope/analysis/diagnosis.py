@@ -26,7 +26,7 @@ from specscope.analysis.breakeven import breakeven, unavailable
 from specscope.analysis.findings import Facts, decide
 from specscope.analysis.headline import Headline
 from specscope.analysis.measure import measure, records, server_step_tables, step_tables
-from specscope.analysis.model import Analysis
+from specscope.analysis.model import Analysis, FindingTest
 from specscope.analysis.precision import summary as precision_summary
 from specscope.analysis.series import build_series, plain
 from specscope.telemetry.records import SpecRecord
@@ -205,11 +205,25 @@ def analyze(
     out.notes.extend(decisions.not_reported)
     out.finding_tests = decisions.tests
     if not out.findings:
-        out.no_finding_reason = _no_finding_reason(facts)
+        out.no_finding_reason = _no_finding_reason(facts, decisions.tests)
     return out
 
 
-def _no_finding_reason(f: Facts) -> str:
+def _drift_not_reported(t: FindingTest) -> str:
+    """Why step time was not found to drift, from the same test that decided the claim."""
+    if t.effect is None:
+        return f"step-time drift not testable here ({t.method})"
+    lo, hi = t.ci
+    ci = f" (95% CI {lo:+.1%}..{hi:+.1%})" if lo is not None and hi is not None else ""
+    what = f"step time drifts {t.effect:+.1%} of the mean step over the generation{ci}"
+    if t.outcome == "below minimum":
+        return f"{what}: below the {t.min_effect:.0%} that matters"
+    return f"{what}: {t.outcome}, no step-time drift"
+
+
+def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
+    """The headline, the speculation state and the drift claim's decision: why nothing was
+    reported, told from the decisions themselves (never from a second threshold)."""
     parts = []
     if f.headline is not None and f.headline.decode_tps and f.headline.mean_step_s:
         parts.append(
@@ -223,17 +237,10 @@ def _no_finding_reason(f: Facts) -> str:
         parts.append(f"whether the server drafts is unknown ({why}): no drafter finding")
     else:
         parts.append("acceptance is steady (no decay, no window cliff)")
-    if f.drift is not None:
-        d = f.drift
-        if not d.significant:
-            parts.append(f"no significant step-time drift with output position (z={d.z:.1f} < 3)")
-        elif d.slope_s_per_token <= 0:
-            parts.append(f"step time does not grow with output position (z={d.z:.1f})")
-        else:
-            parts.append(
-                f"step time grows {d.slope_s_per_token * 1e6:.1f} us per output token (z={d.z:.1f}), "
-                f"{d.share:.0%} of the step over the generation: too small to count as drift"
-            )
+    drift = next((t for t in tests if t.id == "step_time_drift"), None)
+    if drift is not None:
+        # the drift claim's own decision (finding_tests), in the words of its test
+        parts.append(_drift_not_reported(drift))
     elif f.step_fit is not None and not f.step_fit.identifiable:
         parts.append("drift not testable with one prompt length")
     return "; ".join(parts) + "."

@@ -36,6 +36,7 @@ from specscope.analysis.acceptance import (
     Honeymoon,
     ServerAcceptance,
 )
+from specscope.analysis.cards import BY_ID
 from specscope.analysis.decompose import Decomposition, Split, SplitCI
 from specscope.analysis.model import Evidence, Finding, FindingTest
 from specscope.analysis.speculation import SpeculationState, stated_draft_window
@@ -290,7 +291,7 @@ def chunk_coalescing(f: Facts) -> Claim | None:
 # model search found one, errors cluster-robust over 64-step blocks. Shapes tried: a step down
 # after output position T for each T in DECAY_CUTS (the honeymoon: early tokens are easy) and a
 # linear fall; the best one decides, its p multiplied by the shapes tried (Bonferroni).
-MIN_DECAY = 0.10
+MIN_DECAY = BY_ID["acceptance_decay"].min_effect
 DECAY_CUTS = (64, 128, 256, 512, 1024)
 DECAY_SHAPES = len(DECAY_CUTS) + 1  # the steps and the linear fall
 
@@ -315,7 +316,7 @@ def _long_requests(t: StepTable | None, min_steps: int) -> StepTable | None:
     return type(t)(t.commit[keep], t.step_s[keep], t.context[keep], t.pos[keep], t.rid[keep])
 
 
-DECAY_MIN_STEPS = 96  # steps a request needs to enter the decay test (1.5 x the 64 lags)
+DECAY_MIN_STEPS = int(BY_ID["acceptance_decay"].thresholds["min steps a request needs"])
 
 
 def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
@@ -410,8 +411,7 @@ def acceptance_decay(f: Facts) -> Claim | None:
         summary=f"Commit length falls with output position: {shape.before:.2f} -> "
         f"{shape.after:.2f} tokens/step {where} ({drop:.0%} drop); early tokens are easy.",
         evidence=ev,
-        next="measure with the real workload's prompts and long generations (not a short "
-        "window); improve or retrain the drafter on long free-form/reasoning text",
+        next=advice.acceptance_decay(f.flavor),
         test=shape.test,
         factor=_family_factors(f).get("acceptance_decay"),
     )
@@ -429,12 +429,12 @@ def acceptance_decay(f: Facts) -> Claim | None:
 # The model search has already required the cliff to show across requests
 # (acceptance._confirm_window), which is what tells a window from a decay. It matters from a 10%
 # drop.
-MIN_WINDOW = 0.10
+MIN_WINDOW = BY_ID["draft_window"].min_effect
 MIN_EARLY_STEPS = 3  # early steps a request needs to count in the across-request test
 # A window the server states (SGLang's speculative_draft_window_size, our engine's) explains a
 # cliff found within this many tokens of it (the change-point range widened by it).
-STATED_WINDOW_SLACK = 64
-STATED_WINDOW_SLACK_SHARE = 0.15
+STATED_WINDOW_SLACK = int(BY_ID["draft_window"].thresholds["stated window slack (tokens)"])
+STATED_WINDOW_SLACK_SHARE = BY_ID["draft_window"].thresholds["slack share"]
 
 
 def _stated_window_explains(stated: int, lo: float, hi: float) -> bool:
@@ -582,8 +582,8 @@ def _overhead_summary(split: Split, spec_tps: float | None, plain_tps: float | N
 # under 1.5 tokens/step speculation wins only if a verify step costs < 1.5 plain steps, which a
 # multi-token verify plus drafting rarely does; that step cost is not measured, so the claim is a
 # hypothesis (confidence <= 0.5) whose `next` measures it.
-MIN_OVERHEAD = 0.05
-OVERHEAD_COMMIT = 1.5
+MIN_OVERHEAD = BY_ID["speculation_overhead"].min_effect
+OVERHEAD_COMMIT = BY_ID["speculation_overhead"].thresholds["commit length without a baseline"]
 
 
 def speculation_overhead(f: Facts) -> Claim | None:
@@ -648,8 +648,7 @@ def speculation_overhead(f: Facts) -> Claim | None:
             _ev("mean commit length", L, "tokens/step", f.commit_len_source),
             _ev("mean step time", h.mean_step_s if h else None, "s", _src_steps(f)),
         ],
-        next="run the same prompt with speculation disabled and pass it as --baseline: "
-        "plain decoding faster means speculation is pure overhead here",
+        next=advice.speculation_unmeasured(f.flavor),
         test=_commit_below(f, OVERHEAD_COMMIT, "break-even of a verify step"),
         cap=0.5,
     )
@@ -661,8 +660,8 @@ def speculation_overhead(f: Facts) -> Claim | None:
 # differ by a few % by chance). Without one: mean commit length under 2.0 tokens/step is "low":
 # tree/block drafters (DDTree, DFlash, EAGLE) commit 3-6 on chat text; under 2 the drafter adds
 # at most one token.
-MIN_LOW_RELATIVE = 0.10
-LOW_COMMIT_ABSOLUTE = 2.0
+MIN_LOW_RELATIVE = BY_ID["acceptance_low"].min_effect
+LOW_COMMIT_ABSOLUTE = BY_ID["acceptance_low"].thresholds["commit length without a baseline"]
 
 
 def acceptance_low(f: Facts) -> Claim | None:
@@ -706,8 +705,7 @@ def acceptance_low(f: Facts) -> Claim | None:
                 ),
                 _ev("acceptance factor", f.split.acceptance_factor, "x", "attribution"),
             ],
-            next="check drafter version, temperature and prompt domain against the baseline; "
-            "compare the commit-length histograms (specscope compare)",
+            next=advice.acceptance_below_baseline(f.flavor),
             test=test,
             factor=residual,
         )
@@ -801,10 +799,7 @@ def step_time_drift(f: Facts) -> Claim | None:
             _ev("context slope", fit.per_context_token, "s/token", "same regression"),
             *_cost_ev(f.drift_cost, "mean step / mean step without drift"),
         ],
-        next="stateful degradation (KV fragmentation, memory pressure): check page size / KV "
-        "allocation (page_size=1 with tree acceptance scatters KV), restart-and-remeasure, "
-        "and confirm with short prompt, long generation (specscope diagnose --prompt-tokens "
-        "64 --max-tokens 2048)",
+        next=advice.step_time_drift(f.flavor),
         test=test,
         factor=_family_factors(f).get("step_time_drift"),
     )
@@ -814,8 +809,8 @@ def step_time_drift(f: Facts) -> Claim | None:
 # Worth stating when the context term is >= 15% of the step time at the measured context (robust
 # regression slope, z test). With one prompt length the growth along the generation cannot be
 # split into context and drift: then it is a hypothesis (confidence <= 0.35), stated from 25%.
-CONTEXT_SHARE = 0.15
-CONFOUNDED_GROWTH = 0.25
+CONTEXT_SHARE = BY_ID["context_scaling"].min_effect
+CONFOUNDED_GROWTH = BY_ID["context_scaling"].thresholds["confounded growth"]
 
 
 def context_scaling(f: Facts) -> Claim | None:
@@ -847,9 +842,7 @@ def context_scaling(f: Facts) -> Claim | None:
                     "robust regression",
                 ),
             ],
-            next="short prompt, long generation (specscope diagnose --prompt-tokens 64 "
-            "--max-tokens 2048) separates output length from context; a context sweep gives "
-            "the attention slope",
+            next=advice.context_confounded(f.flavor),
             test=sig.z_test(
                 g,
                 g / z if z else float("nan"),
@@ -874,8 +867,7 @@ def context_scaling(f: Facts) -> Claim | None:
             _ev("share of step time at the measured context", share, "", "model"),
             _ev("r2", fit.r2, "", "robust regression"),
         ],
-        next="expected at concurrency 1; shorter prompts, prefix caching or a faster "
-        "attention kernel reduce it",
+        next=advice.context_scaling(f.flavor),
         test=sig.z_test(
             share,
             share / z if z else float("nan"),
@@ -893,7 +885,7 @@ def context_scaling(f: Facts) -> Claim | None:
 # Tested over requests: the two-point repeats' rates against the full generation's (context-
 # adjusted), on the log scale; two repeats give one degree of freedom, so only a large bias is
 # significant with them (as it should be: "17-79% above" from two ~30-step repeats is chance).
-TWO_POINT_BIAS = 0.15
+TWO_POINT_BIAS = BY_ID["two_point_bias"].min_effect
 
 
 def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
@@ -999,8 +991,7 @@ def two_point_bias(f: Facts) -> Claim | None:
         "window samples the easy early tokens and the fresh KV cache.",
         evidence=ev,
         # a measurement bias, not a cause of the gap: no share of it (factor None)
-        next="measure with the real generation length (full_generation), or move N1 past the "
-        "warm-up region; report both numbers",
+        next=advice.two_point_bias(f.flavor),
         test=_two_point_test(f, tp, full_adj),
     )
 
@@ -1009,8 +1000,8 @@ def two_point_bias(f: Facts) -> Claim | None:
 # Prefill-bound when time to first token is more than half of end-to-end time, by >= 5 points
 # (share >= 0.55). Over >= 3 main requests a one-sample t test of their shares; with fewer, the
 # decode time's uncertainty (cluster-robust over step blocks) with TTFT as measured.
-PREFILL_SHARE = 0.5
-MIN_PREFILL_EXCESS = 0.05
+PREFILL_SHARE = BY_ID["prefill_bound"].thresholds["ttft share of e2e"]
+MIN_PREFILL_EXCESS = BY_ID["prefill_bound"].min_effect
 
 
 def _decode_time_log_se(f: Facts) -> float | None:
@@ -1067,8 +1058,7 @@ def prefill_bound(f: Facts) -> Claim | None:
             _ev("ttft p50", f.ttft_s, "s", f"client, {f.main_label}"),
             _ev("e2e p50", f.e2e_s, "s", f"client, {f.main_label}"),
         ],
-        next="prefix caching, chunked-prefill size, or shorter prompts; check the queue "
-        "(#queue-req)",
+        next=advice.prefill_bound(f.flavor),
         test=_prefill_test(f, share),
     )
 
@@ -1076,7 +1066,7 @@ def prefill_bound(f: Facts) -> Claim | None:
 # --- batching_interference ---------------------------------------------------------------------
 # Per-request decode tps at the highest concurrency under 80% of concurrency 1's (C=1 is 1.25x
 # or more faster), tested over requests.
-BATCH_RATIO = 0.8
+BATCH_RATIO = BY_ID["batching_interference"].thresholds["per-request tps ratio"]
 
 
 def batching_interference(f: Facts) -> Claim | None:
@@ -1094,8 +1084,7 @@ def batching_interference(f: Facts) -> Claim | None:
         evidence=[
             _ev(f"per-request tps at C={c}", v, "tok/s", "concurrency_sweep") for c, v, _ in pts
         ],
-        next="measure at the deployment's real concurrency; tune max running requests / "
-        "speculative settings per batch size (speculation pays less in large batches)",
+        next=advice.batching_interference(f.flavor),
         test=sig.two_sample_log(
             f.concurrency_samples.get(c1[0], [c1[1]]),
             f.concurrency_samples.get(cmax[0], []),
@@ -1112,8 +1101,8 @@ def batching_interference(f: Facts) -> Claim | None:
 # decode at least NO_DRAFT_COST faster; tested as the share of such steps against zero (binomial
 # standard error over blocks of 8 steps, as steps are correlated), material from a share
 # of NO_DRAFT_SHARE.
-NO_DRAFT_SHARE = 0.10
-NO_DRAFT_COST = 1.10
+NO_DRAFT_SHARE = BY_ID["draft_coverage"].min_effect
+NO_DRAFT_COST = BY_ID["draft_coverage"].thresholds["cost that matters (x)"]
 COVERAGE_BLOCK = 8  # steps per independent unit (only counts are known, not the step order)
 
 
@@ -1153,9 +1142,7 @@ def draft_coverage(f: Facts) -> Claim | None:
             _ev("mean commit length per drafted step", per, "tokens/step", src),
             *_cost_ev(cost, "per drafted step / all steps, step time held fixed"),
         ],
-        next="the drafter finds nothing to propose on these steps (n-gram lookup without a "
-        "match): a shorter minimum n-gram, a larger lookup window, or a model-based drafter "
-        "(EAGLE, a draft model), which drafts on every step",
+        next=advice.draft_coverage(f.flavor),
         test=sig.z_test(
             share,
             se,
@@ -1184,10 +1171,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-#: Claims about a drafter: made only where the run's speculation state is on (evidence that
-#: drafts exist), never against a plain server or one whose state is unknown.
+#: Claims about a drafter (the cards' `needs_speculation`): made only where the run's
+#: speculation state is on (evidence that drafts exist), never against a plain server or one
+#: whose state is unknown.
 NEEDS_SPECULATION: frozenset[Rule] = frozenset(
-    {acceptance_decay, draft_window, speculation_overhead, acceptance_low, draft_coverage}
+    r for r in RULES if BY_ID[r.__name__].needs_speculation
 )
 
 
@@ -1310,15 +1298,11 @@ def _importance(fd: Finding, f: Facts) -> float:
             "two_point_bias": two_point,
         }.get(fd.id)
     magnitude = abs(math.log(cost)) if cost and cost > 0 else 0.05
-    if fd.id == "two_point_bias":
-        # a consequence of decay/drift in how it was measured, not a cause: ranked below causes
-        magnitude *= 0.25
-    if fd.id == "context_scaling":
-        # expected behaviour of attention-bound decode, not a fault: ranked below faults
-        magnitude *= 0.5
-    return fd.confidence * max(magnitude, 0.05)
+    # the card's weight: a consequence of how it was measured (two_point_bias) or expected
+    # behaviour (context_scaling) ranks below the faults that cause a gap
+    return fd.confidence * max(magnitude * BY_ID[fd.id].weight, 0.05)
 
 
 def rank(found: list[Finding], f: Facts) -> list[Finding]:
-    """Validity (chunk_coalescing) first, then by confidence x |log(cost)|."""
-    return sorted(found, key=lambda x: (x.id != "chunk_coalescing", -_importance(x, f)))
+    """Validity checks (the cards' `validity`) first, then by confidence x |log(cost)| x weight."""
+    return sorted(found, key=lambda x: (not BY_ID[x.id].validity, -_importance(x, f)))
