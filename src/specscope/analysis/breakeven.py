@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from specscope.analysis.measure import Measured, concurrency_of
+from specscope.analysis.speculation import plain_decoding
 from specscope.analysis.uncertainty import CI_LEVEL, percentile_interval
 from specscope.trace import tags
 
@@ -657,7 +658,7 @@ def _recommend(
     # against another speculative config the policy is "switch to it", not "switch off"
     off = (
         "Speculation off"
-        if mb is None or float(mb.commit_len(1.0, at)) < 1.05
+        if mb is None or plain_decoding(None, float(mb.commit_len(1.0, at)))
         else ("The baseline's speculative configuration")
     )
     if conc.point is not None and mo is not None and mb is not None:

@@ -22,10 +22,18 @@ import numpy as np
 from specscope.analysis import acceptance as acc
 from specscope.analysis import facts as fx
 from specscope.analysis import serving
-from specscope.analysis.breakeven import breakeven, unavailable
-from specscope.analysis.findings import Facts, decide
+from specscope.analysis.breakeven import Breakeven, breakeven, unavailable
+from specscope.analysis.facts import Facts
+from specscope.analysis.findings import decide
 from specscope.analysis.headline import Headline
-from specscope.analysis.measure import measure, records, server_step_tables, step_tables
+from specscope.analysis.measure import (
+    Measured,
+    StepTable,
+    measure,
+    records,
+    server_step_tables,
+    step_tables,
+)
 from specscope.analysis.model import Analysis, FindingTest
 from specscope.analysis.precision import summary as precision_summary
 from specscope.analysis.series import build_series, plain
@@ -63,19 +71,6 @@ def _headline_fields(out: Analysis, head: Headline | None) -> None:
         setattr(out, key, fields[key])
 
 
-def _coverage(head: Headline | None) -> dict:
-    """The draft-coverage counts of the headline, as Facts fields."""
-    if head is None or head.share_counts is None:
-        return {}
-    drafted, steps = head.share_counts
-    return {
-        "drafted_steps": drafted,
-        "verify_steps": steps,
-        "per_drafted_step": head.mean_commit_len_per_drafted_step,
-        "coverage_source": head.share_source or "",
-    }
-
-
 def analyze(
     run: Run,
     *,
@@ -86,6 +81,66 @@ def analyze(
     """Diagnose one run (optionally against a baseline run, with server telemetry records)."""
     telemetry = records(telemetry if telemetry is not None else run.telemetry)
     m = measure(run, telemetry, seed=seed)
+    out = _measured_analysis(run, m)
+    speculation = fx.speculation(m, telemetry)
+    out.speculation, out.speculation_reason = speculation.label, speculation.reason
+    if not m.ok:
+        out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
+        return out
+    out.e2e_s = _median([r.e2e_s for r in m.main])
+    if speculation.off:
+        out.notes.append(f"{speculation.reason}: no drafter, so acceptance findings do not apply")
+    table, mt = step_tables(m)
+    span = fx.main_span(mt)
+    st = fx.step_time_facts(table, mt, span)
+    server = acc.from_telemetry(telemetry) if telemetry else None
+    shape = _acceptance_shape(m, table, mt, server, out.notes)
+    tp = fx.two_point_facts(m, st.fit, mt)
+    conc = fx.concurrency(m)
+    base, be = _against_baseline(out, m, baseline, seed)
+    out.step_time_model = plain(st.model)
+    out.series = build_series(
+        m,
+        mt,
+        server,
+        tp,
+        conc.points,
+        step_profile=st.profile,
+        baseline=base.series if base else None,
+    )
+    if be is not None:
+        out.series["breakeven"] = be.curves
+    facts = Facts(
+        measured=m,
+        speculation=speculation,
+        span=span,
+        step_time=st,
+        shape=shape,
+        two_point=tp,
+        concurrency=conc,
+        baseline=base,
+        step_table=table,
+        main_table=mt,
+        e2e_s=out.e2e_s,
+    )
+    _decide_onto(out, facts)
+    return out
+
+
+def _decide_onto(out: Analysis, facts: Facts) -> None:
+    """The rules' decisions onto the analysis: findings, the claims not reported, every test,
+    and why nothing was found when nothing was."""
+    decisions = decide(facts)
+    out.findings = decisions.findings
+    out.notes.extend(decisions.not_reported)
+    out.finding_tests = decisions.tests
+    if not out.findings:
+        out.no_finding_reason = _no_finding_reason(facts, decisions.tests)
+
+
+def _measured_analysis(run: Run, m: Measured) -> Analysis:
+    """The analysis of what was measured, before any finding: counts, errors, serving figures,
+    the headline and the precision it reached."""
     out = Analysis(
         run_dir=None,
         partial=run.info.status in ("partial", "failed", "running") or bool(run.errors),
@@ -109,104 +164,48 @@ def analyze(
         out.decode_tps_ci,
         m.head.requests if m.head is not None else 0,
     )
-    speculation = fx.speculation(m, telemetry)
-    out.speculation, out.speculation_reason = speculation.label, speculation.reason
-    if not m.ok:
-        out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
-        return out
-    out.e2e_s = _median([r.e2e_s for r in m.main])
+    return out
 
-    if speculation.off:
-        out.notes.append(f"{speculation.reason}: no drafter, so acceptance findings do not apply")
-    table, mt = step_tables(m)
-    span = fx.main_span(mt)
-    st = fx.step_time_facts(table, mt, span)
+
+def _acceptance_shape(
+    m: Measured,
+    table: StepTable | None,
+    mt: StepTable | None,
+    server: acc.ServerAcceptance | None,
+    notes: list[str],
+) -> fx.AcceptanceShape:
+    """Decay and window search on the client's steps, or on the server's per-step records when
+    the client's steps cannot be trusted."""
     shape = (
         fx.acceptance_shape(table, mt, source=f"client steps, {m.main_label}")
         if table is not None and table.n
         else fx.AcceptanceShape()
     )
-    out.notes.extend(shape.notes)
-    server = acc.from_telemetry(telemetry) if telemetry else None
+    notes.extend(shape.notes)
     if server is not None and server.per_step and server.by_request and not m.reliable:
-        # client steps cannot be trusted: the decay / window search runs on the server's steps
         st_all, st_main = server_step_tables(m.ok, m.main, server)
         if st_all is not None and st_all.n:
             shape = fx.acceptance_shape(st_all, st_main, source=server.source)
-            out.notes.extend(shape.notes)
-            out.notes.append(f"acceptance shape from {server.source} (client steps unreliable)")
-    tp = fx.two_point_facts(m, st.fit, mt)
-    samples = fx.concurrency_samples(m)
-    conc = fx.concurrency_points(m, samples)
-    base = be = None
-    if baseline is not None:
-        mb = measure(baseline, None, seed=seed)
-        base = fx.baseline_facts(baseline, mb, m, seed=seed)
-        if base is None:
-            out.notes.append("baseline has no usable decode window: no attribution")
-        else:
-            out.attribution = base.attribution
-        be = breakeven(m, mb, seed=seed)
-        out.breakeven = be.to_json() if be is not None else unavailable()
+            notes.extend(shape.notes)
+            notes.append(f"acceptance shape from {server.source} (client steps unreliable)")
+    return shape
 
-    out.step_time_model = plain(st.model)
-    out.series = build_series(
-        m, mt, server, tp, conc, step_profile=st.profile, baseline=base.series if base else None
-    )
-    if be is not None:
-        out.series["breakeven"] = be.curves
-    facts = Facts(
-        main_label=m.main_label,
-        headline=m.headline,
-        commit_len_source=m.commit_len_source,
-        steps_reliable=m.reliable,
-        unreliable_reasons=list(m.reasons),
-        ttft_s=out.ttft_s,
-        e2e_s=out.e2e_s,
-        main_prompt=span.prompt,
-        main_context=span.context,
-        main_output_span=span.output_span,
-        step_fit=st.fit,
-        drift=st.drift,
-        drift_cost=st.drift_cost,
-        context_share=st.context_share,
-        growth_along_generation=st.growth_along_generation,
-        acc_fit=shape.fit,
-        acceptance_source=shape.source,
-        decay_cost=shape.decay_cost,
-        window_cost=shape.window_cost,
-        honeymoon=tp.honeymoon,
-        two_point=tp.two_point,
-        two_point_window_step_s=tp.window_step_s,
-        two_point_context_factor=tp.context_factor,
-        baseline=base.baseline if base else None,
-        split=base.split if base else None,
-        split_ci=base.split_ci if base else None,
-        server=server,
-        client_commit_len=out.mean_commit_len,
-        concurrency=list(conc),
-        server_info=dict(run.info.server_info),
-        flavor=run.info.flavor,
-        speculation=speculation,
-        baseline_speculation=base.speculation if base else None,
-        concurrency_samples=samples,
-        acceptance_table=shape.table,
-        main_table=mt,
-        step_table=table,
-        two_point_window=tp.window,
-        main_prefill_shares=[r.ttft_s / r.e2e_s for r in m.main if r.ttft_s and r.e2e_s],
-        main_chunk_gaps=[
-            list(np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9) for r in m.main
-        ],
-        **_coverage(m.head),
-    )
-    decisions = decide(facts)
-    out.findings = decisions.findings
-    out.notes.extend(decisions.not_reported)
-    out.finding_tests = decisions.tests
-    if not out.findings:
-        out.no_finding_reason = _no_finding_reason(facts, decisions.tests)
-    return out
+
+def _against_baseline(
+    out: Analysis, m: Measured, baseline: Run | None, seed: int
+) -> tuple[fx.BaselineFacts | None, Breakeven | None]:
+    """The split against the baseline run and the breakeven between them (onto `out`)."""
+    if baseline is None:
+        return None, None
+    mb = measure(baseline, None, seed=seed)
+    base = fx.baseline_facts(baseline, mb, m, seed=seed)
+    if base is None:
+        out.notes.append("baseline has no usable decode window: no attribution")
+    else:
+        out.attribution = base.attribution
+    be = breakeven(m, mb, seed=seed)
+    out.breakeven = be.to_json() if be is not None else unavailable()
+    return base, be
 
 
 def _drift_not_reported(t: FindingTest) -> str:
@@ -225,10 +224,11 @@ def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
     """The headline, the speculation state and the drift claim's decision: why nothing was
     reported, told from the decisions themselves (never from a second threshold)."""
     parts = []
-    if f.headline is not None and f.headline.decode_tps and f.headline.mean_step_s:
+    h = f.measured.headline
+    if h is not None and h.decode_tps and h.mean_step_s:
         parts.append(
-            f"decode {f.headline.decode_tps:.1f} tok/s = {f.headline.mean_commit_len:.2f} tokens/step / "
-            f"{(f.headline.mean_step_s or 0) * 1e3:.1f} ms/step"
+            f"decode {h.decode_tps:.1f} tok/s = {h.mean_commit_len:.2f} tokens/step / "
+            f"{(h.mean_step_s or 0) * 1e3:.1f} ms/step"
         )
     if f.speculation is not None and f.speculation.off:
         parts.append(f"{f.speculation.reason} (nothing to accept, so no acceptance finding)")
@@ -241,6 +241,6 @@ def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
     if drift is not None:
         # the drift claim's own decision (finding_tests), in the words of its test
         parts.append(_drift_not_reported(drift))
-    elif f.step_fit is not None and not f.step_fit.identifiable:
+    elif f.step_time.fit is not None and not f.step_time.fit.identifiable:
         parts.append("drift not testable with one prompt length")
     return "; ".join(parts) + "."

@@ -1,11 +1,12 @@
 """What the findings test, derived from a measured run: each a small function returning a frozen
 dataclass (step-time model and drift, acceptance shape, two-point window, concurrency, the
-baseline split). Pure: no I/O. `diagnosis.analyze` gathers them into `findings.Facts`.
+baseline split), gathered once into `Facts`, the one object every rule reads (findings.py sits
+above this module). Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,6 @@ import numpy as np
 from specscope.analysis import acceptance as acc
 from specscope.analysis import decompose as dec
 from specscope.analysis import steptime as stm
-from specscope.analysis.findings import TwoPoint
 from specscope.analysis.measure import Measured, StepTable, concurrency_of, prompt_len
 from specscope.analysis.model import Attribution, Interval
 from specscope.analysis.speculation import SpeculationState, state_of_requests
@@ -31,6 +31,19 @@ def speculation(m: Measured, telemetry: list[SpecRecord] | None) -> SpeculationS
     return state_of_requests(
         m.run.info.server_info, m.ok, [m.recs[r.index] for r in m.ok], telemetry or ()
     )
+
+
+@dataclass(frozen=True)
+class TwoPoint:
+    """The story's two-point estimate: (N2 - N1) / (T2 - T1) over its repeats."""
+
+    n1: int
+    n2: int
+    prompt_tokens: int | None
+    decode_tps: float
+    repeats: int
+    spread: float  # relative spread of the per-repeat estimates (max-min)/median, 0 when 1
+    rates: tuple[float, ...] = ()  # the per-repeat estimates (N2 - N1) / (T2 - T1)
 
 
 @dataclass(frozen=True)
@@ -193,7 +206,7 @@ def two_point(ok: tuple[RequestTrace, ...]) -> tuple[TwoPoint | None, list[Reque
 
 @dataclass(frozen=True)
 class TwoPointFacts:
-    two_point: TwoPoint | None = None
+    estimate: TwoPoint | None = None
     window_step_s: float | None = None  # mean step time inside the two-point window
     context_factor: float | None = None  # expected step full / two-point (context only)
     honeymoon: acc.Honeymoon | None = None
@@ -266,7 +279,7 @@ def _ci_interval(point: float | None, ci: tuple[float, float] | None) -> Interva
 class BaselineFacts:
     """The observed run against a baseline run: the exact split and its intervals."""
 
-    baseline: dec.Decomposition
+    decomposition: dec.Decomposition
     speculation: SpeculationState
     split: dec.Split | None
     split_ci: dec.SplitCI | None
@@ -304,3 +317,40 @@ def baseline_facts(baseline: Run, mb: Measured, m: Measured, seed: int = 0) -> B
         "mean_step_s": [hb.mean_step_s, h.mean_step_s],
     }
     return BaselineFacts(hb, speculation(mb, None), sp, ci, attribution, series)
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """The concurrency sweep: (concurrency, median per-request tps, its spread) per point and the
+    per-request tps samples the batching test runs on."""
+
+    points: tuple[tuple[int, float, float | None], ...] = ()
+    samples: dict[int, list[float]] = field(default_factory=dict)
+
+
+def concurrency(m: Measured) -> Concurrency:
+    samples = concurrency_samples(m)
+    return Concurrency(tuple(concurrency_points(m, samples)), samples)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the rules read, built once by `diagnosis.analyze`: the measured run and its
+    groups of derived facts (no field copied out of them)."""
+
+    measured: Measured
+    speculation: SpeculationState
+    span: MainSpan
+    step_time: StepTimeFacts
+    shape: AcceptanceShape
+    two_point: TwoPointFacts
+    concurrency: Concurrency
+    baseline: BaselineFacts | None = None
+    step_table: StepTable | None = None  # the steps of the step-time fit (concurrency 1)
+    main_table: StepTable | None = None  # reliable steps of the main requests
+    e2e_s: float | None = None  # median end-to-end time of the main requests
+
+    @property
+    def flavor(self) -> str:
+        """RunInfo.flavor: picks the server's own flag names in `next` advice."""
+        return self.measured.run.info.flavor

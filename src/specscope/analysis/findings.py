@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,87 +33,16 @@ from specscope.analysis.acceptance import (
     COARSE_CUTS,
     EARLY_POS,
     AcceptanceFit,
-    Honeymoon,
-    ServerAcceptance,
 )
 from specscope.analysis.cards import BY_ID
-from specscope.analysis.decompose import Decomposition, Split, SplitCI
+from specscope.analysis.decompose import Split, SplitCI
+from specscope.analysis.facts import Facts, TwoPoint
 from specscope.analysis.model import Evidence, Finding, FindingTest
-from specscope.analysis.speculation import SpeculationState, stated_draft_window
-from specscope.analysis.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK, DriftTest, StepTimeFit
+from specscope.analysis.speculation import plain_decoding, stated_draft_window
+from specscope.analysis.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK
 
 if TYPE_CHECKING:  # the step columns diagnosis.py builds (imported for types only: no cycle)
     from specscope.analysis.measure import StepTable
-
-# A plain-decoding baseline commits ~1 token per step.
-PLAIN_BASELINE_COMMIT = 1.05
-
-
-@dataclass
-class TwoPoint:
-    n1: int
-    n2: int
-    prompt_tokens: int | None
-    decode_tps: float
-    repeats: int
-    spread: float  # relative spread of the per-repeat estimates (max-min)/median, 0 when 1
-    rates: tuple[float, ...] = ()  # the per-repeat estimates (N2 - N1) / (T2 - T1)
-
-
-@dataclass
-class Facts:
-    """Everything findings need, gathered by diagnosis.analyze (all optional)."""
-
-    main_label: str = "all requests"
-    headline: Decomposition | None = None
-    commit_len_source: str = ""
-    steps_reliable: bool | None = None
-    unreliable_reasons: list[str] = field(default_factory=list)
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    main_prompt: float | None = None
-    main_context: tuple[float, float] | None = None
-    main_output_span: float = 0.0
-    step_fit: StepTimeFit | None = None
-    drift: DriftTest | None = None
-    drift_cost: float | None = None  # mean step / mean step without the drift term
-    context_share: float | None = None  # context term / expected step at the main context
-    growth_along_generation: float | None = None  # confounded case: end/start step time - 1
-    acc_fit: AcceptanceFit | None = None
-    acceptance_source: str = ""  # which steps the decay / window search used
-    decay_cost: float | None = None
-    window_cost: float | None = None
-    honeymoon: Honeymoon | None = None
-    two_point: TwoPoint | None = None
-    two_point_window_step_s: float | None = None
-    two_point_context_factor: float | None = None  # expected step full / two-point (context only)
-    baseline: Decomposition | None = None
-    split: Split | None = None
-    split_ci: SplitCI | None = None
-    server: ServerAcceptance | None = None
-    client_commit_len: float | None = None
-    concurrency: list[tuple[int, float, float | None]] = field(default_factory=list)
-    concurrency_samples: dict[int, list[float]] = field(default_factory=dict)  # per-request tps
-    server_info: dict[str, Any] = field(default_factory=dict)
-    flavor: str = ""  # RunInfo.flavor: picks the server's own flag names in `next` advice
-    # on / off / unknown; off silences acceptance findings (there is no drafter to blame)
-    speculation: SpeculationState | None = None
-    baseline_speculation: SpeculationState | None = None
-    # the samples the tests run on
-    acceptance_table: StepTable | None = None  # steps of the decay / window search (all)
-    main_table: StepTable | None = None  # reliable steps of the main requests
-    step_table: StepTable | None = None  # the steps of the step-time fit (concurrency 1)
-    two_point_window: StepTable | None = None  # steps of the two-point N2 requests past N1
-    main_prefill_shares: list[float] = field(default_factory=list)  # ttft / e2e per main request
-    main_chunk_gaps: list[list[float]] = field(
-        default_factory=list
-    )  # s between chunks, per request
-    # draft coverage (analysis.headline): steps that drafted something, all steps, the
-    # server's per-drafted-step commit length, and where the counts come from
-    drafted_steps: float | None = None
-    verify_steps: float | None = None
-    per_drafted_step: float | None = None
-    coverage_source: str = ""
 
 
 def _ev(label: str, value: float | int | str | None, unit: str = "", source: str = "") -> Evidence:
@@ -135,22 +64,31 @@ def _cost_ev(cost: float | None, source: str) -> list[Evidence]:
     return [_ev("throughput cost of this effect (x faster without it)", cost, "x", source)]
 
 
+def _split(f: Facts) -> Split | None:
+    """The exact acceptance x step-time split against the baseline (None without one)."""
+    return f.baseline.split if f.baseline is not None else None
+
+
+def _split_ci(f: Facts) -> SplitCI | None:
+    return f.baseline.split_ci if f.baseline is not None else None
+
+
 def _family_factors(f: Facts) -> dict[str, float | None]:
     """Per-finding shares of the baseline gap; each family multiplies to its attribution factor."""
     out: dict[str, float | None] = {}
-    if f.split is None:
+    split = _split(f)
+    if split is None:
         return out
-    decay = f.decay_cost or 1.0
-    window = f.window_cost or 1.0
+    decay = f.shape.decay_cost or 1.0
+    window = f.shape.window_cost or 1.0
     out["acceptance_decay"] = decay
     out["draft_window"] = window
-    out["acceptance_low"] = f.split.acceptance_factor / (decay * window)
-    drift = f.drift_cost or 1.0
+    out["acceptance_low"] = split.acceptance_factor / (decay * window)
+    drift = f.step_time.drift_cost or 1.0
     out["step_time_drift"] = drift
-    plain = (f.baseline.mean_commit_len or 0) <= PLAIN_BASELINE_COMMIT if f.baseline else False
     # against plain decoding the step-time gap is the cost of speculating, not of context
-    out["context_scaling"] = None if plain else f.split.step_time_factor / drift
-    out["speculation_overhead"] = f.split.tps_ratio
+    out["context_scaling"] = None if _plain_baseline(f) else split.step_time_factor / drift
+    out["speculation_overhead"] = split.tps_ratio
     return out
 
 
@@ -172,14 +110,10 @@ class Claim:
 
 
 def _plain_baseline(f: Facts) -> bool:
-    """The baseline run is plain decoding: its speculation state is off, or it is not known to
-    be on and its steps commit ~1 token."""
+    """The baseline run is plain decoding (speculation.plain_decoding)."""
     if f.baseline is None:
         return False
-    state = f.baseline_speculation
-    if state is not None and state.on is not None:
-        return state.off
-    return (f.baseline.mean_commit_len or 0) <= PLAIN_BASELINE_COMMIT
+    return plain_decoding(f.baseline.speculation, f.baseline.decomposition.mean_commit_len)
 
 
 def _spec_on(f: Facts) -> bool:
@@ -187,7 +121,7 @@ def _spec_on(f: Facts) -> bool:
 
 
 def _src_steps(f: Facts) -> str:
-    return f"client steps, {f.main_label}"
+    return f"client steps, {f.measured.main_label}"
 
 
 def _complete_steps(t: StepTable | None) -> StepTable | None:
@@ -213,11 +147,11 @@ def _content_var(f: Facts) -> float:
     CONTENT_POS output tokens of every request that generated that many (so a decay, the same
     in every request, is not read as content), the fitted window cliff divided out; 0 when not
     estimable."""
-    t = _complete_steps(f.acceptance_table)
+    t = _complete_steps(f.shape.table)
     if t is None or not t.n:
         return 0.0
     fitted = np.full(t.n, float(t.commit.mean()))
-    a = f.acc_fit
+    a = f.shape.fit
     if a is not None and a.window is not None and a.window.at is not None:
         col = (t.context > a.window.at).astype(float)
         fitted = fitted + a.window.coef * (col - col.mean())
@@ -238,7 +172,7 @@ def _with_content(lr: tuple[float, float], sides: int, f: Facts) -> tuple[float,
 def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
     """Is the main requests' mean commit length below `threshold`? log(threshold / L) > 0,
     cluster-robust over 64-step blocks of the main requests' steps."""
-    L = f.headline.mean_commit_len if f.headline else None
+    L = f.measured.headline.mean_commit_len if f.measured.headline else None
     mt = f.main_table
     method = (
         f"one-sided z test of mean commit length < {threshold} ({what}), "
@@ -263,14 +197,14 @@ def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
 
 
 def chunk_coalescing(f: Facts) -> Claim | None:
-    if f.steps_reliable is not False:
+    if f.measured.reliable is not False:
         return None
     return Claim(
         id="chunk_coalescing",
         summary="Streamed chunks merge several verify steps, so client-side step times and "
         "commit lengths are unreliable; commit length comes from "
-        f"{f.commit_len_source or 'nowhere (no server telemetry)'}.",
-        evidence=[_ev("reason", r, "", "client chunks") for r in f.unreliable_reasons]
+        f"{f.measured.commit_len_source or 'nowhere (no server telemetry)'}.",
+        evidence=[_ev("reason", r, "", "client chunks") for r in f.measured.reasons]
         + [
             _ev(
                 "decided by",
@@ -320,7 +254,7 @@ DECAY_MIN_STEPS = int(BY_ID["acceptance_decay"].thresholds["min steps a request 
 
 
 def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
-    t = _long_requests(_complete_steps(f.acceptance_table), DECAY_MIN_STEPS)
+    t = _long_requests(_complete_steps(f.shape.table), DECAY_MIN_STEPS)
     if t is None or t.n < 40:
         return None
     method = (
@@ -332,7 +266,7 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
     if a is not None and a.window is not None and a.window.at is not None:
         extra.append((t.context > a.window.at).astype(float))
         method += ", window cliff as a covariate"
-    span = f.main_output_span or float(np.ptp(t.pos))
+    span = f.span.output_span or float(np.ptp(t.pos))
     shapes: list[_DecayShape] = []
     for cut in DECAY_CUTS:
         above = t.pos > cut
@@ -371,11 +305,11 @@ def _decay_test(f: Facts, a: AcceptanceFit | None) -> _DecayShape | None:
 
 
 def acceptance_decay(f: Facts) -> Claim | None:
-    a = f.acc_fit
+    a = f.shape.fit
     shape = _decay_test(f, a)
     if shape is None:
         return None
-    src_acc = f.acceptance_source or _src_steps(f)
+    src_acc = f.shape.source or _src_steps(f)
     where = (
         f"after output position ~{shape.at:.0f}" if shape.kind == "step" else "along the generation"
     )
@@ -385,7 +319,7 @@ def acceptance_decay(f: Facts) -> Claim | None:
         _ev("mean commit length late", shape.after, "tokens/step", src_acc),
         _ev("relative drop", drop, "", "within-request fit"),
         _ev("shape", shape.kind, "", "best of the shapes tested"),
-        *_cost_ev(f.decay_cost, "mean early / mean overall"),
+        *_cost_ev(f.shape.decay_cost, "mean early / mean overall"),
     ]
     if a is not None and a.decay is not None:
         ev.append(
@@ -396,8 +330,8 @@ def acceptance_decay(f: Facts) -> Claim | None:
                 f"decay {a.decay.before:.2f} -> {a.decay.after:.2f} tokens/step",
             )
         )
-    if f.honeymoon:
-        hm = f.honeymoon
+    if f.two_point.honeymoon:
+        hm = f.two_point.honeymoon
         ev.append(
             _ev(
                 f"first {hm.window_tokens} tokens overstate the long-generation commit length by",
@@ -443,7 +377,7 @@ def _stated_window_explains(stated: int, lo: float, hi: float) -> bool:
 
 
 def _window_within(f: Facts, at: float, before: float) -> sig.Test:
-    t = _complete_steps(f.acceptance_table)
+    t = _complete_steps(f.shape.table)
     method = (
         "OLS of commit length on [context > W] and output position with request fixed "
         "effects, SE inflated for serial correlation (Newey-West, 64 lags)"
@@ -465,7 +399,7 @@ def _window_within(f: Facts, at: float, before: float) -> sig.Test:
 
 
 def _window_across(f: Facts) -> sig.Test:
-    t = _complete_steps(f.acceptance_table)
+    t = _complete_steps(f.shape.table)
     method = (
         "permutation test over requests of the largest drop of early commit length "
         "between prompt lengths"
@@ -515,11 +449,11 @@ def _window_test(f: Facts, at: float, before: float) -> sig.Test:
 
 
 def draft_window(f: Facts) -> Claim | None:
-    a = f.acc_fit
+    a = f.shape.fit
     if a is None or a.window is None:
         return None
     w = a.window
-    src_acc = f.acceptance_source or _src_steps(f)
+    src_acc = f.shape.source or _src_steps(f)
     lo, hi = w.at_range or (w.at or 0.0, w.at or 0.0)
     ev = [
         _ev(
@@ -531,14 +465,14 @@ def draft_window(f: Facts) -> Claim | None:
         _ev("window lies above", lo, "tokens", "change-point search"),
         _ev("commit length below the window", w.before, "tokens/step", src_acc),
         _ev("commit length above the window", w.after, "tokens/step", src_acc),
-        *_cost_ev(f.window_cost, "commit length without the cliff / observed"),
+        *_cost_ev(f.shape.window_cost, "commit length without the cliff / observed"),
     ]
     drop = (
         f"Acceptance drops once the context exceeds ~{hi:.0f} tokens "
         f"({w.before:.2f} -> {w.after:.2f} tokens/step)"
     )
     summary, next_ = f"{drop}: the drafter's window.", advice.draft_window(f.flavor, hi)
-    stated = stated_draft_window(f.server_info)
+    stated = stated_draft_window(f.measured.run.info.server_info)
     if stated is not None:
         ev.append(
             _ev("draft window the server states", stated[0], "tokens", f"server info: {stated[1]}")
@@ -587,9 +521,9 @@ OVERHEAD_COMMIT = BY_ID["speculation_overhead"].thresholds["commit length withou
 
 
 def speculation_overhead(f: Facts) -> Claim | None:
-    h = f.headline
+    h, split, split_ci = f.measured.headline, _split(f), _split_ci(f)
     L = h.mean_commit_len if h else None
-    if _plain_baseline(f) and (f.split is None or h is None):
+    if _plain_baseline(f) and (split is None or h is None):
         # a plain baseline is always tested against; without a split the test says why not
         return Claim(
             id="speculation_overhead",
@@ -602,14 +536,14 @@ def speculation_overhead(f: Facts) -> Claim | None:
                 "x",
             ),
         )
-    if _plain_baseline(f) and f.split is not None and h is not None:
+    if _plain_baseline(f) and split is not None and h is not None:
         method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
-        lr = sig.log_ratio_from_ci(f.split.tps_ratio, f.split_ci.tps_ratio) if f.split_ci else None
-        if lr is None and f.split.tps_ratio > 0:
+        lr = sig.log_ratio_from_ci(split.tps_ratio, split_ci.tps_ratio) if split_ci else None
+        if lr is None and split.tps_ratio > 0:
             # one request a side: the observed decode time's spread, taken for both sides
             se_t = _decode_time_log_se(f)
             if se_t is not None:
-                lr = (math.log(f.split.tps_ratio), math.sqrt(2.0) * se_t)
+                lr = (math.log(split.tps_ratio), math.sqrt(2.0) * se_t)
                 method = (
                     "tps ratio plain/speculative, one request a side: z on the log with "
                     "the observed decode time's block SE for both sides"
@@ -625,14 +559,15 @@ def speculation_overhead(f: Facts) -> Claim | None:
             if lr
             else sig.untestable(method + ": no interval", MIN_OVERHEAD, "x")
         )
+        plain_tps = f.baseline.decomposition.decode_tps
         return Claim(
             id="speculation_overhead",
-            summary=_overhead_summary(f.split, h.decode_tps, f.baseline.decode_tps),
+            summary=_overhead_summary(split, h.decode_tps, plain_tps),
             evidence=[
                 _ev("decode tps with speculation", h.decode_tps, "tok/s", _src_steps(f)),
-                _ev("decode tps plain (baseline)", f.baseline.decode_tps, "tok/s", "baseline run"),
-                _ev("mean commit length", L, "tokens/step", f.commit_len_source),
-                _ev("step time ratio spec/plain", f.split.step_time_factor, "x", "attribution"),
+                _ev("decode tps plain (baseline)", plain_tps, "tok/s", "baseline run"),
+                _ev("mean commit length", L, "tokens/step", f.measured.commit_len_source),
+                _ev("step time ratio spec/plain", split.step_time_factor, "x", "attribution"),
             ],
             next=advice.speculation_overhead(f.flavor),
             test=test,
@@ -645,7 +580,7 @@ def speculation_overhead(f: Facts) -> Claim | None:
         summary=f"Only {L:.2f} tokens per verify step: speculation probably costs more than "
         f"it saves (a verify step must cost < {L:.2f} plain steps to break even).",
         evidence=[
-            _ev("mean commit length", L, "tokens/step", f.commit_len_source),
+            _ev("mean commit length", L, "tokens/step", f.measured.commit_len_source),
             _ev("mean step time", h.mean_step_s if h else None, "s", _src_steps(f)),
         ],
         next=advice.speculation_unmeasured(f.flavor),
@@ -665,18 +600,19 @@ LOW_COMMIT_ABSOLUTE = BY_ID["acceptance_low"].thresholds["commit length without 
 
 
 def acceptance_low(f: Facts) -> Claim | None:
-    h = f.headline
+    h, split, split_ci = f.measured.headline, _split(f), _split_ci(f)
     L = h.mean_commit_len if h else None
     if L is None or _plain_baseline(f):
         return None
-    if f.split is not None and f.baseline is not None:
+    if split is not None and f.baseline is not None:
+        base_commit = f.baseline.decomposition.mean_commit_len
         residual = _family_factors(f).get("acceptance_low")
         if residual is None or residual <= 0:
             return None
         method = "acceptance factor beyond the shape's costs, bootstrap 95% interval (z on the log)"
         lr = (
-            sig.log_ratio_from_ci(f.split.acceptance_factor, f.split_ci.acceptance_factor)
-            if f.split_ci
+            sig.log_ratio_from_ci(split.acceptance_factor, split_ci.acceptance_factor)
+            if split_ci
             else None
         )
         test = (
@@ -693,17 +629,12 @@ def acceptance_low(f: Facts) -> Claim | None:
         return Claim(
             id="acceptance_low",
             summary=f"Commit length {L:.2f} is below the baseline's "
-            f"{f.baseline.mean_commit_len:.2f} tokens/step beyond what its shape explains "
+            f"{base_commit:.2f} tokens/step beyond what its shape explains "
             f"(x{residual:.2f}).",
             evidence=[
-                _ev("mean commit length", L, "tokens/step", f.commit_len_source),
-                _ev(
-                    "baseline mean commit length",
-                    f.baseline.mean_commit_len,
-                    "tokens/step",
-                    "baseline run",
-                ),
-                _ev("acceptance factor", f.split.acceptance_factor, "x", "attribution"),
+                _ev("mean commit length", L, "tokens/step", f.measured.commit_len_source),
+                _ev("baseline mean commit length", base_commit, "tokens/step", "baseline run"),
+                _ev("acceptance factor", split.acceptance_factor, "x", "attribution"),
             ],
             next=advice.acceptance_below_baseline(f.flavor),
             test=test,
@@ -715,7 +646,7 @@ def acceptance_low(f: Facts) -> Claim | None:
         id="acceptance_low",
         summary=f"Mean commit length is {L:.2f} tokens/step: the drafter rarely gets more "
         "than one draft accepted.",
-        evidence=[_ev("mean commit length", L, "tokens/step", f.commit_len_source)],
+        evidence=[_ev("mean commit length", L, "tokens/step", f.measured.commit_len_source)],
         next=advice.acceptance_low(f.flavor),
         test=_commit_below(f, LOW_COMMIT_ABSOLUTE, "tree/block drafters commit 3-6"),
     )
@@ -731,7 +662,7 @@ def acceptance_low(f: Facts) -> Claim | None:
 def _fit_se(f: Facts) -> tuple[dict[str, float], int] | None:
     """Cluster-robust (64-step blocks) standard errors of the step-time fit's coefficients in
     s/token, from its residuals (significance.huber_sandwich); None when the steps are gone."""
-    fit, t = f.step_fit, f.step_table
+    fit, t = f.step_time.fit, f.step_table
     if fit is None or t is None or not t.n:
         return None
     ok = np.isfinite(t.step_s) & np.isfinite(t.context) & (t.step_s > 0)
@@ -756,7 +687,7 @@ def _fit_se(f: Facts) -> tuple[dict[str, float], int] | None:
 
 
 def step_time_drift(f: Facts) -> Claim | None:
-    dr, fit = f.drift, f.step_fit
+    dr, fit = f.step_time.drift, f.step_time.fit
     if dr is None or fit is None:
         return None
     se_slope = (dr.ci[1] - dr.ci[0]) / (2 * sig.Z95)
@@ -797,7 +728,7 @@ def step_time_drift(f: Facts) -> Claim | None:
             _ev("drift over the generation", dr.total_drift_s, "s", "slope x output span"),
             _ev("per-step noise sd", dr.noise_sd, "s", "robust residual sd"),
             _ev("context slope", fit.per_context_token, "s/token", "same regression"),
-            *_cost_ev(f.drift_cost, "mean step / mean step without drift"),
+            *_cost_ev(f.step_time.drift_cost, "mean step / mean step without drift"),
         ],
         next=advice.step_time_drift(f.flavor),
         test=test,
@@ -814,7 +745,7 @@ CONFOUNDED_GROWTH = BY_ID["context_scaling"].thresholds["confounded growth"]
 
 
 def context_scaling(f: Facts) -> Claim | None:
-    fit = f.step_fit
+    fit = f.step_time.fit
     if fit is None:
         return None
     se = fit.se.get("per_context_token", float("inf"))
@@ -827,8 +758,8 @@ def context_scaling(f: Facts) -> Claim | None:
         method += " or cluster-robust over 64-step blocks (sandwich), the larger"
     z = fit.per_context_token / se if se > 0 and math.isfinite(se) else 0.0
     factor = _family_factors(f).get("context_scaling")
-    if fit.identifiable is False and f.growth_along_generation is not None:
-        g = f.growth_along_generation
+    if fit.identifiable is False and f.step_time.growth_along_generation is not None:
+        g = f.step_time.growth_along_generation
         return Claim(
             id="context_scaling",
             summary=f"Step time grows {g:.0%} along the generation, but with one prompt length "
@@ -853,7 +784,7 @@ def context_scaling(f: Facts) -> Claim | None:
             factor=factor,
             cap=0.35,
         )
-    share = f.context_share
+    share = f.step_time.context_share
     if share is None:
         return None
     return Claim(
@@ -893,7 +824,7 @@ def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
     against the full generation's, both cluster-robust over 64-step blocks, plus one prompt's
     content variance a side (normal). Without: the repeats' rates, over requests."""
     method = "two-point window rate / context-adjusted full-generation rate"
-    w, mt = f.two_point_window, f.main_table
+    w, mt = f.two_point.window, f.main_table
     if w is not None and mt is not None and w.n >= 8 and mt.n >= 8:
         blocks_w, blocks_m = sig.blocks(w.rid), sig.blocks(mt.rid)
         se_w = sig.ratio_log_se(w.commit, w.step_s, blocks_w)
@@ -923,17 +854,17 @@ def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
 
 
 def two_point_bias(f: Facts) -> Claim | None:
-    tp, h = f.two_point, f.headline
+    tp, h = f.two_point.estimate, f.measured.headline
     if (
         tp is None
         or h is None
         or not h.decode_tps
-        or not f.main_label.startswith("full_generation")
+        or not f.measured.main_label.startswith("full_generation")
     ):
         return None
     src_steps = _src_steps(f)
     over = tp.decode_tps / h.decode_tps - 1
-    ctx_f = f.two_point_context_factor or 1.0
+    ctx_f = f.two_point.context_factor or 1.0
     # the part a context difference explains is not a bias of the method: allowed for
     full_adj = h.decode_tps * ctx_f
     over_adj = tp.decode_tps / full_adj - 1
@@ -951,8 +882,8 @@ def two_point_bias(f: Facts) -> Claim | None:
         _ev("two-point repeats", tp.repeats, "", "two_point requests"),
         _ev("two-point prompt", tp.prompt_tokens, "tokens", "two_point requests"),
     ]
-    if f.honeymoon is not None:
-        hm = f.honeymoon
+    if f.two_point.honeymoon is not None:
+        hm = f.two_point.honeymoon
         ev.append(
             _ev(
                 "commit length in the window (full generation)",
@@ -969,11 +900,11 @@ def two_point_bias(f: Facts) -> Claim | None:
                 src_steps,
             )
         )
-    if f.two_point_window_step_s and h.mean_step_s:
+    if f.two_point.window_step_s and h.mean_step_s:
         ev.append(
             _ev(
                 "step time in the two-point window",
-                f.two_point_window_step_s,
+                f.two_point.window_step_s,
                 "s",
                 "two_point:n2 steps",
             )
@@ -1010,7 +941,8 @@ def _decode_time_log_se(f: Facts) -> float | None:
     mt = f.main_table
     if mt is not None and mt.n:
         return sig.ratio_log_se(mt.step_s, np.ones(mt.n), sig.blocks(mt.rid, split_short=True))
-    gaps = [np.asarray(g, dtype=float) for g in f.main_chunk_gaps if len(g)]
+    gaps = [np.diff([c.t_ns for c in r.chunks if c.n_tokens > 0]) / 1e9 for r in f.measured.main]
+    gaps = [g for g in gaps if len(g)]
     if not gaps:
         return None
     ids = np.concatenate([np.full(g.size, i) for i, g in enumerate(gaps)])
@@ -1020,7 +952,9 @@ def _decode_time_log_se(f: Facts) -> float | None:
 
 
 def _prefill_test(f: Facts, share: float) -> sig.Test:
-    shares = np.asarray(f.main_prefill_shares, dtype=float)
+    shares = np.asarray(
+        [r.ttft_s / r.e2e_s for r in f.measured.main if r.ttft_s and r.e2e_s], dtype=float
+    )
     if shares.size >= 3:
         se = float(shares.std(ddof=1)) / math.sqrt(shares.size)
         return sig.z_test(
@@ -1047,16 +981,17 @@ def _prefill_test(f: Facts, share: float) -> sig.Test:
 
 
 def prefill_bound(f: Facts) -> Claim | None:
-    if not (f.ttft_s and f.e2e_s and f.e2e_s > 0 and f.ttft_s / f.e2e_s > PREFILL_SHARE):
+    ttft = f.measured.head.ttft_s if f.measured.head is not None else None
+    if not (ttft and f.e2e_s and f.e2e_s > 0 and ttft / f.e2e_s > PREFILL_SHARE):
         return None
-    share = f.ttft_s / f.e2e_s
+    share = ttft / f.e2e_s
     return Claim(
         id="prefill_bound",
-        summary=f"Time to first token is {share:.0%} of end-to-end time ({f.ttft_s:.2f} of "
+        summary=f"Time to first token is {share:.0%} of end-to-end time ({ttft:.2f} of "
         f"{f.e2e_s:.2f} s): decode speed is not what users wait for.",
         evidence=[
-            _ev("ttft p50", f.ttft_s, "s", f"client, {f.main_label}"),
-            _ev("e2e p50", f.e2e_s, "s", f"client, {f.main_label}"),
+            _ev("ttft p50", ttft, "s", f"client, {f.measured.main_label}"),
+            _ev("e2e p50", f.e2e_s, "s", f"client, {f.measured.main_label}"),
         ],
         next=advice.prefill_bound(f.flavor),
         test=_prefill_test(f, share),
@@ -1070,9 +1005,9 @@ BATCH_RATIO = BY_ID["batching_interference"].thresholds["per-request tps ratio"]
 
 
 def batching_interference(f: Facts) -> Claim | None:
-    if len(f.concurrency) < 2:
+    if len(f.concurrency.points) < 2:
         return None
-    pts = sorted(f.concurrency)
+    pts = sorted(f.concurrency.points)
     c1, cmax = pts[0], pts[-1]
     if not (c1[1] > 0 and cmax[0] > c1[0]):
         return None
@@ -1086,8 +1021,8 @@ def batching_interference(f: Facts) -> Claim | None:
         ],
         next=advice.batching_interference(f.flavor),
         test=sig.two_sample_log(
-            f.concurrency_samples.get(c1[0], [c1[1]]),
-            f.concurrency_samples.get(cmax[0], []),
+            f.concurrency.samples.get(c1[0], [c1[1]]),
+            f.concurrency.samples.get(cmax[0], []),
             min_effect=1 / BATCH_RATIO - 1,
             method=f"per-request tps at C={c1[0]} / at C={cmax[0]}",
         ),
@@ -1110,13 +1045,14 @@ def draft_coverage(f: Facts) -> Claim | None:
     """The share of verify steps that drafted nothing and what they cost, as the tps the run
     would reach if those steps had committed the drafted steps' mean (step time held fixed:
     tps x L_drafted / L)."""
-    h = f.headline
-    if f.drafted_steps is None or not f.verify_steps or h is None:
+    h, head = f.measured.headline, f.measured.head
+    if head is None or head.share_counts is None or not head.share_counts[1] or h is None:
         return None
-    L, per, tps = h.mean_commit_len, f.per_drafted_step, h.decode_tps
+    drafted, steps = head.share_counts
+    L, per, tps = h.mean_commit_len, head.mean_commit_len_per_drafted_step, h.decode_tps
     if not (L and per and tps):
         return None
-    n, plain = round(f.verify_steps), round(f.verify_steps - f.drafted_steps)
+    n, plain = round(steps), round(steps - drafted)
     if n <= 0 or plain <= 0:
         return None
     share = plain / n
@@ -1127,7 +1063,7 @@ def draft_coverage(f: Facts) -> Claim | None:
     # blocks of COVERAGE_BLOCK steps as the independent units, never fewer than 2
     units = max(2.0, n / COVERAGE_BLOCK)
     se = math.sqrt(max(share * (1 - share), 1e-12) / units)
-    src = f.coverage_source
+    src = head.share_source or ""
     return Claim(
         id="draft_coverage",
         summary=f"{share:.0%} of verify steps drafted nothing ({plain} of {n}): each committed "
@@ -1286,14 +1222,18 @@ def decide(f: Facts) -> Decisions:
 def _importance(fd: Finding, f: Facts) -> float:
     cost = fd.factor
     if cost is None:
-        share = f.context_share if f.context_share is not None and f.context_share < 0.95 else None
+        share = (
+            f.step_time.context_share
+            if f.step_time.context_share is not None and f.step_time.context_share < 0.95
+            else None
+        )
         two_point = None
-        if f.two_point and f.headline and f.headline.decode_tps:
-            two_point = f.two_point.decode_tps / f.headline.decode_tps
+        if f.two_point.estimate and f.measured.headline and f.measured.headline.decode_tps:
+            two_point = f.two_point.estimate.decode_tps / f.measured.headline.decode_tps
         cost = {
-            "acceptance_decay": f.decay_cost,
-            "draft_window": f.window_cost,
-            "step_time_drift": f.drift_cost,
+            "acceptance_decay": f.shape.decay_cost,
+            "draft_window": f.shape.window_cost,
+            "step_time_drift": f.step_time.drift_cost,
             "context_scaling": 1 / (1 - share) if share is not None else None,
             "two_point_bias": two_point,
         }.get(fd.id)

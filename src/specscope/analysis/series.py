@@ -99,8 +99,8 @@ def build_series(
             "decode_tps": [d.decode_tps for d in og.values()],
         }
     decode_tps = m.head.decode_tps if m.head is not None else None
-    if tp.two_point is not None and decode_tps:
-        t = tp.two_point
+    if tp.estimate is not None and decode_tps:
+        t = tp.estimate
         out["two_point_vs_full"] = {
             "label": [f"two-point {t.n1}->{t.n2} @ {t.prompt_tokens}", f"{m.main_label}"],
             "decode_tps": [t.decode_tps, decode_tps],

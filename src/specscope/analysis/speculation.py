@@ -32,7 +32,7 @@ from specscope.trace.model import RequestTrace, ServerSpecFields
 
 # Fewer one-token steps than this say too little to call speculation off from the data alone.
 MIN_STEPS_FOR_OFF = 8
-# Mean client commit length at or below this is plain decoding (findings.PLAIN_BASELINE_COMMIT).
+# Mean client commit length at or below this is plain decoding (`plain_decoding`).
 PLAIN_COMMIT = 1.05
 _OFF_ALGORITHMS = {"", "none", "null", "off", "disabled"}
 
@@ -50,6 +50,14 @@ class SpeculationState:
     def label(self) -> str:
         """The state as the JSON contract spells it: on | off | unknown."""
         return "unknown" if self.on is None else ("on" if self.on else "off")
+
+
+def plain_decoding(state: SpeculationState | None, mean_commit_len: float | None) -> bool:
+    """Whether a run is plain decoding: its speculation state when that is known, else ~1 token
+    a step. The one definition findings (a plain baseline) and breakeven (switching off) use."""
+    if state is not None and state.on is not None:
+        return state.off
+    return (mean_commit_len or 0) <= PLAIN_COMMIT
 
 
 def declared(server_info: dict[str, Any]) -> tuple[bool | None, str]:
