@@ -43,7 +43,7 @@ from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
 from specscope.engine.options import EngineOptions
-from specscope.engine.train_dflash import EVAL_SEED_OFFSET, category_prompts
+from specscope.engine.training.prompts import EVAL_SEED_OFFSET, category_prompts
 
 CODE_PROMPTS = [
     "def add(a, b):\n    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n\n\n"

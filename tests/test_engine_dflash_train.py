@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from specscope.engine import train_dflash  # noqa: E402
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.speculative import dflash_model  # noqa: E402
+from specscope.engine.training import cli, dataset, loss, pipeline, prompts  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -42,7 +42,7 @@ def tiny():
 
 
 def _args(out, cache, seed=0):
-    return train_dflash.parse_args(
+    return cli.parse_args(
         [
             "--out",
             str(out),
@@ -76,7 +76,7 @@ def _args(out, cache, seed=0):
 
 def test_training_runs_writes_and_reloads(tiny, tmp_path):
     logs: list[str] = []
-    card = train_dflash.run(_args(tmp_path / "d", tmp_path / "c"), tiny, PROMPTS, EVAL, logs.append)
+    card = pipeline.run(_args(tmp_path / "d", tmp_path / "c"), tiny, PROMPTS, EVAL, logs.append)
     curve = [p["loss"] for p in card["training"]["curve"]]
     assert card["training"]["steps"] == 60 and len(curve) == 6
     # Held-out loss at ten points of the run, on the evaluation prompts' own sequences.
@@ -103,7 +103,7 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     assert dflash_model.load(out).config.block_size == 5
     # The card's command is a command: its flags parse back to the same settings.
     words = saved["command"].split()[3:]
-    again_args = train_dflash.parse_args(words)
+    again_args = cli.parse_args(words)
     assert (
         again_args.block_size == 5
         and again_args.eager is False
@@ -115,7 +115,7 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     before = (out / "model.safetensors").read_bytes()
     args = _args(out, tmp_path / "c")
     args.evaluate_only, args.eval_tokens = True, 16
-    card2 = train_dflash.run(args, tiny, PROMPTS, EVAL, logs.append)
+    card2 = pipeline.run(args, tiny, PROMPTS, EVAL, logs.append)
     assert (out / "model.safetensors").read_bytes() == before
     assert card2["eval_tokens"] == 16 and set(card2["evaluation"]) == {"code-completion", "chat"}
     assert all(r["tokens"] <= 16 * r["prompts"] for r in card2["evaluation"].values())
@@ -123,7 +123,7 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     assert json.loads((out / "card.json").read_text())["eval_tokens"] == 16
 
     # Same seed and steps: same weights; the data comes from the cache the first run wrote.
-    again = train_dflash.run(_args(tmp_path / "e", tmp_path / "c"), tiny, PROMPTS, [], logs.append)
+    again = pipeline.run(_args(tmp_path / "e", tmp_path / "c"), tiny, PROMPTS, [], logs.append)
     assert again["data"]["cached"] is True
     a, b = (
         load_file(str(out / "model.safetensors")),
@@ -135,7 +135,7 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
 def test_repeated_prompts_are_trained_once_and_never_evaluated():
     train = [("chat", [1, 2, 3]), ("chat", [1, 2, 3]), ("code-edit", [4, 5])]
     held = [("chat", [1, 2, 3]), ("chat", [7, 8]), ("chat", [7, 8])]
-    kept, unseen, stats = train_dflash.distinct_split(train, held)
+    kept, unseen, stats = prompts.distinct_split(train, held)
     assert kept == [("chat", [1, 2, 3]), ("code-edit", [4, 5])] and unseen == [("chat", [7, 8])]
     assert stats == {
         "prompts_rendered": 3,
@@ -148,16 +148,16 @@ def test_repeated_prompts_are_trained_once_and_never_evaluated():
 def test_small_categories_give_distinct_prompts_and_evaluation_avoids_training():
     # summarisation has 5 articles: seeds 0..4 render them as the workload does, later seeds
     # re-cut a repeat at another offset of the same text (was: 5 distinct prompts of 12).
-    train = train_dflash.category_texts(["summarisation", "multi-turn"], 12, 0, 1200)
+    train = prompts.category_texts(["summarisation", "multi-turn"], 12, 0, 1200)
     texts = [t for _, t in train]
     assert len(set(texts)) == len(texts) == 24
     from specscope.probe.workloads.categories import CATEGORIES
 
-    assert texts[0] == train_dflash._render(CATEGORIES["summarisation"](0), 1200)  # unchanged
-    held = train_dflash.category_texts(
+    assert texts[0] == prompts._render(CATEGORIES["summarisation"](0), 1200)  # unchanged
+    held = prompts.category_texts(
         ["summarisation", "multi-turn"],
         4,
-        train_dflash.EVAL_SEED_OFFSET,
+        prompts.EVAL_SEED_OFFSET,
         1200,
         avoid=frozenset(texts),
     )
@@ -166,20 +166,20 @@ def test_small_categories_give_distinct_prompts_and_evaluation_avoids_training()
 
 
 def test_anchors_leave_a_full_block_and_weights_decay():
-    sample = train_dflash.Sample("x", list(range(30)), 10, torch.zeros(30, 4))
+    sample = dataset.Sample("x", list(range(30)), 10, torch.zeros(30, 4))
     rng = np.random.default_rng(0)
     for _ in range(20):
-        anchors = train_dflash.sample_anchors(sample, 8, 16, rng)
+        anchors = loss.sample_anchors(sample, 8, 16, rng)
         assert len(set(anchors.tolist())) == len(anchors) == 14  # positions 9..22
         assert anchors.min() >= 9 and anchors.max() + 7 <= 29 and np.all(np.diff(anchors) > 0)
-    w = train_dflash.position_weights(8, 4.0)
+    w = loss.position_weights(8, 4.0)
     assert w[0] == 1.0 and torch.all(w[1:] < w[:-1]) and len(w) == 7
-    assert train_dflash.expected_commit(np.array([1.0, 1.0, 0.0])) == 3.0
+    assert loss.expected_commit(np.array([1.0, 1.0, 0.0])) == 3.0
 
 
 def test_bad_arguments_exit_2(capsys, tmp_path):
     assert (
-        train_dflash.main(
+        cli.main(
             [
                 "--out",
                 str(tmp_path),

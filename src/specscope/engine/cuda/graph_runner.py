@@ -4,8 +4,8 @@ A step of a model this small is launch-bound (SmolLM2-135M: ~0.06 ms of weight r
 milliseconds of Python and kernel launches), so the step is made a fixed sequence of kernels:
 - inputs live in fixed-capacity device buffers: per batch bucket and node count Q, one int64
   block [bucket, 4Q + 2] (tokens, positions, write slots, mask words, block-table row, context
-  length), filled by ONE host-to-device copy from pinned memory; the page tables live in
-  `KVCache.device_table`, updated in place when pages change;
+  length; the layout is `PackedInputs`), filled by ONE host-to-device copy from pinned memory;
+  the page tables live in `KVCache.device_table`, updated in place when pages change;
 - attention is `paged_attention` (reads the page table in-kernel, so the context length is data,
   not shape);
 - the token-wise parts of a layer (RMSNorm, fused QKV projection, RoPE, residuals, fused
@@ -24,6 +24,7 @@ budget) runs on the eager path, which reads and writes the same pool.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -49,6 +50,91 @@ _COMPILED: dict[tuple, tuple] = {}
 def buckets_up_to(max_batch: int) -> list[int]:
     out = [b for b in BUCKETS if b < max_batch]
     return [*out, next((b for b in BUCKETS if b >= max_batch), max_batch)]
+
+
+@dataclass(frozen=True)
+class PackedInputs:
+    """Where each input sits in a row of the packed int64 block [bucket, width] for Q nodes per
+    request: tokens, positions, KV write slots and mask words (Q each), then the block-table
+    row and the context length. One layout for the row that is written (padding, staging) and
+    the one the captured step reads."""
+
+    tokens: slice
+    positions: slice
+    write: slice
+    mask: slice
+    table_row: int
+    context_len: int
+    width: int
+
+    @classmethod
+    def for_nodes(cls, q: int) -> PackedInputs:
+        return cls(
+            tokens=slice(0, q),
+            positions=slice(q, 2 * q),
+            write=slice(2 * q, 3 * q),
+            mask=slice(3 * q, 4 * q),
+            table_row=4 * q,
+            context_len=4 * q + 1,
+            width=4 * q + 2,
+        )
+
+
+def _tokenwise_functions(h: int, kvh: int, d: int, eps: float, gemv: bool) -> tuple:
+    """(first, middle, last): the token-wise parts of a step for one architecture shape, as
+    functions of (activations, weights), so one compiled set serves every layer.
+    first: embedding, RoPE angles, layer 0's norm + QKV; middle: a layer's output projection and
+    MLP, then the next layer's norm + QKV; last: the final layer's rest, norm, LM head, argmax."""
+
+    def rms(x, w):
+        hx = x.float()
+        hx = hx * torch.rsqrt(hx.pow(2).mean(-1, keepdim=True) + eps)
+        return w * hx.to(x.dtype)
+
+    def linear(a, w):
+        # One token (batch-1 decode): a multiply-reduce that Inductor fuses with the norm /
+        # activation feeding it, instead of a cuBLAS launch whose fixed latency dominates at
+        # M = 1. Several tokens: the matrix product (tensor cores, weights read once).
+        if gemv and a.shape[0] == 1:
+            return (a[:, None, :].float() * w[None].float()).sum(-1).to(a.dtype)
+        return a @ w.t()
+
+    def rot(x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    def qkv(x, ln, wqkv, cos, sin):
+        # One RoPE pass over q and k together; q, k, v leave as views (the attention
+        # kernel takes token strides), so no copy kernels.
+        t = x.shape[0]
+        y = linear(rms(x, ln), wqkv)
+        qk = rot(y[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
+        return qk[:, :h], qk[:, h:], y[:, (h + kvh) * d :].view(t, kvh, d)
+
+    def first(tokens, positions, embed, inv_freq, ln, wqkv):
+        x = F.embedding(tokens, embed)
+        ang = positions.to(torch.float32)[:, None] * inv_freq
+        ang = torch.cat([ang, ang], dim=-1)[:, None, :]
+        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+        q, k, v = qkv(x, ln, wqkv, cos, sin)
+        return x, cos, sin, q, k, v
+
+    def mlp_block(x, o, wo, ln2, wgu, wd):
+        x = x + linear(o.reshape(x.shape[0], -1), wo)
+        g, u = linear(rms(x, ln2), wgu).chunk(2, dim=-1)
+        return x + linear(F.silu(g) * u, wd)
+
+    def middle(x, o, wo, ln2, wgu, wd, ln_next, wqkv_next, cos, sin):
+        x = mlp_block(x, o, wo, ln2, wgu, wd)
+        q, k, v = qkv(x, ln_next, wqkv_next, cos, sin)
+        return x, q, k, v
+
+    def last(x, o, wo, ln2, wgu, wd, norm, head):
+        x = mlp_block(x, o, wo, ln2, wgu, wd)
+        logits = linear(rms(x, norm), head).float()
+        return logits, logits.argmax(dim=-1)
+
+    return first, middle, last
 
 
 class _TokenwiseLayers:
@@ -84,54 +170,7 @@ class _TokenwiseLayers:
                 )
             )
 
-        def rms(x, w):
-            hx = x.float()
-            hx = hx * torch.rsqrt(hx.pow(2).mean(-1, keepdim=True) + eps)
-            return w * hx.to(x.dtype)
-
-        def linear(a, w):
-            # One token (batch-1 decode): a multiply-reduce that Inductor fuses with the norm /
-            # activation feeding it, instead of a cuBLAS launch whose fixed latency dominates at
-            # M = 1. Several tokens: the matrix product (tensor cores, weights read once).
-            if gemv and a.shape[0] == 1:
-                return (a[:, None, :].float() * w[None].float()).sum(-1).to(a.dtype)
-            return a @ w.t()
-
-        def rot(x, cos, sin):
-            x1, x2 = x.chunk(2, dim=-1)
-            return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-        def qkv(x, ln, wqkv, cos, sin):
-            # One RoPE pass over q and k together; q, k, v leave as views (the attention
-            # kernel takes token strides), so no copy kernels.
-            t = x.shape[0]
-            y = linear(rms(x, ln), wqkv)
-            qk = rot(y[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
-            return qk[:, :h], qk[:, h:], y[:, (h + kvh) * d :].view(t, kvh, d)
-
-        def first(tokens, positions, embed, inv_freq, ln, wqkv):
-            x = F.embedding(tokens, embed)
-            ang = positions.to(torch.float32)[:, None] * inv_freq
-            ang = torch.cat([ang, ang], dim=-1)[:, None, :]
-            cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-            q, k, v = qkv(x, ln, wqkv, cos, sin)
-            return x, cos, sin, q, k, v
-
-        def mlp_block(x, o, wo, ln2, wgu, wd):
-            x = x + linear(o.reshape(x.shape[0], -1), wo)
-            g, u = linear(rms(x, ln2), wgu).chunk(2, dim=-1)
-            return x + linear(F.silu(g) * u, wd)
-
-        def middle(x, o, wo, ln2, wgu, wd, ln_next, wqkv_next, cos, sin):
-            x = mlp_block(x, o, wo, ln2, wgu, wd)
-            q, k, v = qkv(x, ln_next, wqkv_next, cos, sin)
-            return x, q, k, v
-
-        def last(x, o, wo, ln2, wgu, wd, norm, head):
-            x = mlp_block(x, o, wo, ln2, wgu, wd)
-            logits = linear(rms(x, norm), head).float()
-            return logits, logits.argmax(dim=-1)
-
+        first, middle, last = _tokenwise_functions(h, kvh, d, eps, gemv)
         wrap = (
             (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
         )
@@ -180,13 +219,14 @@ class CudaGraphRunner:
             tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor | None],
         ] = {}
         self._pool = torch.cuda.graph_pool_handle()
+        self._layout = {q: PackedInputs.for_nodes(q) for q in self.node_counts}
         self._inputs = {
-            q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long, device=self.device)
-            for q in self.node_counts
+            q: torch.zeros(self.buckets[-1], lo.width, dtype=torch.long, device=self.device)
+            for q, lo in self._layout.items()
         }
         self._staging = {
-            q: torch.zeros(self.buckets[-1], 4 * q + 2, dtype=torch.long).pin_memory()
-            for q in self.node_counts
+            q: torch.zeros(self.buckets[-1], lo.width, dtype=torch.long).pin_memory()
+            for q, lo in self._layout.items()
         }
         self._pad = {q: self._pad_row(q) for q in self.node_counts}
         # Set after each input copy: the pinned staging block is rewritten only once it is done.
@@ -200,21 +240,22 @@ class CudaGraphRunner:
 
     # -- the captured function -------------------------------------------------------------
     def _pad_row(self, q: int) -> np.ndarray:
-        row = np.zeros(4 * q + 2, dtype=np.int64)
-        row[2 * q : 3 * q] = self.kv.pad_slot
-        row[3 * q : 4 * q] = [1 << j for j in range(q)]  # each padding token sees itself only
+        lo = self._layout[q]
+        row = np.zeros(lo.width, dtype=np.int64)
+        row[lo.write] = self.kv.pad_slot
+        row[lo.mask] = [1 << j for j in range(q)]  # each padding token sees itself only
         return row
 
     def _step(
         self, inp: torch.Tensor, q: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        b = inp.shape[0]
-        tokens = inp[:, :q].reshape(-1)
-        positions = inp[:, q : 2 * q].reshape(-1)
-        write = inp[:, 2 * q : 3 * q].contiguous()
-        bits = inp[:, 3 * q : 4 * q].contiguous()
-        rows = inp[:, 4 * q].contiguous()
-        lens = inp[:, 4 * q + 1].contiguous()
+        b, lo = inp.shape[0], self._layout[q]
+        tokens = inp[:, lo.tokens].reshape(-1)
+        positions = inp[:, lo.positions].reshape(-1)
+        write = inp[:, lo.write].contiguous()
+        bits = inp[:, lo.mask].contiguous()
+        rows = inp[:, lo.table_row].contiguous()
+        lens = inp[:, lo.context_len].contiguous()
         lay, kv = self.layers, self.kv
         splits = num_splits_for(b, lay.kvh)
         x, cos, sin, qh, k, v = lay.first(
@@ -305,7 +346,7 @@ class CudaGraphRunner:
         if q is None or len(work) > self.buckets[-1]:
             return None
         bucket = next(b for b in self.buckets if b >= len(work))
-        kv = self.kv
+        kv, lo = self.kv, self._layout[q]
         self._copied[q].synchronize()
         staging = self._staging[q].numpy()
         staging[:bucket] = self._pad[q]
@@ -315,15 +356,13 @@ class CudaGraphRunner:
             ctx = w.seq.context_len
             s = kv.alloc_rows(w.seq, n)
             slots.append(s)
-            row = staging[r]
-            row[:n] = w.tokens
-            row[q : q + n] = w.resolved_positions()
-            row[2 * q : 2 * q + n] = s
-            row[3 * q : 3 * q + n] = (
-                causal_bits(n) if w.mask is None else mask_bits(np.asarray(w.mask))
-            )
-            row[4 * q] = w.seq.table_row
-            row[4 * q + 1] = ctx
+            row = staging[r]  # numpy views: row[lo.tokens][:n] writes into the row
+            row[lo.tokens][:n] = w.tokens
+            row[lo.positions][:n] = w.resolved_positions()
+            row[lo.write][:n] = s
+            row[lo.mask][:n] = causal_bits(n) if w.mask is None else mask_bits(np.asarray(w.mask))
+            row[lo.table_row] = w.seq.table_row
+            row[lo.context_len] = ctx
         # Rows just allocated may have added pages: publish them before the kernel reads.
         kv.sync_device_table([w.seq for w in work])
         graph, logits, top, hidden = self._graph(bucket, q)

@@ -11,7 +11,7 @@ Context features get no query, output projection or MLP of their own.
 
 The drafter owns only its layers, `fc`, the norms and a learned mask embedding: the token
 embedding and the LM head are the target's, passed in by the caller (shared, frozen), which is
-why a drafter for SmolLM2-135M is a few MB. Training (engine/train_dflash.py) and inference
+why a drafter for SmolLM2-135M is a few MB. Training (engine/training/) and inference
 (dflash.py) call the same three methods: `fuse`, `context_kv`, `block_hidden`.
 """
 

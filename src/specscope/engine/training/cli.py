@@ -1,0 +1,110 @@
+"""The trainer's command line: flags, the cpu/gpu presets they default to, and main().
+
+`python -m specscope.engine.train_dflash` runs `main` (engine/train_dflash.py is only that entry
+point). Every preset value is also a flag, so one setting can be changed without leaving the
+preset; the help text is the package docstring (the recipe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import specscope.engine.training as package
+from specscope.engine.training.pipeline import run
+
+PRESETS = {
+    # One CPU thread in ~25 minutes: a one-layer drafter, short blocks, short responses.
+    "cpu": {
+        "draft_layers": 1,
+        "block_size": 8,
+        "gamma": 4.0,
+        "prompts_per_category": 8,
+        "response_tokens": 96,
+        "prompt_chars": 700,
+        "anchors": 24,
+        "seqs_per_step": 1,
+        "minutes": 16.0,
+        "eval_prompts": 1,
+        "eval_tokens": 48,
+        "lr": 1e-3,
+    },
+    # The H200 session: the recipe's block 16 / gamma 7, more data and longer responses.
+    "gpu": {
+        "draft_layers": 2,
+        "block_size": 16,
+        "gamma": 7.0,
+        "prompts_per_category": 96,
+        "response_tokens": 384,
+        "prompt_chars": 1600,
+        "anchors": 256,
+        "seqs_per_step": 8,
+        "minutes": 15.0,
+        "eval_prompts": 4,
+        "eval_tokens": 256,
+        "lr": 6e-4,
+    },
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m specscope.engine.train_dflash",
+        description=package.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--target", default="smollm2", help="as --model: smollm2, a .gguf or a HF folder"
+    )
+    ap.add_argument("--out", required=True, type=Path, help="folder for the drafter and its card")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="the target's dtype (default: the device's; fp32 makes the lossless check exact)",
+    )
+    ap.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--steps", type=int, default=None, help="exact step count (overrides --minutes)"
+    )
+    ap.add_argument(
+        "--categories", default=None, help="comma list (default: every built-in category)"
+    )
+    ap.add_argument("--cache-dir", type=Path, default=Path(".cache/dflash"))
+    ap.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--eval-budget", type=int, default=32, help="DDTree node budget for evaluation")
+    ap.add_argument("--gen-batch", type=int, default=8)
+    ap.add_argument(
+        "--eager", action="store_true", help="CUDA: generate and evaluate without CUDA graphs"
+    )
+    ap.add_argument(
+        "--evaluate-only",
+        action="store_true",
+        help="evaluate the drafter already in --out (held-out prompts) and update its card",
+    )
+    for name, value in PRESETS["cpu"].items():
+        ap.add_argument(
+            "--" + name.replace("_", "-"),
+            type=type(value),
+            default=None,
+            help=f"preset cpu: {value}, gpu: {PRESETS['gpu'][name]}",
+        )
+    args = ap.parse_args(argv)
+    for name, value in PRESETS[args.preset].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        run(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"train_dflash: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,294 @@
+"""The whole run, step by step: prompts -> dataset -> drafter -> training -> save -> evaluation
+-> card; and `--evaluate-only`, which re-measures a drafter an earlier run saved.
+
+Each stage lives in its own module; this one only orders them and carries their results into
+the card. It takes parsed arguments (cli.py) and, for tests, an already-built target and token
+prompts in place of the text ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+
+from specscope.engine.loader import LoadedModel, load_model
+from specscope.engine.speculative import dflash_model
+from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel
+from specscope.engine.training.card import write_card
+from specscope.engine.training.dataset import Sample, build_dataset
+from specscope.engine.training.evaluate import evaluate
+from specscope.engine.training.loop import TrainSettings, train
+from specscope.engine.training.loss import expected_commit
+from specscope.engine.training.prompts import (
+    ALL_CATEGORIES,
+    EVAL_SEED_OFFSET,
+    Prompt,
+    category_texts,
+    distinct_split,
+    encode_prompts,
+)
+
+
+def _configure_torch(args: argparse.Namespace) -> None:
+    """`--threads`, and on `--device cuda` a device check and TF32 matmuls."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device")
+    if args.device == "cuda":
+        torch.set_float32_matmul_precision(
+            "high"
+        )  # the fp32 drafter's matmuls on tensor cores (TF32)
+
+
+def _load_target(args: argparse.Namespace) -> LoadedModel:
+    """`--target` on `--device`, in `--dtype` (default: the device's)."""
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
+    return load_model(args.target, device=args.device, dtype=dtype)
+
+
+def _text_prompts(args: argparse.Namespace, target: LoadedModel) -> tuple[list, list]:
+    """Training and held-out prompts from `--categories`, encoded for the target; the held-out
+    texts avoid every training text."""
+    categories = args.categories.split(",") if args.categories else list(ALL_CATEGORIES)
+    train_texts = category_texts(categories, args.prompts_per_category, 0, args.prompt_chars)
+    eval_texts = category_texts(
+        categories,
+        args.eval_prompts,
+        EVAL_SEED_OFFSET,
+        args.prompt_chars,
+        avoid=frozenset(t for _, t in train_texts),
+    )
+    return encode_prompts(target, train_texts), encode_prompts(target, eval_texts)
+
+
+def _datasets(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    prompts: list[Prompt],
+    eval_prompts: list[Prompt],
+    taps: tuple[int, ...],
+    log,
+) -> tuple[list[Sample], dict, list[Sample]]:
+    """The training set (cached) and the evaluation prompts' own responses and features, the
+    held-out loss during training (not cached)."""
+    data, data_stats = build_dataset(
+        target,
+        prompts,
+        taps,
+        args.response_tokens,
+        args.gen_batch,
+        args.cache_dir,
+        log,
+        cuda_graphs=not args.eager,
+    )
+    held_out = (
+        build_dataset(
+            target,
+            eval_prompts,
+            taps,
+            args.response_tokens,
+            args.gen_batch,
+            None,
+            log,
+            cuda_graphs=not args.eager,
+        )[0]
+        if eval_prompts
+        else []
+    )
+    return data, data_stats, held_out
+
+
+def _new_drafter(
+    args: argparse.Namespace, cfg: DFlashConfig, target: LoadedModel
+) -> DFlashDraftModel:
+    """A seeded drafter, initialised at the scale of the target's embedding, on its device."""
+    torch.manual_seed(args.seed)
+    draft = DFlashDraftModel(cfg)
+    draft.init_weights(args.seed, float(target.model.embed_tokens.weight.detach().float().std()))
+    return draft.to(target.device)
+
+
+def _settings(args: argparse.Namespace) -> TrainSettings:
+    return TrainSettings(
+        steps=args.steps,
+        minutes=args.minutes,
+        lr=args.lr,
+        anchors=args.anchors,
+        seqs_per_step=args.seqs_per_step,
+        gamma=args.gamma,
+        seed=args.seed,
+    )
+
+
+def _evaluate_trained(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    eval_prompts: list[Prompt],
+    held_out: list[Sample],
+) -> dict[str, dict[str, Any]]:
+    """Held-out tau of the drafter just saved in `--out` ({} without evaluation prompts)."""
+    if not eval_prompts:
+        return {}
+    # Greedy decoding's prefix property: the held-out responses cut to eval_tokens are what a
+    # plain run of eval_tokens would write, so evaluation need not generate them again.
+    references = (
+        [s.tokens[s.prompt_len :][: args.eval_tokens] for s in held_out]
+        if args.response_tokens >= args.eval_tokens
+        else None
+    )
+    return evaluate(
+        target,
+        args.out,
+        eval_prompts,
+        args.eval_tokens,
+        args.block_size,
+        args.eval_budget,
+        cuda_graphs=not args.eager,
+        references=references,
+    )
+
+
+def reproduce_command(args: argparse.Namespace) -> str:
+    """The command line that repeats this run: every flag set, `--out` last, without `--steps`
+    (the card says how to pin the step count) and `--cache-dir` (a local detail)."""
+    return (
+        "python -m specscope.engine.train_dflash "
+        + " ".join(
+            f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+            for k, v in sorted(vars(args).items())
+            if v is not None and v is not False and k not in ("steps", "out", "cache_dir")
+        )
+        + f" --out {args.out}"
+    )
+
+
+def _card(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    cfg: DFlashConfig,
+    draft: DFlashDraftModel,
+    prompts: list[Prompt],
+    data: dict[str, Any],
+    settings: TrainSettings,
+    history: dict[str, Any],
+    evaluation: dict[str, dict[str, Any]],
+    t_start: float,
+) -> dict[str, Any]:
+    """Everything the card says about this run, in card.json's order."""
+    return {
+        "target": target.name,
+        "command": reproduce_command(args),
+        "device": args.device,
+        "threads": torch.get_num_threads(),
+        "drafter": asdict(cfg),
+        "parameters": sum(p.numel() for p in draft.parameters()),
+        "save_dtype": args.save_dtype,
+        "file_mb": (args.out / dflash_model.WEIGHTS_FILE).stat().st_size / 1e6,
+        "categories": sorted(dict.fromkeys(c for c, _ in prompts)),
+        "prompts_per_category": args.prompts_per_category,
+        "response_tokens": args.response_tokens,
+        "data": data,
+        "settings": asdict(settings),
+        "training": history,
+        "evaluation": evaluation,
+        "eval_tokens": args.eval_tokens,
+        "eval_budget": args.eval_budget,
+        "expected_commit_from_train_accuracy": round(
+            expected_commit(np.array(history["slot_accuracy_last"])), 3
+        ),
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+
+
+def run(
+    args: argparse.Namespace,
+    target: LoadedModel | None = None,
+    prompts: list[Prompt] | None = None,
+    eval_prompts: list[Prompt] | None = None,
+    log=print,
+) -> dict[str, Any]:
+    """The whole pipeline; tests pass a tiny target and token prompts instead of text ones."""
+    t_start = time.perf_counter()
+    _configure_torch(args)
+    target = target or _load_target(args)
+    if prompts is None:
+        prompts, eval_prompts = _text_prompts(args, target)
+    prompts, eval_prompts, split_stats = distinct_split(prompts, eval_prompts or [])
+    log(f"data: {split_stats}")
+    if args.evaluate_only:
+        return reevaluate(args, target, eval_prompts, log)
+    cfg = DFlashConfig.for_target(
+        target.name, target.config, num_layers=args.draft_layers, block_size=args.block_size
+    )
+    data, data_stats, held_out = _datasets(
+        args, target, prompts, eval_prompts, tuple(cfg.target_layer_ids), log
+    )
+    draft = _new_drafter(args, cfg, target)
+    settings = _settings(args)
+    history = train(draft, target, data, settings, log, held_out=held_out)
+    cfg.training = {
+        "steps": history["steps"],
+        "seed": args.seed,
+        "gamma": args.gamma,
+        "sequences": data_stats["sequences"],
+    }
+    save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
+    dflash_model.save(draft, args.out, dtype=save_dtype)
+    evaluation = _evaluate_trained(args, target, eval_prompts, held_out)
+    card = _card(
+        args,
+        target,
+        cfg,
+        draft,
+        prompts,
+        {**data_stats, **split_stats},
+        settings,
+        history,
+        evaluation,
+        t_start,
+    )
+    write_card(args.out, card)
+    log(f"wrote {args.out} ({card['file_mb']:.1f} MB), evaluation {json.dumps(evaluation)}")
+    return card
+
+
+def reevaluate(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    eval_prompts: list[Prompt],
+    log=print,
+) -> dict[str, Any]:
+    """`--evaluate-only`: held-out tau of the drafter in `--out` (trained by an earlier run, whose
+    card it updates), e.g. on another device or with the fast path the training run lacked."""
+    card_path = args.out / "card.json"
+    if not card_path.exists():
+        raise FileNotFoundError(
+            f"{card_path}: --evaluate-only needs a drafter trained by this command"
+        )
+    card = json.loads(card_path.read_text())
+    block = int(card["drafter"]["block_size"])
+    t0 = time.perf_counter()
+    card["evaluation"] = evaluate(
+        target,
+        args.out,
+        eval_prompts,
+        args.eval_tokens,
+        block,
+        args.eval_budget,
+        cuda_graphs=not args.eager,
+    )
+    card["eval_tokens"], card["eval_budget"] = args.eval_tokens, args.eval_budget
+    card["eval_device"] = args.device
+    card.setdefault("notes", []).append(
+        f"evaluation re-run by --evaluate-only on {args.device} ({time.perf_counter() - t0:.0f} s)"
+    )
+    write_card(args.out, card)
+    log(f"evaluation {json.dumps(card['evaluation'])}")
+    return card
