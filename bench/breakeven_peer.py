@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specscope.analysis.measure import concurrency_of
-from specscope.analysis.uncertainty import CI_LEVEL
+from specscope.analysis.headline.measure import concurrency_of
+from specscope.analysis.headline.uncertainty import CI_LEVEL
 from specscope.trace import tags
 from specscope.trace.rundir import load_run
 

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from specscope.twin.model import load_scenario, scenario_names
+from specscope.twin.scenario import load_scenario, scenario_names
 from specscope.validation.accuracy import Outcome, evaluate, randomised_cases
 from specscope.validation.breakeven import SCENARIOS as BREAKEVEN_SCENARIOS
 

@@ -25,8 +25,8 @@ from collections import defaultdict
 
 from scipy import stats
 
-from specscope.analysis.model import FINDING_IDS
-from specscope.twin.model import load_scenario, scenario_names
+from specscope.analysis.result import FINDING_IDS
+from specscope.twin.scenario import load_scenario, scenario_names
 from specscope.validation import power as pw
 
 

@@ -24,13 +24,13 @@ import time
 
 import numpy as np
 
-from specscope.analysis import precision as pr
-from specscope.analysis import virtual
+from specscope.analysis.headline import precision as pr
 from specscope.experiments import diagnosis_plan
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
 from specscope.validation import power as pw
+from specscope.validation import virtual
 
 
 def _requests(sc: tw.Scenario, prompt: int, tokens: int, n: int, seed: int) -> list[RequestTrace]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from specscope.serve.runner import ServerHandle
-from specscope.twin.model import Scenario, load_scenario
+from specscope.twin.scenario import Scenario, load_scenario
 from specscope.twin.server import start_twin_server
 
 if TYPE_CHECKING:

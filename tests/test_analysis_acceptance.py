@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specscope.analysis import acceptance as acc
+from specscope.analysis.fits import acceptance as acc
 from specscope.telemetry.records import SpecRecord
 
 # The story's `uniq -c` table: count, avg_accepted_drafts, avg_commit_len

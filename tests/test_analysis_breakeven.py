@@ -10,15 +10,15 @@ import math
 import numpy as np
 import pytest
 
-from specscope.analysis.breakeven import breakeven, crossing
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.measure import measure
+from specscope.analysis.diagnosis.breakeven import breakeven, crossing
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.headline.measure import measure
 from specscope.backend import SamplingParams
 from specscope.report.context import context_from_run
 from specscope.report.figures import build_figures
 from specscope.report.markdown import render_markdown
 from specscope.store.compare import compare_analyses
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
 from specscope.twin.backend import TwinBackend
 from specscope.validation.breakeven import CONTEXT, CONTEXT_RANGE, evaluate, simulated
 
@@ -221,7 +221,7 @@ def test_diagnose_and_compare_json_carry_breakeven_and_the_reports_show_it() -> 
 
 def test_without_sweeps_the_reason_says_what_is_missing() -> None:
     sc = tw.load_scenario("healthy")
-    from specscope.analysis import virtual
+    from specscope.validation import virtual
 
     def lone(name: tw.Scenario, seed: int) -> virtual.VirtualRun:
         return virtual.virtual_run(

@@ -8,9 +8,9 @@ from typing import get_args
 
 import pytest
 
-from specscope.analysis import advice, findings
-from specscope.analysis.cards import BY_ID, CARDS, Cause
-from specscope.analysis.model import FindingId
+from specscope.analysis.diagnosis import advice, findings
+from specscope.analysis.diagnosis.cards import BY_ID, CARDS, Cause
+from specscope.analysis.result import FindingId
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specscope.analysis import decompose as dec
-from specscope.analysis.uncertainty import unit_rows
+from specscope.analysis.headline import decompose as dec
+from specscope.analysis.headline.uncertainty import unit_rows
 
 
 def _steps(rng: np.random.Generator, n: int, mean_k: float, mean_s: float):

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specscope.analysis import virtual
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.model import FINDING_IDS
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.result import FINDING_IDS
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
 from specscope.validation.accuracy import HEALTHY_FORBIDDEN, Case, evaluate, randomised_cases
 from specscope.validation.breakeven import SCENARIOS as BREAKEVEN_SCENARIOS
 
@@ -141,7 +141,7 @@ def test_draft_window_checked_against_the_window_the_server_states(
 
 
 def test_stated_draft_window_is_read_from_either_name_and_only_as_a_size():
-    from specscope.analysis.speculation import stated_draft_window
+    from specscope.analysis.steps.speculation import stated_draft_window
 
     assert stated_draft_window({"speculative_draft_window_size": 2048}) == (
         2048,

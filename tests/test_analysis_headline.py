@@ -9,17 +9,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.headline import headline
-from specscope.analysis.server_steps import (
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.headline.headline import headline
+from specscope.analysis.headline.uncertainty import median_interval, totals_intervals, unit_rows
+from specscope.analysis.steps.reconstruct import reconstruct_steps
+from specscope.analysis.steps.server import (
     DRAFTED_STEPS,
     EVERY_STEP,
     INCONSISTENT,
     check_server_steps,
 )
-from specscope.analysis.steps import reconstruct_steps
 from specscope.analysis.summary import summarize
-from specscope.analysis.uncertainty import median_interval, totals_intervals, unit_rows
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace, Run, RunInfo, ServerSpecFields
 

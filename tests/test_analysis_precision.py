@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from specscope.analysis import precision as pr
-from specscope.analysis import virtual
-from specscope.analysis.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP as MIN_REQ
+from specscope.analysis.headline import precision as pr
+from specscope.analysis.headline.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP as MIN_REQ
 from specscope.trace import tags
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
 from specscope.validation import power as pw
+from specscope.validation import virtual
 
 UNLIMITED = pr.Budget(seconds=None, tokens=None, max_requests=1000)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.analysis import virtual
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.speculation import declared, speculation_state
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.steps.speculation import declared, speculation_state
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import ServerSpecFields
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
 
 ACCEPTANCE_IDS = {"acceptance_low", "speculation_overhead"}
 
@@ -91,9 +91,9 @@ def test_no_drafter_finding_while_the_state_is_unknown(overhead, plain, monkeypa
     """The same overhead run, once its evidence cannot tell whether the server drafts: no
     acceptance, decay, window, overhead or coverage claim is even tested, and the run says
     why nothing was found."""
-    from specscope.analysis import facts
-    from specscope.analysis.findings import NEEDS_SPECULATION
-    from specscope.analysis.speculation import SpeculationState
+    from specscope.analysis.diagnosis import facts
+    from specscope.analysis.diagnosis.findings import NEEDS_SPECULATION
+    from specscope.analysis.steps.speculation import SpeculationState
 
     known = analyze(_run(overhead, 8), baseline=_run(plain, 9))
     assert _ids(known) & ACCEPTANCE_IDS, _ids(known)
@@ -135,7 +135,7 @@ def test_speculation_state_rules():
 
 
 def test_server_figures_over_drafted_steps_are_labelled_and_yield_to_all_steps_ones():
-    from specscope.analysis.acceptance import from_telemetry
+    from specscope.analysis.fits.acceptance import from_telemetry
 
     logged = SpecRecord(
         format="llamacpp_log",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from specscope.analysis import steptime as stm
+from specscope.analysis.fits import steptime as stm
 
 
 def _requests(rng, prompts, gen, *, s0=0.012, a=7e-6, d=0.0, noise=0.05, commit=3):

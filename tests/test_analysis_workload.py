@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specscope.analysis.by_category import category_table
-from specscope.analysis.prefix_cache import prefix_cache
-from specscope.analysis.repetition import find_loop
-from specscope.analysis.routing import what_changed
+from specscope.analysis.steps.repetition import find_loop
+from specscope.analysis.workload.by_category import category_table
+from specscope.analysis.workload.prefix_cache import prefix_cache
+from specscope.analysis.workload.routing import what_changed
 from specscope.probe.workloads import material
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace
 
@@ -112,7 +112,7 @@ def test_what_changed_tells_routing_from_acceptance():
 
 
 def test_copied_share_tells_copying_from_new_text():
-    from specscope.analysis.repetition import copied_share
+    from specscope.analysis.steps.repetition import copied_share
 
     story = material.story()
     assert copied_share(story, story[:600]) > 0.95  # regurgitated (its last word is cut)

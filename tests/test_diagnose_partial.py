@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 
-from specscope.twin.model import load_scenario
+from specscope.twin.scenario import load_scenario
 from support.cli import start_cli
 from support.diagnose import WAIT_S, cli, specscope, wait_for_requests
 

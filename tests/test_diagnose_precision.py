@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from specscope.analysis import precision as pr
+from specscope.analysis.headline import precision as pr
 from support.cli import start_cli
 from support.diagnose import WAIT_S, diagnose_json, specscope, wait_for_requests
 

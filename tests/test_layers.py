@@ -43,7 +43,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "experiments": {"probe", "trace"},
         "probe": {"trace"},
         "analysis": {"trace", "telemetry"},
-        "report": {"analysis", "trace"},
+        "report": {"analysis", "trace", "store", "telemetry"},
         "store": {"analysis", "trace"},
         "telemetry": set(),
         "trace": set(),
@@ -58,13 +58,31 @@ ALLOWED: dict[str, frozenset[str]] = {
 # The named exceptions of §2, one module to one module (or package, for twin.server).
 EXCEPTIONS = frozenset(
     {
-        ("specscope.experiments.precision_loop", "specscope.analysis.precision"),
+        ("specscope.experiments.precision_loop", "specscope.analysis.headline.precision"),
         ("specscope.probe.specfields", "specscope.telemetry.llamacpp"),
         ("specscope.report.terminal", "specscope.experiments.plan"),
-        ("specscope.engine.train_dflash", "specscope.probe.workloads.categories"),
+        ("specscope.engine.training.prompts", "specscope.probe.workloads.categories"),
         ("specscope.twin.server", "specscope.serve"),
     }
 )
+
+
+# Inside analysis/, concept -> the concepts it may import (ARCHITECTURE §2): the folders in the
+# order of the story (steps and fits first, the diagnosis last), result.py free for all; the
+# public face (analysis/__init__.py) may import any of them.
+ANALYSIS_ALLOWED: dict[str, frozenset[str]] = {
+    k: frozenset(v)
+    for k, v in {
+        "steps": set(),
+        "fits": set(),
+        "headline": {"steps", "fits"},
+        "workload": {"headline", "steps"},
+        "diagnosis": {"headline", "fits", "steps", "workload", "serving"},
+        "serving": {"headline", "steps"},
+        "summary": {"headline", "steps", "workload"},
+        "result": set(),
+    }.items()
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -145,6 +163,34 @@ def test_imports_follow_the_layer_arrows():
         and not _excepted(a, b)
     )  # fmt: skip
     assert not bad, "imports against ARCHITECTURE §2:\n" + "\n".join(bad)
+
+
+def _concept(module: str) -> str | None:
+    """analysis' concept of a module (its folder, or its module directly in analysis/); None
+    for the public face and for modules outside analysis."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "analysis" else None
+
+
+def test_analysis_concepts_follow_their_arrows():
+    graph = _graph()
+    concepts = {_concept(m) for m in graph} - {None}
+    assert concepts == set(ANALYSIS_ALLOWED), concepts ^ set(ANALYSIS_ALLOWED)
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if (ca := _concept(a)) is not None
+        and (cb := _concept(b)) not in {ca, None, "result"}
+        and cb not in ANALYSIS_ALLOWED[ca]
+    )
+    assert not bad, "imports against analysis/'s arrows (ARCHITECTURE §2):\n" + "\n".join(bad)
+
+
+def test_analysis_is_cut_by_concept():
+    top = sorted(p.name for p in (SRC / ROOT / "analysis").glob("*.py"))
+    folders = [p for p in (SRC / ROOT / "analysis").iterdir() if (p / "__init__.py").exists()]
+    assert len(top) <= 8 and len(folders) >= 3, (top, folders)
 
 
 def test_every_named_exception_is_still_used():

@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from specscope.analysis import precision as pr
-from specscope.analysis.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP as MIN_REQ
+from specscope.analysis.headline import precision as pr
+from specscope.analysis.headline.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP as MIN_REQ
 from specscope.experiments import Executor, full_generation
 from specscope.experiments.plan import PrecisionPlan
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
 from specscope.experiments.probe_target import open_target
 from specscope.trace import RunDirWriter, RunInfo, load_run, tags
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
 from specscope.validation import power as pw
 
 PROMPT, TOKENS = 64, 100

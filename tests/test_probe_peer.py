@@ -15,7 +15,7 @@ import_peer_module("xllamacpp")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from specscope.analysis.steps import reconstruct_steps  # noqa: E402
+from specscope.analysis.steps.reconstruct import reconstruct_steps  # noqa: E402
 from specscope.cli import app  # noqa: E402
 from specscope.peers.llamacpp import LlamaCppServer  # noqa: E402
 from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402

@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from specscope.analysis import precision as pr
+from specscope.analysis.headline import precision as pr
 from specscope.cli import app
 from specscope.trace import load_run
 

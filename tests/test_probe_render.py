@@ -3,7 +3,7 @@ without a line saying why they differ."""
 
 from __future__ import annotations
 
-from specscope.commands.probe import chunks_vs_steps_note
+from specscope.report.probe_terminal import chunks_vs_steps_note
 
 
 def test_a_commit_length_unlike_tokens_per_chunk_is_explained():

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from typer.testing import CliRunner
 
-from specscope.analysis.steps import reconstruct_steps
+from specscope.analysis.steps.reconstruct import reconstruct_steps
 from specscope.cli import app
 from specscope.trace import load_run
 

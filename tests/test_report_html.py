@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from specscope.analysis.model import Analysis
+from specscope.analysis.result import Analysis
 from specscope.report import ReportContext, render_html, render_markdown
 from specscope.report.context import RequestError
 from support.reports import HOSTILE, HOSTILE_ERROR, PLOT_KEYS, full_analysis, hostile_info

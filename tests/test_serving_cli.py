@@ -166,7 +166,7 @@ def test_readme_glossary_is_the_reports_glossary():
 
 
 def test_renderers_show_the_serving_table_and_escape_nothing_unsafe(tmp_path):
-    from specscope.analysis.model import Analysis
+    from specscope.analysis.result import Analysis
     from specscope.analysis.serving import serving_metrics
     from specscope.trace.model import RunInfo
     from test_analysis_serving import trace

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.analysis.server_steps import all_steps_mean_commit_len, check_server_steps
-from specscope.analysis.steps import reconstruct_steps
+from specscope.analysis.steps.reconstruct import reconstruct_steps
+from specscope.analysis.steps.server import all_steps_mean_commit_len, check_server_steps
 from specscope.analysis.summary import summarize
 from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace, ServerSpecFields
 

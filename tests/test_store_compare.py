@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.model import Finding
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.result import Finding
 from specscope.cli import app
 from specscope.store.compare import compare_runs, differing_findings
 from test_analysis_diagnosis import _vrun, scenarios  # noqa: F401 (a fixture)
@@ -66,7 +66,7 @@ def test_comparative_finding_of_b_stays_in_findings_when_a_has_the_id():
     """A (analysed alone) may carry speculation_overhead from a low commit length; B measured
     against A as baseline says B is slower because of speculation: that is the comparison's
     conclusion and belongs in `findings`, not only in `b_findings`."""
-    from specscope.analysis.model import Analysis, Finding
+    from specscope.analysis.result import Analysis, Finding
     from specscope.store.compare import compare_analyses
 
     a = Analysis(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.analysis.acceptance import from_telemetry
+from specscope.analysis.fits.acceptance import from_telemetry
 from specscope.telemetry.prefix import PrefixParser
 from specscope.telemetry.records import to_record
 from specscope.telemetry.summary import LogSummary

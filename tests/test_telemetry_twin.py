@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from specscope.analysis.acceptance import from_telemetry
+from specscope.analysis.fits.acceptance import from_telemetry
 from specscope.telemetry import (
     LogQuery,
     MetricsError,

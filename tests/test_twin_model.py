@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specscope.twin.model import (
+from specscope.twin.scenario import (
     ScenarioError,
     acceptance_multiplier,
     accepted_drafts,

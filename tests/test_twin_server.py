@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from specscope.cli import app
 from specscope.trace import load_run
-from specscope.twin.model import Scenario, load_scenario
+from specscope.twin.scenario import Scenario, load_scenario
 
 pytestmark = pytest.mark.anyio
 runner = CliRunner()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specscope.analysis import significance as sig
-from specscope.twin import model as tw
+from specscope.analysis.fits import significance as sig
+from specscope.twin import scenario as tw
 from specscope.validation import power as pw
 
 

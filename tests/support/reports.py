@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specscope.analysis.model import Analysis, Attribution, Evidence, Finding
+from specscope.analysis.result import Analysis, Attribution, Evidence, Finding
 from specscope.trace import RunInfo
 
 HOSTILE = "<script>alert(1)</script>"

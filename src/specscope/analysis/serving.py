@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specscope.analysis.measure import concurrency_of, main_requests
-from specscope.analysis.server_steps import server_commit
-from specscope.analysis.steps import reconstruct_steps
+from specscope.analysis.headline.measure import concurrency_of, main_requests
+from specscope.analysis.steps.reconstruct import reconstruct_steps
+from specscope.analysis.steps.server import server_commit
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run, Step
 
@@ -519,6 +519,44 @@ def _origin_ns(run: Run) -> int:
     return min((r.t_send_ns for r in run.requests), default=0)
 
 
+def _request_row(
+    t: RequestTrace, m: RequestMetrics, origin: int, slo: dict[str, float] | None
+) -> dict[str, Any]:
+    """One request's row of REQUEST_COLUMNS: its metrics with the identity and error fields a
+    spreadsheet needs beside them."""
+    e = t.error
+    return {
+        "index": t.index,
+        "request_id": t.request_id,
+        "tag": t.spec.tag,
+        "concurrency": m.concurrency,
+        "concurrency_slot": t.concurrency_slot,
+        "ok": t.ok,
+        "error_kind": e.kind if e else None,
+        "error_message": e.message if e else None,
+        "http_status": e.http_status if e else None,
+        "prompt_tokens": t.spec.prompt_tokens or t.prompt_tokens_reported,
+        "output_tokens": m.output_tokens,
+        "finish_reason": t.finish_reason,
+        "send_s": _round((t.t_send_ns - origin) / 1e9),
+        "ttft_s": _round(m.ttft_s),
+        "tpot_s": _round(m.tpot_s),
+        "e2e_s": _round(m.e2e_s),
+        "output_tps": _round(m.output_tps),
+        "decode_tps": _round(m.decode_tps),
+        "chunks": sum(1 for c in t.chunks if c.n_tokens > 0),
+        "timed_steps": len(m.steps),
+        "mean_commit_len": _round(m.mean_commit_len),
+        "mean_inter_step_latency_s": _round(sum(m.step_latencies_s) / len(m.steps))
+        if m.steps
+        else None,
+        "max_inter_step_latency_s": _round(m.max_inter_step_s),
+        "max_inter_token_latency_s": _round(m.max_inter_token_s),
+        "server_mean_commit_len": _round(sc.mean_commit_len if (sc := server_commit(t)) else None),
+        "meets_slo": m.meets(slo) if slo else None,
+    }
+
+
 def export_rows(
     run: Run,
     steps: Mapping[int, Sequence[Step]] | None = None,
@@ -537,41 +575,7 @@ def export_rows(
         if st is None:
             st = timed_steps(t, max_commit_len=max_commit_len) if t.ok else []
         m = request_metrics(t, st, concurrency_of(t, conc))
-        e = t.error
-        req_rows.append(
-            {
-                "index": t.index,
-                "request_id": t.request_id,
-                "tag": t.spec.tag,
-                "concurrency": m.concurrency,
-                "concurrency_slot": t.concurrency_slot,
-                "ok": t.ok,
-                "error_kind": e.kind if e else None,
-                "error_message": e.message if e else None,
-                "http_status": e.http_status if e else None,
-                "prompt_tokens": t.spec.prompt_tokens or t.prompt_tokens_reported,
-                "output_tokens": m.output_tokens,
-                "finish_reason": t.finish_reason,
-                "send_s": _round((t.t_send_ns - origin) / 1e9),
-                "ttft_s": _round(m.ttft_s),
-                "tpot_s": _round(m.tpot_s),
-                "e2e_s": _round(m.e2e_s),
-                "output_tps": _round(m.output_tps),
-                "decode_tps": _round(m.decode_tps),
-                "chunks": sum(1 for c in t.chunks if c.n_tokens > 0),
-                "timed_steps": len(m.steps),
-                "mean_commit_len": _round(m.mean_commit_len),
-                "mean_inter_step_latency_s": _round(sum(m.step_latencies_s) / len(m.steps))
-                if m.steps
-                else None,
-                "max_inter_step_latency_s": _round(m.max_inter_step_s),
-                "max_inter_token_latency_s": _round(m.max_inter_token_s),
-                "server_mean_commit_len": _round(
-                    sc.mean_commit_len if (sc := server_commit(t)) else None
-                ),
-                "meets_slo": m.meets(slo) if slo else None,
-            }
-        )
+        req_rows.append(_request_row(t, m, origin, slo))
         for i, s in enumerate(m.steps):
             step_rows.append(
                 {

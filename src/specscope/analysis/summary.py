@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis.headline import headline
-from specscope.analysis.speculation import state_of_requests
-from specscope.analysis.steps import StepReconstruction, reconstruct_steps
-from specscope.analysis.workload_summary import workload_keys
+from specscope.analysis.headline.headline import Headline, headline
+from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
+from specscope.analysis.steps.speculation import state_of_requests
+from specscope.analysis.workload.keys import workload_keys
 from specscope.trace.model import RequestTrace
 
 
@@ -28,6 +28,56 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 def _round(v: float | None, nd: int = 12) -> float | None:
     """Trim float noise only; consumers get full precision."""
     return None if v is None else round(v, nd)
+
+
+def _chunks(ok: Sequence[RequestTrace]) -> tuple[list[float], list[int]]:
+    """(gaps between token-bearing chunks, tokens per chunk) over the requests: how the stream
+    arrived, whatever the steps were."""
+    gaps: list[float] = []
+    chunk_sizes: list[int] = []
+    for t in ok:
+        tc = [c for c in t.chunks if c.n_tokens > 0]
+        chunk_sizes += [c.n_tokens for c in tc]
+        gaps += [(b.t_ns - a.t_ns) / 1e9 for a, b in itertools.pairwise(tc)]
+    return gaps, chunk_sizes
+
+
+def _server_block(ok: Sequence[RequestTrace]) -> dict[str, Any] | None:
+    """The server's own speculation fields summed over the requests that carry them, beside the
+    client's figures; None without any."""
+    spec = [t.server_spec for t in ok if t.server_spec is not None]
+    accepted = [f.accepted_drafts for f in spec if f.accepted_drafts is not None]
+    proposed = [f.proposed_drafts for f in spec if f.proposed_drafts is not None]
+    server_block: dict[str, Any] | None = None
+    if spec:
+        server_block = {
+            "requests_with_fields": len(spec),
+            "sources": sorted({f.source for f in spec if f.source}),
+            "accepted_drafts": sum(accepted) if accepted else None,
+            "proposed_drafts": sum(proposed) if proposed else None,
+            "accept_rate": (
+                sum(accepted) / sum(proposed)
+                if accepted and proposed and sum(proposed) > 0
+                else None
+            ),
+            "verify_ct": sum(f.verify_ct for f in spec if f.verify_ct) or None,
+            "per_step_data": any(f.per_step_accepted for f in spec),
+        }
+    return server_block
+
+
+def _steps_block(ok_recs: Sequence[StepReconstruction], head: Headline) -> dict[str, Any]:
+    """How the steps were read and why some were not trusted: the evidence behind the commit
+    length's source."""
+    reasons = Counter(r.reason for r in ok_recs if not r.reliable)
+    checks = Counter(r.cross_check for r in ok_recs if r.cross_check)
+    return {
+        "methods": dict(Counter(r.method for r in ok_recs)),
+        "reliable_requests": sum(1 for r in ok_recs if r.reliable),
+        "unreliable_reasons": [{"reason": k, "requests": v} for k, v in reasons.most_common(5)],
+        "cross_checks": [{"result": k, "requests": v} for k, v in checks.most_common(5)],
+        "commit_len_detail": head.commit_len_detail,
+    }
 
 
 def summarize(
@@ -55,35 +105,9 @@ def summarize(
     per_req_tps = [w[0] / w[1] for w in windows]
     head = headline(ok, ok_recs)
 
-    gaps: list[float] = []
-    chunk_sizes: list[int] = []
-    for t in ok:
-        tc = [c for c in t.chunks if c.n_tokens > 0]
-        chunk_sizes += [c.n_tokens for c in tc]
-        gaps += [(b.t_ns - a.t_ns) / 1e9 for a, b in itertools.pairwise(tc)]
-
-    spec = [t.server_spec for t in ok if t.server_spec is not None]
-    accepted = [f.accepted_drafts for f in spec if f.accepted_drafts is not None]
-    proposed = [f.proposed_drafts for f in spec if f.proposed_drafts is not None]
-    server_block: dict[str, Any] | None = None
-    if spec:
-        server_block = {
-            "requests_with_fields": len(spec),
-            "sources": sorted({f.source for f in spec if f.source}),
-            "accepted_drafts": sum(accepted) if accepted else None,
-            "proposed_drafts": sum(proposed) if proposed else None,
-            "accept_rate": (
-                sum(accepted) / sum(proposed)
-                if accepted and proposed and sum(proposed) > 0
-                else None
-            ),
-            "verify_ct": sum(f.verify_ct for f in spec if f.verify_ct) or None,
-            "per_step_data": any(f.per_step_accepted for f in spec),
-        }
-
+    gaps, chunk_sizes = _chunks(ok)
+    server_block = _server_block(ok)
     speculation = state_of_requests(server_info or {}, traces, recs)
-    reasons = Counter(r.reason for r in ok_recs if not r.reliable)
-    checks = Counter(r.cross_check for r in ok_recs if r.cross_check)
     return {
         "requests": len(traces),
         "ok": len(ok),
@@ -109,13 +133,7 @@ def summarize(
             if k != "decode_tps"
         },
         "headline_notes": list(head.notes),
-        "steps": {
-            "methods": dict(Counter(r.method for r in ok_recs)),
-            "reliable_requests": sum(1 for r in ok_recs if r.reliable),
-            "unreliable_reasons": [{"reason": k, "requests": v} for k, v in reasons.most_common(5)],
-            "cross_checks": [{"result": k, "requests": v} for k, v in checks.most_common(5)],
-            "commit_len_detail": head.commit_len_detail,
-        },
+        "steps": _steps_block(ok_recs, head),
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,
         **workload_keys(traces, recs),

@@ -1,5 +1,5 @@
-"""Helpers shared by commands: the two consoles, untrusted text, one stdout JSON object, clear
-errors with the contract's exit codes."""
+"""Helpers shared by commands: the two consoles, one stdout JSON object, clear errors with the
+contract's exit codes (untrusted text: report.text)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
-from specscope.trace.text import scrub
+from specscope.report.text import labelled
 
 # Progress and tables go to stderr so that `--json` leaves exactly one object on stdout.
 # soft_wrap: a warning or an error naming a long path stays one line (grep-able, and a test
@@ -22,17 +21,6 @@ out_console = Console()
 EXIT_OK = 0
 EXIT_TARGET_MISBEHAVED = 1
 EXIT_BAD_INPUT = 2
-
-
-def untrusted(text: object, style: str = "") -> Text:
-    """Text from a server, a file or the user, as rich shows it: never parsed as markup (a
-    `[/red]` in a 500 body is text), lone surrogates escaped so the terminal can encode it."""
-    return Text(scrub(str(text)), style=style)
-
-
-def labelled(label: str, style: str, text: object) -> Text:
-    """`label` in `style`, then untrusted `text`: the one shape of error/warning/note lines."""
-    return Text.assemble((label, style), " ", untrusted(text))
 
 
 def warn(message: object) -> None:

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
-from specscope.analysis.routing import what_changed
+from specscope.analysis.workload.routing import what_changed
 from specscope.commands.common import (
     EXIT_TARGET_MISBEHAVED,
     err_console,
@@ -17,7 +16,8 @@ from specscope.commands.common import (
     out_console,
     print_json,
 )
-from specscope.report.context import fmt, fmt_interval
+from specscope.report.compare_terminal import render_compare
+from specscope.report.contract import compare_json
 from specscope.store.analyses import analyze_run, load_analysis
 from specscope.store.compare import compare_analyses, parse_threshold
 from specscope.trace.rundir import RunDirError
@@ -62,47 +62,9 @@ def compare(
     slower = cmp.slower_by()
     failed = threshold is not None and slower is not None and slower > threshold
     if json_:
-        d = cmp.to_dict()
-        d["run_a"], d["run_b"] = str(run_a), str(run_b)
-        d["fail_if_slower"] = threshold
-        d["failed"] = failed
-        print_json(d)
+        print_json(compare_json(cmp, run_a, run_b, threshold, failed))
     else:
-        out_console.print(
-            Text(f"A {run_a}: {fmt(cmp.tps_a, 1)} tok/s   B {run_b}: {fmt(cmp.tps_b, 1)} tok/s")
-        )
-        for side, an in (("A", cmp.a), ("B", cmp.b)):
-            if an is not None and an.speculation:
-                out_console.print(
-                    Text(f"speculation {side}: {an.speculation} ({an.speculation_reason})")
-                )
-        out_console.print(
-            Text(
-                f"tps ratio A/B {fmt(cmp.tps_ratio, 3)} = acceptance factor "
-                f"{fmt(cmp.acceptance_factor, 3)} × step-time factor "
-                f"{fmt(cmp.step_time_factor, 3)}"
-            )
-        )
-        at = cmp.attribution
-        if at is not None and at.tps_ratio_ci is not None:
-            out_console.print(
-                Text(
-                    f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, "
-                    f"acceptance{fmt_interval(at.acceptance_factor_ci)}, step time"
-                    f"{fmt_interval(at.step_time_factor_ci)}"
-                )
-            )
-        out_console.print(Text(f"what changed: {cmp.what_changed['verdict']}"))
-        if cmp.new_findings:
-            out_console.print(Text(f"new in B: {', '.join(cmp.new_findings)}"))
-        if cmp.resolved_findings:
-            out_console.print(Text(f"gone in B: {', '.join(cmp.resolved_findings)}"))
-        for f in cmp.b_findings:
-            out_console.print(Text(f"- {f.id}: {f.summary}"))
-        if slower is not None:
-            out_console.print(
-                Text(f"B is {abs(slower) * 100:.1f}% {'slower' if slower > 0 else 'faster'} than A")
-            )
+        render_compare(cmp, run_a, run_b, slower, out_console)
     if failed:
         err_console.print(
             f"regression: B is {slower * 100:.1f}% slower than A "

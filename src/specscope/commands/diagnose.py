@@ -11,8 +11,6 @@ still reported); 2 bad usage/input. Ctrl-C stops cleanly and reports a partial r
 
 from __future__ import annotations
 
-import json
-import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -20,19 +18,16 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from specscope.analysis.model import Analysis
-from specscope.analysis.workload_summary import diagnosis_workload_keys
+from specscope.analysis.workload.keys import diagnosis_workload_keys
 from specscope.commands.common import (
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
     SLO_HELP,
     err_console,
     fail_usage,
-    labelled,
     out_console,
     print_json,
     slo_option,
-    untrusted,
 )
 from specscope.commands.inputs import (
     BudgetTokens,
@@ -45,14 +40,12 @@ from specscope.commands.inputs import (
     Tokenizer,
     endpoint_or_fail,
     out_dir_or_fail,
-    precision_or_fail,
     prompt_text_or_fail,
     prompt_tokens_or_fail,
     timeouts_or_fail,
     tokenizer_or_fail,
     workload_or_fail,
 )
-from specscope.commands.probe import category_rich_table
 from specscope.embedded import EmbeddedServer, ServerStartError
 from specscope.entrypoints import (
     DEFAULT_PROMPT_TOKENS,
@@ -60,19 +53,22 @@ from specscope.entrypoints import (
     DiagnoseInputError,
     DiagnoseInterrupted,
     DiagnoseOptions,
+    Diagnosis,
     EmbeddedChoice,
     NothingMeasured,
+    OptionError,
     diagnose_run,
 )
 from specscope.experiments import Progress as StepProgress
 from specscope.experiments import diagnosis_plan
 from specscope.experiments.probe_target import ProbeInputs, TargetError
 from specscope.probe.client import Timeouts, resolve_api_key
-from specscope.probe.endpoint import redact_url
+from specscope.probe.endpoint import Endpoint, redact_url
 from specscope.report import context_from_run, render_plan, render_terminal
+from specscope.report.contract import diagnose_failure_json, diagnose_json
+from specscope.report.probe_terminal import render_workload
+from specscope.report.text import labelled, untrusted
 from specscope.store import RunIndex
-from specscope.store.analyses import plain_values
-from specscope.store.compare import attribution_json
 from specscope.telemetry.evidence import EvidenceSources
 from specscope.trace import Run, load_run
 from specscope.trace.rundir import RunDirError, new_run_id
@@ -80,7 +76,8 @@ from specscope.trace.rundir import RunDirError, new_run_id
 EXIT_INTERRUPTED = 130
 
 
-def _parse_levels(text: str | None) -> list[int] | None:
+def _parse_levels(text: str | None) -> tuple[int, ...] | None:
+    """--concurrency 1,2,4 as levels within 1..256, or exit 2."""
     if not text:
         return None
     try:
@@ -89,7 +86,7 @@ def _parse_levels(text: str | None) -> list[int] | None:
         fail_usage(f"--concurrency expects comma-separated integers like 1,2,4 (got {text!r})")
     if not levels or any(c < 1 or c > 256 for c in levels):
         fail_usage(f"--concurrency levels must be within 1..256 (got {text!r})")
-    return levels
+    return tuple(levels)
 
 
 class _ProgressBar:
@@ -132,92 +129,6 @@ class _ProgressBar:
         )
 
 
-# analysis.headline's labels and intervals, beside the ARCHITECTURE §8 headline keys
-HEADLINE_KEYS = (
-    "mean_commit_len_source",
-    "mean_commit_len_per_drafted_step",
-    "drafted_step_share",
-    "mean_step_s_source",
-    "decode_tps_ci",
-    "mean_commit_len_ci",
-    "mean_step_s_ci",
-    "ttft_s_ci",
-    "interval_method",
-)
-
-
-def contract_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, Any]:
-    """ARCHITECTURE §8 keys, plus status/partial/errors/report_html."""
-    return {
-        "decode_tps": analysis.decode_tps,
-        "ttft_s": analysis.ttft_s,
-        "mean_commit_len": analysis.mean_commit_len,
-        "mean_step_s": analysis.mean_step_s,
-        "speculation": analysis.speculation,
-        "speculation_reason": analysis.speculation_reason,
-        **{k: getattr(analysis, k) for k in HEADLINE_KEYS},
-        "findings": [
-            {
-                "id": f.id,
-                "summary": f.summary,
-                "confidence": f.confidence,
-                "factor": f.factor,
-                "evidence": [plain_values(e.model_dump()) for e in f.evidence],
-                "next": f.next,
-            }
-            for f in analysis.findings
-        ],
-        "attribution": attribution_json(analysis.attribution),
-        "breakeven": analysis.breakeven,
-        "run_dir": analysis.run_dir,
-        "status": run.info.status,
-        "status_reason": run.info.status_reason,
-        "partial": analysis.partial,
-        "requests": len(run.requests),
-        "errors": [
-            {"index": r.index, "tag": r.spec.tag, "kind": r.error.kind, "message": r.error.message}
-            for r in run.requests
-            if r.error is not None
-        ][:50],
-        "no_finding_reason": analysis.no_finding_reason,
-        "finding_tests": [plain_values(t.model_dump(mode="json")) for t in analysis.finding_tests],
-        "telemetry": run.info.telemetry or None,
-        "precision": analysis.precision,
-        "report_html": str(html_path),
-        "serving": analysis.serving,
-        **diagnosis_workload_keys(run.requests),
-    }
-
-
-def _render_workload(keys: dict[str, Any]) -> None:
-    """Commit length per category, loops and prefix-cache evidence, after the report."""
-    if keys["by_category"]:
-        out_console.print(category_rich_table(keys["by_category"]))
-    if keys["repetition_loops"]:
-        out_console.print(
-            f"repetition loops: {len(keys['repetition_loops'])} request(s) end in a "
-            "loop; their acceptance is inflated",
-            markup=False,
-            highlight=False,
-        )
-    if keys["prefix_cache"]:
-        pc = keys["prefix_cache"]
-        out_console.print(
-            f"prefix cache: {pc['hits']} hit(s) of {pc['requests']}: {pc['evidence']}",
-            markup=False,
-            highlight=False,
-        )
-
-
-def _split_command(cmd: str) -> list[str] | None:
-    """argv for --logs-cmd (run without a shell); None when it does not parse."""
-    try:
-        argv = shlex.split(cmd)
-    except ValueError:
-        return None
-    return argv or None
-
-
 def _hooks(show_progress: bool) -> DiagnoseHooks:
     """What the terminal shows while the run goes: the embedded server, the plan, a progress
     bar on stderr, and a line on Ctrl-C."""
@@ -245,27 +156,7 @@ def _fail_target(message: str, json_: bool) -> NoReturn:
     with null numbers and the error), exit 1."""
     err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
-        print_json(
-            {
-                **dict.fromkeys(
-                    (
-                        "decode_tps",
-                        "ttft_s",
-                        "mean_commit_len",
-                        "mean_step_s",
-                        "attribution",
-                        "breakeven",
-                        "run_dir",
-                        "serving",
-                        "precision",
-                    )
-                ),
-                "findings": [],
-                "speculation": "unknown",
-                "speculation_reason": "nothing was measured",
-                "error": message,
-            }
-        )
+        print_json(diagnose_failure_json(message))
     raise typer.Exit(EXIT_TARGET_MISBEHAVED)
 
 
@@ -362,101 +253,122 @@ def diagnose(
     timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
     timeout_total: TimeoutTotal = Timeouts.total,
 ) -> None:
-    slo_s = slo_option(slo)
+    """Parse and check the flags, run the diagnosis, print the report (or --json's object)."""
     endpoint = endpoint_or_fail(url) if url is not None else None
-    url = endpoint.url if endpoint is not None else None
-    timeouts = timeouts_or_fail(
-        timeout_connect, timeout_first_byte, timeout_between_chunks, timeout_total
+    slo_s = slo_option(slo)
+    inputs = _probe_inputs(
+        endpoint,
+        api_key=api_key,
+        model=model,
+        tokenizer=tokenizer,
+        prompt_file=prompt_file,
+        workload=workload,
+        vary_prompts=vary_prompts,
+        timeouts=(timeout_connect, timeout_first_byte, timeout_between_chunks, timeout_total),
     )
-    local_count = tokenizer_or_fail(tokenizer)
-    prompt_text = prompt_text_or_fail(prompt_file)
-    if prompt_tokens is None and prompt_text is None:
+    if prompt_tokens is None and inputs.prompt_text is None:
         prompt_tokens = DEFAULT_PROMPT_TOKENS
     if prompt_tokens is not None:  # else: --prompt-file's length, counted by the server
         prompt_tokens_or_fail(prompt_tokens)
-    if max_tokens < 2:
-        fail_usage(f"--max-tokens must be >= 2 (got {max_tokens})")
-    if not logs_timeout > 0 or logs_timeout == float("inf"):
-        fail_usage(f"--logs-timeout must be a number of seconds > 0 (got {logs_timeout})")
-    if not 1 <= repeat <= 100:
-        fail_usage(f"--repeat must be within 1..100 (got {repeat})")
-    precision_or_fail(precision, budget_s, budget_tokens)
-    if logs and logs_cmd:
-        fail_usage("give either --logs or --logs-cmd, not both")
-    for p in logs or []:
-        if p != "-" and not Path(p).is_file():
-            fail_usage(f"--logs: no such file: {p}")
-    if time_scale is not None and time_scale <= 0:
-        fail_usage(f"--time-scale must be > 0 (got {time_scale})")
-    if backend not in (None, "engine", "twin"):
-        fail_usage(f"--backend must be engine or twin (got {backend!r})")
-    if url is not None and (scenario or time_scale or backend):
-        fail_usage("--scenario/--time-scale/--backend apply only to the embedded server (no URL)")
-    if scenario is not None:
-        from specscope.twin.model import ScenarioError, load_scenario
-
-        try:
-            load_scenario(scenario)
-        except ScenarioError as e:
-            fail_usage(f"--scenario: {e}")
-    if logs_cmd and not _split_command(logs_cmd):
-        fail_usage(f"--logs-cmd: cannot parse {logs_cmd!r}")
-    wl = workload_or_fail(workload, prompt_text, prompt_file)
-    baseline_run = None
-    if baseline is not None:
-        try:
-            baseline_run = load_run(baseline)
-        except RunDirError as e:
-            fail_usage(f"--baseline: {e}")
-    run_dir = (
-        out_dir_or_fail(out)
-        if out is not None
-        else out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
-        / new_run_id("diagnose")
-    )
-    levels = _parse_levels(concurrency)
-    options = DiagnoseOptions(
-        out=run_dir,
-        url=url,
-        prompt_tokens=prompt_tokens,
-        max_tokens=max_tokens,
-        quick=quick,
-        repeat=repeat,
-        flavor=flavor,
-        api=api,
-        concurrency_levels=tuple(levels) if levels else None,
-        slo=slo_s,
-        baseline=baseline_run,
-        precision=precision,
-        budget_s=budget_s,
-        budget_tokens=budget_tokens,
-        baseline_path=str(baseline) if baseline else None,
-        probe=ProbeInputs(
-            timeouts=timeouts,
-            api_key=resolve_api_key(api_key),
-            auth=endpoint.auth if endpoint else None,
-            model=model,
-            local_count=local_count,
-            prompt_text=prompt_text,
-            workload=wl,
-            unique=vary_prompts,
-        ),
-        evidence=EvidenceSources(
-            logs=tuple(logs or ()),
-            logs_cmd=logs_cmd,
-            logs_timeout_s=logs_timeout,
-            metrics_url=redact_url(metrics_url) if metrics_url else None,
-        ),
-        embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
-        recorded={
-            "tokenizer": str(tokenizer) if tokenizer else None,
-            "prompt_file": str(prompt_file) if prompt_file else None,
-            "workload": workload,
-        },
-    )
-    started = time.monotonic()
+    if scenario is not None and endpoint is None:  # with a URL the options refuse --scenario
+        _scenario_or_fail(scenario)
+    baseline_run = _baseline_or_fail(baseline)
     try:
-        done = diagnose_run(options, _hooks(show_progress=True))
+        options = DiagnoseOptions(
+            out=_run_dir_or_fail(out),
+            url=endpoint.url if endpoint is not None else None,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            quick=quick,
+            repeat=repeat,
+            flavor=flavor,
+            api=api,
+            concurrency_levels=_parse_levels(concurrency),
+            slo=slo_s,
+            baseline=baseline_run,
+            precision=precision,
+            budget_s=budget_s,
+            budget_tokens=budget_tokens,
+            baseline_path=str(baseline) if baseline else None,
+            probe=inputs,
+            evidence=EvidenceSources(
+                logs=tuple(logs or ()),
+                logs_cmd=logs_cmd,
+                logs_timeout_s=logs_timeout,
+                metrics_url=redact_url(metrics_url) if metrics_url else None,
+            ),
+            embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
+            recorded={
+                "tokenizer": str(tokenizer) if tokenizer else None,
+                "prompt_file": str(prompt_file) if prompt_file else None,
+                "workload": workload,
+            },
+        )
+    except OptionError as e:
+        fail_usage(str(e))
+    started = time.monotonic()
+    _print_outcome(_run(options, json_), json_, started)
+
+
+def _probe_inputs(
+    endpoint: Endpoint | None,
+    *,
+    api_key: str | None,
+    model: str | None,
+    tokenizer: Path | None,
+    prompt_file: Path | None,
+    workload: str | None,
+    vary_prompts: bool,
+    timeouts: tuple[float, float, float, float],
+) -> ProbeInputs:
+    """The probe's input options (the same flags and checks as `probe`), each bad one exit 2."""
+    checked_timeouts = timeouts_or_fail(*timeouts)
+    local_count = tokenizer_or_fail(tokenizer)
+    prompt_text = prompt_text_or_fail(prompt_file)
+    return ProbeInputs(
+        timeouts=checked_timeouts,
+        api_key=resolve_api_key(api_key),
+        auth=endpoint.auth if endpoint else None,
+        model=model,
+        local_count=local_count,
+        prompt_text=prompt_text,
+        workload=workload_or_fail(workload, prompt_text, prompt_file),
+        unique=vary_prompts,
+    )
+
+
+def _scenario_or_fail(scenario: str) -> None:
+    """--scenario names a twin scenario that loads (checked before anything starts)."""
+    from specscope.twin.scenario import ScenarioError, load_scenario
+
+    try:
+        load_scenario(scenario)
+    except ScenarioError as e:
+        fail_usage(f"--scenario: {e}")
+
+
+def _baseline_or_fail(baseline: Path | None) -> Run | None:
+    """--baseline's run, loaded, or exit 2 naming why it is not a run."""
+    if baseline is None:
+        return None
+    try:
+        return load_run(baseline)
+    except RunDirError as e:
+        fail_usage(f"--baseline: {e}")
+
+
+def _run_dir_or_fail(out: Path | None) -> Path:
+    """--out, or a new run dir under the runs home; exit 2 when it cannot be written."""
+    if out is not None:
+        return out_dir_or_fail(out)
+    home = out_dir_or_fail(RunIndex().home, "the runs home (SPECSCOPE_HOME)")
+    return home / new_run_id("diagnose")
+
+
+def _run(options: DiagnoseOptions, json_: bool) -> Diagnosis:
+    """diagnose_run, each of its refusals turned into the contract's exit code and one line."""
+    try:
+        return diagnose_run(options, _hooks(show_progress=True))
     except TargetError as e:
         _fail_target(str(e), json_)
     except ServerStartError as e:
@@ -470,13 +382,17 @@ def diagnose(
         if e.announce:
             err_console.print("interrupted", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    run, analysis, html_path, run_path = done.run, done.analysis, done.report_html, done.run_dir
 
+
+def _print_outcome(done: Diagnosis, json_: bool, started: float) -> NoReturn:
+    """The report (or the JSON object) on stdout, where it was written on stderr, and the exit
+    code: 130 after Ctrl-C, 1 when the target misbehaved, else 0."""
+    run, analysis, html_path, run_path = done.run, done.analysis, done.report_html, done.run_dir
     if json_:
-        print_json(contract_json(analysis, run, html_path))
+        print_json(diagnose_json(analysis, run, html_path))
     else:
         render_terminal(context_from_run(run, analysis, str(run_path)), out_console)
-        _render_workload(diagnosis_workload_keys(run.requests))
+        render_workload(diagnosis_workload_keys(run.requests), out_console)
     err_console.print(f"run dir: {run_path}", markup=False, highlight=False)
     err_console.print(f"analysis: {run_path / 'analysis.json'}", markup=False, highlight=False)
     err_console.print(
@@ -489,6 +405,3 @@ def diagnose(
     if run.errors or run.info.status != "complete":
         raise typer.Exit(EXIT_TARGET_MISBEHAVED)
     raise typer.Exit(EXIT_OK)
-
-
-__all__ = ["contract_json", "diagnose", "json"]

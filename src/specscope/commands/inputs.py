@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from specscope.commands.common import fail_usage
+from specscope.entrypoints.options import precision_problem
 from specscope.probe.client import Timeouts
 from specscope.probe.endpoint import Endpoint, EndpointError, parse_endpoint
 from specscope.probe.prompts import (
@@ -51,15 +52,11 @@ BudgetTokens = Annotated[
 def precision_or_fail(
     precision: float | None, budget_s: float | None, budget_tokens: int | None
 ) -> None:
-    """--precision P within [0, 1), --budget-s and --budget-tokens >= 0."""
-    if precision is not None and not 0 <= precision < 1:
-        fail_usage(
-            f"--precision must be a relative half-width within [0, 1), e.g. 0.05 (got {precision})"
-        )
-    if budget_s is not None and not 0 <= budget_s < float("inf"):
-        fail_usage(f"--budget-s must be a number of seconds >= 0 (got {budget_s})")
-    if budget_tokens is not None and budget_tokens < 0:
-        fail_usage(f"--budget-tokens must be >= 0 (got {budget_tokens})")
+    """--precision P within [0, 1), --budget-s and --budget-tokens >= 0 (probe's check; diagnose's
+    options object checks its own)."""
+    problem = precision_problem(precision, budget_s, budget_tokens)
+    if problem:
+        fail_usage(problem)
 
 
 def endpoint_or_fail(url: str) -> Endpoint:

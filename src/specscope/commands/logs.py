@@ -11,20 +11,17 @@ Exit codes: 0 ok (also when nothing matched: that is an answer); 2 bad usage or 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from specscope.commands.common import fail_usage, out_console, print_json, untrusted, warn
+from specscope.commands.common import fail_usage, out_console, print_json, warn
+from specscope.report.logs_terminal import render_logs
 from specscope.telemetry.custom import PatternError
 from specscope.telemetry.ingest import LogQuery, UnknownFormatError, read_logs, selected_formats
 from specscope.telemetry.parallel import usable_cpus
 from specscope.telemetry.sources import DEFAULT_COMMAND_TIMEOUT_S, SourceError
-from specscope.telemetry.summary import LogSummary, commit_key
 from specscope.telemetry.timewindow import TimeFormatError, parse_user_time
-
-BAR_WIDTH = 40
 
 
 def logs(
@@ -107,104 +104,4 @@ def logs(
     if json_:
         print_json(summary.to_json())
         return
-    render(summary, verbose)
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def render(summary: LogSummary, verbose: bool) -> None:
-    """The terminal view: the story's `uniq -c`, readable."""
-    mean, basis = summary.mean_commit_len()
-    out_console.print(
-        f"{summary.records} records from {summary.bytes / 1e6:.1f} MB, "
-        f"{summary.malformed} malformed, "
-        f"{summary.filtered_rank} of other ranks, {summary.filtered_time} outside the window",
-        highlight=False,
-    )
-    hist = summary.commit_len_histogram()
-    if hist:
-        total = sum(hist.values())
-        peak = max(hist.values())
-        table = Table(title="Commit length per verify step (accepted drafts + 1)")
-        table.add_column("commit len", justify="right")
-        table.add_column("steps", justify="right")
-        table.add_column("share", justify="right")
-        table.add_column("", no_wrap=True)
-        for key, n in hist.items():
-            bar = "█" * max(1, round(BAR_WIDTH * n / peak))
-            table.add_row(key, str(n), f"{100 * n / total:.1f}%", f"[cyan]{bar}[/]")
-        out_console.print(table)
-        out_console.print(f"mean commit length {mean:.2f} over {total} steps ({basis})")
-        odd = [
-            r
-            for r in summary.pairs_table()
-            if r["accepted_drafts"] is not None
-            and abs(r["commit_len"] - r["accepted_drafts"] - 1) > 1e-9
-        ]
-        for r in odd:
-            out_console.print(
-                f"[yellow]note:[/] {r['count']} step(s) with accepted_drafts="
-                f"{r['accepted_drafts']:.2f} but commit_len={r['commit_len']:.2f} (expected +1)",
-                highlight=False,
-            )
-    elif mean is not None:
-        out_console.print(f"mean commit length {mean:.2f} ({basis}; no per-step records)")
-    drafted = summary.commit.figures().per_drafted_step
-    if drafted is not None:
-        out_console.print(
-            f"mean commit length per drafted step {drafted:.2f} (the server counts only steps "
-            "that drafted something; steps that drafted nothing commit one token and are missing)",
-            highlight=False,
-        )
-    elif mean is None and not hist:
-        out_console.print("no speculative-decoding records found")
-    _render_formats(summary)
-    if verbose and summary.malformed_examples:
-        out_console.print(f"first {len(summary.malformed_examples)} malformed lines:")
-        for ex in summary.malformed_examples:
-            out_console.print(
-                untrusted(
-                    f"  {ex['source']}:{ex['line_no']} [{ex['format']}] {ex['reason']}: "
-                    f"{ex['text']}"
-                ),
-                highlight=False,
-            )
-    elif summary.malformed:
-        out_console.print("(use --verbose to see the first malformed lines)")
-
-
-def _render_formats(summary: LogSummary) -> None:
-    if not summary.by_format:
-        return
-    table = Table(title="Per format")
-    for col in ("format", "records", "mean commit len", "min..max", "mean accept rate", "other"):
-        table.add_column(col, justify="right" if col != "format" else "left")
-    for name, stats in sorted(summary.by_format.items()):
-        j: dict[str, Any] = stats.to_json()
-        other = []
-        if "mean_per_position" in j:
-            other.append("per-position " + ", ".join(f"{p:.2f}" for p in j["mean_per_position"]))
-        if "mean_gen_throughput" in j:
-            other.append(f"gen {j['mean_gen_throughput']:.1f} tok/s")
-        rng = (
-            f"{commit_key(j['min_commit_len'])}..{commit_key(j['max_commit_len'])}"
-            if j["min_commit_len"] is not None
-            else "-"
-        )
-        table.add_row(
-            name,
-            str(j["records"]),
-            _fmt(j.get("step_weighted_commit_len", j["mean_commit_len"])),
-            rng,
-            _fmt(j["mean_accept_rate"], 3),
-            "; ".join(other),
-        )
-    out_console.print(table)
-    if "sglang_decode" in summary.by_format:
-        out_console.print(
-            "note: SGLang's `accept rate` formula changed in PR #23530 (2026-04); older builds "
-            "overstate it",
-            highlight=False,
-        )
+    render_logs(summary, verbose, out_console)

@@ -17,12 +17,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
 from specscope.commands.common import (
     EXIT_OK,
@@ -30,11 +28,9 @@ from specscope.commands.common import (
     SLO_HELP,
     err_console,
     fail_usage,
-    labelled,
     out_console,
     print_json,
     slo_option,
-    untrusted,
 )
 from specscope.commands.inputs import (
     BudgetTokens,
@@ -62,10 +58,14 @@ from specscope.entrypoints.probe import (
     probe_run,
 )
 from specscope.probe.client import Timeouts, resolve_api_key
+from specscope.probe.endpoint import Endpoint
 from specscope.probe.flavors import FLAVORS
 from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
 from specscope.probe.workload import MAX_CONCURRENCY
-from specscope.report.context import fmt_ci, precision_line
+from specscope.probe.workloads import Workload
+from specscope.report.contract import probe_json
+from specscope.report.probe_terminal import render_probe
+from specscope.report.text import labelled
 from specscope.trace.model import RequestTrace
 from specscope.trace.rundir import runs_home
 
@@ -95,139 +95,6 @@ def _progress(total: int) -> Iterator[Callable[[RequestTrace], None]]:
             )
 
         yield on_done
-
-
-def _fmt(v: Any, unit: str = "", nd: int = 3) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}{unit}"
-    return f"{v}{unit}"
-
-
-def chunks_vs_steps_note(s: dict[str, Any]) -> str | None:
-    """A line saying why the commit length and the tokens per chunk differ (when they do by
-    more than 5%): the same table must not show two numbers for one idea without a reason."""
-    commit, per_chunk = s.get("mean_commit_len"), s.get("tokens_per_chunk_mean")
-    if (
-        not isinstance(commit, float | int)
-        or not isinstance(per_chunk, float | int)
-        or not per_chunk
-    ):
-        return None
-    if abs(commit - per_chunk) <= 0.05 * per_chunk:
-        return None
-    source = s.get("mean_commit_len_source") or "?"
-    if per_chunk > commit:
-        return (
-            f"the server sends several verify steps per chunk (stream interval or "
-            f"coalescing); the commit length ({source}) counts tokens per verify step"
-        )
-    return (
-        f"chunks carry fewer tokens than a verify step commits (the server splits steps "
-        f"over several events); the commit length ({source}) counts tokens per verify step"
-    )
-
-
-def category_rich_table(rows: list[dict[str, Any]]) -> Table:
-    """The per-category rows of a summary as a terminal table (fits 80 columns)."""
-    t = Table(
-        title="by category",
-        caption="commit len: tokens per verify step, all steps, from "
-        "the client's steps (* from the server's figures); copied: output found in the prompt",
-    )
-    t.add_column("category", no_wrap=True)
-    for col in ("req", "commit len", "w/o loops", "tok/s", "loops", "copied"):
-        t.add_column(col, justify="right", no_wrap=True)
-    for r in rows:
-        star = "*" if r["commit_source"] == "server" else ""
-        t.add_row(
-            untrusted(r["category"]),
-            str(r["requests"]),
-            _fmt(r["mean_commit_len"], nd=2) + star,
-            _fmt(r["mean_commit_len_without_loops"], nd=2),
-            _fmt(r["decode_tps"], nd=1),
-            str(r["looping_requests"]),
-            "–" if r.get("copied_share") is None else f"{r['copied_share']:.0%}",
-        )
-    return t
-
-
-def _render(o: ProbeOutcome) -> None:
-    s = o.summary
-    t = Table(
-        title=untrusted(f"specscope probe · {o.info.endpoint} · {o.info.flavor}/{o.info.api}"),
-        show_header=False,
-    )
-    t.add_column("metric", style="bold")
-    t.add_column("value")
-    t.add_row("requests (ok / failed)", f"{s['requests']} ({s['ok']} / {s['errors']})")
-    t.add_row("TTFT p50 / p99", f"{_fmt(s['ttft_s_p50'], ' s')} / {_fmt(s['ttft_s_p99'], ' s')}")
-    t.add_row(
-        "decode tok/s (token-weighted)",
-        _fmt(s["decode_tps"], nd=1) + fmt_ci(s.get("decode_tps_ci"), 1),
-    )
-    if (reached := precision_line(o.precision)) is not None:
-        t.add_row("precision", reached)
-    t.add_row(
-        "mean commit length (all steps)",
-        f"{_fmt(s['mean_commit_len'], nd=2)}"
-        + fmt_ci(s.get("mean_commit_len_ci"), 2)
-        + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else ""),
-    )
-    if s.get("mean_commit_len_per_drafted_step") is not None:
-        share = s.get("drafted_step_share")
-        t.add_row(
-            "per drafted step (server)",
-            f"{s['mean_commit_len_per_drafted_step']:.2f}"
-            + (f"; {share:.0%} of steps drafted" if share is not None else "")
-            + "; steps that drafted nothing are left out of the server's figure",
-        )
-    t.add_row(
-        "mean step time",
-        f"{_fmt(s['mean_step_s'] and s['mean_step_s'] * 1e3, ' ms', 2)}"
-        + fmt_ci(s.get("mean_step_s_ci"), 2, 1e3, "ms")
-        + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else ""),
-    )
-    if s.get("speculation"):
-        t.add_row("speculation", untrusted(f"{s['speculation']}: {s['speculation_reason']}"))
-    t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
-    t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
-    why = chunks_vs_steps_note(s)
-    if why:
-        t.add_row(Text("why they differ", style="dim"), untrusted(why))
-    for r in s["steps"]["unreliable_reasons"][:2]:
-        t.add_row(
-            Text("client steps unreliable", style="yellow"),
-            untrusted(f"{r['reason']} ({r['requests']} req)"),
-        )
-    if s["error_kinds"]:
-        t.add_row(
-            Text("errors", style="red"),
-            untrusted(", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items())),
-        )
-    pc = s.get("prefix_cache")
-    if pc:
-        t.add_row("prefix cache hits", f"{pc['hits']} of {pc['requests']}")
-    loops = s.get("repetition_loops") or []
-    if loops:
-        t.add_row(
-            Text("repetition loops", style="yellow"),
-            f"{len(loops)} request(s) end in a loop (acceptance inflated; see by category)",
-        )
-    t.add_row("run directory", untrusted(o.run_dir))
-    out_console.print(t)
-    if s.get("by_category"):
-        out_console.print(category_rich_table(s["by_category"]))
-    if o.serving:
-        from specscope.report.terminal import render_serving  # plotly-heavy package: only here
-
-        render_serving(o.serving, out_console)
-    for tr in [x for x in o.traces if x.error is not None][:3]:
-        err_console.print(
-            labelled(f"request {tr.index}:", "red", f"{tr.error.kind}: {tr.error.message}"),  # type: ignore[union-attr]
-            highlight=False,
-        )
 
 
 def probe(
@@ -300,10 +167,139 @@ def probe(
     ] = None,
     budget_tokens: BudgetTokens = None,
 ) -> None:
+    """Parse and check the flags, run the probe, print its summary (or --json's object)."""
     endpoint = endpoint_or_fail(url)
     url = endpoint.url
     slo_s = slo_option(slo)
     prompt_tokens_or_fail(prompt_tokens)
+    _check_shape(flavor, api, max_tokens, repeat, concurrency, max_commit_len)
+    precision_or_fail(precision, budget_s, budget_tokens)
+    timeouts = timeouts_or_fail(
+        timeout_connect, timeout_first_byte, timeout_between_chunks, timeout_total
+    )
+    local_count = tokenizer_or_fail(tokenizer)
+    prompt_text = prompt_text_or_fail(prompt_file)
+    # Where the run goes is checked before anything is sent (a run is always written).
+    if out is not None:
+        out_dir_or_fail(out)
+    else:
+        out_dir_or_fail(runs_home(), "the runs home (SPECSCOPE_HOME)")
+    wl = workload_or_fail(workload, prompt_text, prompt_file)
+    options = _options(
+        endpoint,
+        flavor=flavor,
+        api=api,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        repeat=repeat,
+        concurrency=concurrency,
+        ignore_eos=ignore_eos,
+        out=out,
+        timeouts=timeouts,
+        api_key=api_key,
+        local_count=local_count,
+        workload=wl,
+        vary_prompts=vary_prompts,
+        max_commit_len=max_commit_len,
+        slo=slo_s,
+        precision=precision,
+        budget_s=budget_s,
+        budget_tokens=budget_tokens,
+        tokenizer=tokenizer,
+        prompt_file=prompt_file,
+    )
+    _print_outcome(_run(options), url, json_)
+
+
+def _options(
+    endpoint: Endpoint,
+    *,
+    flavor: str,
+    api: str | None,
+    model: str | None,
+    prompt_tokens: int,
+    max_tokens: int,
+    repeat: int,
+    concurrency: int,
+    ignore_eos: bool,
+    out: Path | None,
+    timeouts: Timeouts,
+    api_key: str | None,
+    local_count: Callable[..., int] | None,
+    workload: Workload,
+    vary_prompts: bool,
+    max_commit_len: int | None,
+    slo: dict[str, float] | None,
+    precision: float,
+    budget_s: float | None,
+    budget_tokens: int | None,
+    tokenizer: Path | None,
+    prompt_file: Path | None,
+) -> ProbeOptions:
+    """The checked flags as probe_run's options, with run.json's `args`: everything the user
+    chose, never the API key."""
+    args = {
+        "url": endpoint.url,
+        "flavor": flavor,
+        "api": api,
+        "prompt_tokens": prompt_tokens,
+        "max_tokens": max_tokens,
+        "repeat": repeat,
+        "concurrency": concurrency,
+        "ignore_eos": ignore_eos,
+        "model": model,
+        "vary_prompts": vary_prompts,
+        "tokenizer": str(tokenizer) if tokenizer else None,
+        "prompt_file": str(prompt_file) if prompt_file else None,
+        "workload": workload.name,
+        "max_commit_len": max_commit_len,
+        "slo": slo,
+        "precision": precision,
+        "budget_s": budget_s,
+        "budget_tokens": budget_tokens,
+        "timeouts": {
+            "connect": timeouts.connect,
+            "first_byte": timeouts.first_byte,
+            "between_chunks": timeouts.between_chunks,
+            "total": timeouts.total,
+        },
+    }
+    return ProbeOptions(
+        url=endpoint.url,
+        flavor=flavor,
+        api=api,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        n_requests=repeat * concurrency,
+        concurrency=concurrency,
+        ignore_eos=ignore_eos,
+        out=out,
+        timeouts=timeouts,
+        api_key=resolve_api_key(api_key),
+        auth=endpoint.auth,
+        local_count=local_count,
+        workload=workload,
+        unique=vary_prompts,
+        max_commit_len=max_commit_len,
+        slo=slo,
+        precision=precision,
+        budget_s=budget_s,
+        budget_tokens=budget_tokens,
+        recorded=args,
+    )
+
+
+def _check_shape(
+    flavor: str,
+    api: str | None,
+    max_tokens: int,
+    repeat: int,
+    concurrency: int,
+    max_commit_len: int | None,
+) -> None:
+    """--flavor, --api and the request shape within their ranges, or exit 2 naming the flag."""
     if flavor != "auto" and flavor not in FLAVORS:
         fail_usage(f"--flavor must be auto or one of {', '.join(FLAVORS)}, got {flavor!r}")
     if api is not None and api not in ("completions", "chat", "native"):
@@ -323,102 +319,24 @@ def probe(
         )
     if max_commit_len is not None and max_commit_len < 1:
         fail_usage(f"--max-commit-len must be >= 1, got {max_commit_len}")
-    precision_or_fail(precision, budget_s, budget_tokens)
-    timeouts = timeouts_or_fail(
-        timeout_connect, timeout_first_byte, timeout_between_chunks, timeout_total
-    )
-    local_count = tokenizer_or_fail(tokenizer)
-    prompt_text = prompt_text_or_fail(prompt_file)
-    # Where the run goes is checked before anything is sent (a run is always written).
-    if out is not None:
-        out_dir_or_fail(out)
-    else:
-        out_dir_or_fail(runs_home(), "the runs home (SPECSCOPE_HOME)")
-    wl = workload_or_fail(workload, prompt_text, prompt_file)
-    # Recorded arguments: everything the user chose, never the API key.
-    args = {
-        "url": url,
-        "flavor": flavor,
-        "api": api,
-        "prompt_tokens": prompt_tokens,
-        "max_tokens": max_tokens,
-        "repeat": repeat,
-        "concurrency": concurrency,
-        "ignore_eos": ignore_eos,
-        "model": model,
-        "vary_prompts": vary_prompts,
-        "tokenizer": str(tokenizer) if tokenizer else None,
-        "prompt_file": str(prompt_file) if prompt_file else None,
-        "workload": wl.name,
-        "max_commit_len": max_commit_len,
-        "slo": slo_s,
-        "precision": precision,
-        "budget_s": budget_s,
-        "budget_tokens": budget_tokens,
-        "timeouts": {
-            "connect": timeout_connect,
-            "first_byte": timeout_first_byte,
-            "between_chunks": timeout_between_chunks,
-            "total": timeout_total,
-        },
-    }
-    options = ProbeOptions(
-        url=url,
-        flavor=flavor,
-        api=api,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        max_tokens=max_tokens,
-        n_requests=repeat * concurrency,
-        concurrency=concurrency,
-        ignore_eos=ignore_eos,
-        out=out,
-        timeouts=timeouts,
-        api_key=resolve_api_key(api_key),
-        auth=endpoint.auth,
-        local_count=local_count,
-        workload=wl,
-        unique=vary_prompts,
-        max_commit_len=max_commit_len,
-        slo=slo_s,
-        precision=precision,
-        budget_s=budget_s,
-        budget_tokens=budget_tokens,
-        recorded=args,
-    )
+
+
+def _run(options: ProbeOptions) -> ProbeOutcome:
+    """probe_run with a progress bar; a server that cannot count tokens exits 1, input found
+    bad once the server answered exits 2."""
     try:
-        outcome = asyncio.run(probe_run(options, _progress))
+        return asyncio.run(probe_run(options, _progress))
     except TokenizeError as e:  # the server misbehaved: one line, exit 1
         err_console.print(labelled("error:", "bold red", e), highlight=False)
         raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
     except (ProbeInputError, PromptError) as e:
         fail_usage(str(e))
-    failed = outcome.summary["errors"]
+
+
+def _print_outcome(outcome: ProbeOutcome, url: str, json_: bool) -> NoReturn:
+    """The summary (or the JSON object), then exit 1 when any request failed, else 0."""
     if json_:
-        print_json(
-            {
-                "run_dir": str(outcome.run_dir),
-                "endpoint": url,
-                "flavor": outcome.info.flavor,
-                "api": outcome.info.api,
-                "model": outcome.info.model,
-                "detection": outcome.detection,
-                "notes": outcome.notes,
-                "summary": outcome.summary,
-                "serving": outcome.serving,
-                "precision": outcome.precision,
-                "failed_requests": [
-                    {
-                        "index": t.index,
-                        "kind": t.error.kind,
-                        "message": t.error.message,
-                        "http_status": t.error.http_status,
-                    }
-                    for t in outcome.traces
-                    if t.error is not None
-                ][:20],
-            }
-        )
+        print_json(probe_json(outcome, url))
     else:
-        _render(outcome)
-    raise typer.Exit(EXIT_TARGET_MISBEHAVED if failed else EXIT_OK)
+        render_probe(outcome, out_console, err_console)
+    raise typer.Exit(EXIT_TARGET_MISBEHAVED if outcome.summary["errors"] else EXIT_OK)

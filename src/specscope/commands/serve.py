@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from specscope.commands.common import err_console, fail_usage, untrusted
+from specscope.commands.common import err_console, fail_usage
+from specscope.report.text import untrusted
 
 DEFAULT_SCENARIO = "seed-regression"
 
@@ -24,7 +25,7 @@ def _twin_backend(
     seed: int | None,
 ) -> Any:
     from specscope.twin.backend import TwinBackend
-    from specscope.twin.model import ScenarioError, load_scenario
+    from specscope.twin.scenario import ScenarioError, load_scenario
 
     try:
         sc = load_scenario(scenario, variant)

@@ -4,6 +4,8 @@ here parses flags or prints, and the commands only parse and render.
 
 - `diagnose_run(DiagnoseOptions, DiagnoseHooks) -> Diagnosis` (specscope diagnose)
 - `probe_run(ProbeOptions, progress) -> ProbeOutcome` (specscope probe; a coroutine)
+
+`DiagnoseOptions` checks itself when built: bad options raise `OptionError` (a ValueError).
 """
 
 from specscope.entrypoints.diagnose import (
@@ -18,6 +20,7 @@ from specscope.entrypoints.diagnose import (
     NothingMeasured,
     diagnose_run,
 )
+from specscope.entrypoints.options import OptionError
 from specscope.entrypoints.probe import ProbeInputError, ProbeOptions, ProbeOutcome, probe_run
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "Diagnosis",
     "EmbeddedChoice",
     "NothingMeasured",
+    "OptionError",
     "ProbeInputError",
     "ProbeOptions",
     "ProbeOutcome",

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specscope.analysis.model import Analysis
+from specscope.analysis.result import Analysis
 from specscope.embedded import EmbeddedServer, embedded_server
+from specscope.entrypoints.options import OptionError, precision_problem
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
@@ -75,9 +76,20 @@ class EmbeddedChoice:
     backend: str | None = None  # "engine" | "twin" | None (engine when it works)
 
 
+def logs_command_argv(cmd: str) -> list[str] | None:
+    """argv for --logs-cmd (run without a shell); None when it does not parse."""
+    try:
+        argv = shlex.split(cmd)
+    except ValueError:
+        return None
+    return argv or None
+
+
 @dataclass(frozen=True)
 class DiagnoseOptions:
-    """Everything `diagnose_run` needs, checked by the caller (the command's flag checks).
+    """Everything `diagnose_run` needs; building one checks it (OptionError, the message naming
+    the flag), for the command and a library caller alike. What needs more than the options
+    (the twin scenario file, --prompt-file's text) is the caller's to check.
 
     `out` is the run directory to create; `url` None starts the embedded server. `recorded`
     holds what is written to run.json as the run's arguments beyond these fields (the paths
@@ -104,6 +116,37 @@ class DiagnoseOptions:
     evidence: EvidenceSources = field(default_factory=EvidenceSources)
     embedded: EmbeddedChoice = field(default_factory=EmbeddedChoice)
     recorded: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            raise OptionError(problem)
+
+    def _problem(self) -> str | None:
+        """Why these options cannot run (the first reason, in the command's order), or None."""
+        ev, emb = self.evidence, self.embedded
+        if self.max_tokens < 2:
+            return f"--max-tokens must be >= 2 (got {self.max_tokens})"
+        if not ev.logs_timeout_s > 0 or ev.logs_timeout_s == float("inf"):
+            return f"--logs-timeout must be a number of seconds > 0 (got {ev.logs_timeout_s})"
+        if not 1 <= self.repeat <= 100:
+            return f"--repeat must be within 1..100 (got {self.repeat})"
+        if problem := precision_problem(self.precision, self.budget_s, self.budget_tokens):
+            return problem
+        if ev.logs and ev.logs_cmd:
+            return "give either --logs or --logs-cmd, not both"
+        for p in ev.logs:
+            if p != "-" and not Path(p).is_file():
+                return f"--logs: no such file: {p}"
+        if emb.time_scale is not None and emb.time_scale <= 0:
+            return f"--time-scale must be > 0 (got {emb.time_scale})"
+        if emb.backend not in (None, "engine", "twin"):
+            return f"--backend must be engine or twin (got {emb.backend!r})"
+        if self.url is not None and (emb.scenario or emb.time_scale or emb.backend):
+            return "--scenario/--time-scale/--backend apply only to the embedded server (no URL)"
+        if ev.logs_cmd and not logs_command_argv(ev.logs_cmd):
+            return f"--logs-cmd: cannot parse {ev.logs_cmd!r}"
+        return None
 
     def run_args(self) -> dict[str, Any]:
         """The arguments recorded in run.json (never the API key)."""
@@ -405,7 +448,7 @@ def diagnose_run(options: DiagnoseOptions, hooks: DiagnoseHooks | None = None) -
                 state.result.stopped_reason = str(e)
             if state.writer is None:
                 raise NothingMeasured(interrupted)
-            # Evidence is gathered while the (embedded) server still runs: its /metrics and logs.
+            # ServerEvidence is gathered while the (embedded) server still runs: its /metrics and logs.
             try:
                 return _finish(options, evidence, state, interrupted)
             except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from specscope.analysis import precision
+from specscope.analysis.headline import precision
 from specscope.analysis.serving import serving_metrics
 from specscope.analysis.summary import summarize
 from specscope.experiments.diagnosis_plan import DEFAULT_BUDGET_S, MAX_PRECISION_REQUESTS

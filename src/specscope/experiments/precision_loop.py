@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from specscope.analysis import precision
+from specscope.analysis.headline import precision
 from specscope.experiments.executor import ExecutionResult, Executor
 from specscope.experiments.plan import Plan, PlanStep, PrecisionPlan
 from specscope.trace import RequestTrace

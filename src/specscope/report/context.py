@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from specscope.analysis.model import Analysis
-from specscope.analysis.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP
-from specscope.trace import Run, RunInfo
+from specscope.analysis.headline.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP
+from specscope.analysis.result import Analysis
+from specscope.trace import RequestTrace, Run, RunInfo
 
 
 @dataclass
@@ -37,6 +38,20 @@ class ReportContext:
             return "complete"
         reason = self.info.status_reason or "stopped before the plan finished"
         return f"{self.info.status if self.info.status != 'running' else 'partial'}: {reason}"
+
+
+class ProbeResult(Protocol):
+    """What a probe's report renders (`entrypoints.probe.ProbeOutcome` is one): the run dir, what
+    was detected, every trace, the summary, the serving figures and the precision record."""
+
+    run_dir: Path
+    info: RunInfo
+    traces: list[RequestTrace]
+    summary: dict[str, Any]
+    detection: str
+    notes: list[str]
+    serving: dict[str, Any] | None
+    precision: dict[str, Any] | None
 
 
 def context_from_run(run: Run, analysis: Analysis, run_dir: str = "") -> ReportContext:

@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specscope.analysis.model import Analysis
+from specscope.analysis.result import Analysis
 
 
 @dataclass

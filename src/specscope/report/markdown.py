@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specscope.analysis.result import Analysis, Attribution
 from specscope.report.context import (
     ReportContext,
     breakeven_lines,
@@ -36,7 +37,24 @@ def md_escape(value: object) -> str:
 
 
 def render_markdown(ctx: ReportContext) -> str:
-    a, info = ctx.analysis, ctx.info
+    """Title and status, the headline, the baseline split, serving metrics, breakeven, the
+    findings, then notes, skipped experiments and failed requests."""
+    a = ctx.analysis
+    out = _title(ctx) + _headline(a)
+    if a.attribution is not None:
+        out += _attribution(a.attribution)
+    if a.serving:
+        out += _serving(a.serving)
+    if rows := breakeven_lines(a.breakeven):
+        out += ["## Breakeven", "", *[f"- {label}: {md_escape(text)}" for label, text in rows], ""]
+    out += _findings(a)
+    return "\n".join(out + _appendix(ctx))
+
+
+def _title(ctx: ReportContext) -> list[str]:
+    """The title (model or endpoint), the run's id, endpoint and status, and a partial run's
+    warning."""
+    info = ctx.info
     out: list[str] = [
         f"# specscope diagnosis — {md_escape(info.model or info.endpoint or info.run_id)}",
         "",
@@ -52,7 +70,12 @@ def render_markdown(ctx: ReportContext) -> str:
             "measured before it stopped.",
             "",
         ]
-    out += [
+    return out
+
+
+def _headline(a: Analysis) -> list[str]:
+    """The headline table, its interval method, precision reached and the decomposition."""
+    out = [
         "## Headline",
         "",
         "| metric | value |",
@@ -80,28 +103,32 @@ def render_markdown(ctx: ReportContext) -> str:
             f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s",
             "",
         ]
-    at = a.attribution
-    if at is not None:
+    return out
+
+
+def _attribution(at: Attribution) -> list[str]:
+    """The baseline split: tps ratio = acceptance factor × step-time factor, and intervals."""
+    out = [
+        "## Attribution",
+        "",
+        f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
+        f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
+        f"step-time factor {fmt(at.step_time_factor, 3)}",
+        "",
+    ]
+    if at.tps_ratio_ci is not None:
         out += [
-            "## Attribution",
-            "",
-            f"baseline {md_escape(at.baseline_run or '-')}: tps ratio "
-            f"{fmt(at.tps_ratio, 3)} = acceptance factor {fmt(at.acceptance_factor, 3)} × "
-            f"step-time factor {fmt(at.step_time_factor, 3)}",
+            f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, acceptance factor"
+            f"{fmt_interval(at.acceptance_factor_ci)}, step-time factor"
+            f"{fmt_interval(at.step_time_factor_ci)}",
             "",
         ]
-        if at.tps_ratio_ci is not None:
-            out += [
-                f"95% intervals: tps ratio{fmt_interval(at.tps_ratio_ci)}, acceptance factor"
-                f"{fmt_interval(at.acceptance_factor_ci)}, step-time factor"
-                f"{fmt_interval(at.step_time_factor_ci)}",
-                "",
-            ]
-    if a.serving:
-        out += _serving(a.serving)
-    if rows := breakeven_lines(a.breakeven):
-        out += ["## Breakeven", "", *[f"- {label}: {md_escape(text)}" for label, text in rows], ""]
-    out += ["## Findings", ""]
+    return out
+
+
+def _findings(a: Analysis) -> list[str]:
+    """The findings ranked, each with its evidence and next step (or why there is none)."""
+    out = ["## Findings", ""]
     if not a.findings:
         out += [f"No finding: {md_escape(a.no_finding_reason or '')}", ""]
     for rank, f in enumerate(a.findings, start=1):
@@ -117,6 +144,14 @@ def render_markdown(ctx: ReportContext) -> str:
         if f.next:
             out.append(f"   - next: {md_escape(f.next)}")
     out.append("")
+    return out
+
+
+def _appendix(ctx: ReportContext) -> list[str]:
+    """Notes (the analysis', then the run's), skipped experiments, the first 50 failed
+    requests."""
+    a, info = ctx.analysis, ctx.info
+    out: list[str] = []
     if a.notes or info.notes:
         out += ["## Notes", ""] + [f"- {md_escape(n)}" for n in [*a.notes, *info.notes]] + [""]
     if ctx.plan and ctx.plan.get("skipped"):
@@ -138,7 +173,7 @@ def render_markdown(ctx: ReportContext) -> str:
             ]
             + [""]
         )
-    return "\n".join(out)
+    return out
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:

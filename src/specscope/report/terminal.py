@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specscope.analysis.result import Analysis
 from specscope.experiments.plan import Plan
 from specscope.report.context import (
     ReportContext,
@@ -32,6 +33,36 @@ from specscope.report.serving import (
 
 
 def render_terminal(ctx: ReportContext, console: Console) -> None:
+    """The diagnosis: the headline panel, a partial run's warning, serving metrics, the ranked
+    findings, notes and the first failed request."""
+    a = ctx.analysis
+    console.print(_headline_panel(ctx))
+    if ctx.partial:
+        console.print(
+            Text(
+                f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
+                style="bold yellow",
+            )
+        )
+
+    if a.serving:
+        render_serving(a.serving, console)
+    _render_findings(a, console)
+    for n in a.notes:
+        console.print(Text(f"note: {n}", style="dim"))
+    if ctx.errors:
+        console.print(
+            Text(
+                f"{len(ctx.errors)} request(s) failed; first: {ctx.errors[0].kind}: "
+                f"{ctx.errors[0].message}",
+                style="red",
+            )
+        )
+
+
+def _headline_panel(ctx: ReportContext) -> Panel:
+    """The figures in one panel: rate, TTFT, commit length, step time and their intervals, the
+    decomposition, the baseline split and breakeven, precision, requests."""
     a, info = ctx.analysis, ctx.info
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -82,17 +113,11 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
         add_row("precision", reached)
     add_row("requests (errors)", f"{a.requests} ({a.errors})")
     title = Text(f"specscope diagnosis: {info.model or info.endpoint}", style="bold")
-    console.print(Panel(head, title=title, expand=False))
-    if ctx.partial:
-        console.print(
-            Text(
-                f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
-                style="bold yellow",
-            )
-        )
+    return Panel(head, title=title, expand=False)
 
-    if a.serving:
-        render_serving(a.serving, console)
+
+def _render_findings(a: Analysis, console: Console) -> None:
+    """The findings ranked, each with its evidence and next step (or why there is none)."""
     if not a.findings:
         console.print(Text(f"No finding: {a.no_finding_reason or ''}"))
     for rank, f in enumerate(a.findings, start=1):
@@ -111,16 +136,6 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
         if f.next:
             lines.append(Text.assemble(("   next: ", "bold green"), f.next))
         console.print(Group(*lines))
-    for n in a.notes:
-        console.print(Text(f"note: {n}", style="dim"))
-    if ctx.errors:
-        console.print(
-            Text(
-                f"{len(ctx.errors)} request(s) failed; first: {ctx.errors[0].kind}: "
-                f"{ctx.errors[0].message}",
-                style="red",
-            )
-        )
 
 
 def render_serving(serving: dict, console: Console) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.model import Analysis
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.result import Analysis
 from specscope.trace import Run, load_run
 
 

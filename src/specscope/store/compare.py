@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscope.analysis.model import Analysis, Attribution, Finding, FindingTest, Interval
+from specscope.analysis.result import Analysis, Attribution, Finding, FindingTest, Interval
 from specscope.store.analyses import analyze_run, plain_values
 from specscope.trace import Run
 

@@ -39,7 +39,7 @@ class EvidenceSources:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class ServerEvidence:
     """What was read: records for analysis, notes for the report, and (when logs were read)
     how well interval records cover the run window (RunInfo.telemetry)."""
 
@@ -62,7 +62,7 @@ async def scrape_before(url: str | None) -> MetricsBefore:
         return e
 
 
-def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float) -> Evidence:
+def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float) -> ServerEvidence:
     query = LogQuery(
         paths=list(sources.logs),
         logs_cmd=sources.logs_cmd,
@@ -80,7 +80,7 @@ def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float)
             query.until = time.time() + LOG_WINDOW_SLACK_S
             res = read_logs(query)
     except (SourceError, OSError, ValueError) as e:
-        return Evidence(notes=[f"server logs ({what}) not read: {e}"])
+        return ServerEvidence(notes=[f"server logs ({what}) not read: {e}"])
     s = res.summary
     coverage = covered_share(res.records, started_unix, run_end)
     note = (
@@ -89,7 +89,7 @@ def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float)
         + (f"; waited {waited:.1f} s for the closing interval" if waited else "")
         + ("" if coverage is None else f"; interval records cover {coverage:.0%} of the run window")
     )
-    return Evidence(
+    return ServerEvidence(
         records=list(res.records),
         notes=[note, *(f"server logs: {w}" for w in s.warnings[:5])],
         log_window={
@@ -100,14 +100,16 @@ def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float)
     )
 
 
-def _metrics_evidence(url: str, before: MetricsBefore) -> Evidence:
+def _metrics_evidence(url: str, before: MetricsBefore) -> ServerEvidence:
     if before is None or isinstance(before, Exception):
-        return Evidence(notes=[f"metrics {url}: no scrape before the run ({before}); no delta"])
+        return ServerEvidence(
+            notes=[f"metrics {url}: no scrape before the run ({before}); no delta"]
+        )
     try:
         recs = metrics_delta(before, scrape_metrics(url))
     except MetricsError as e:
-        return Evidence(notes=[f"metrics {url}: scrape after the run failed ({e})"])
-    return Evidence(
+        return ServerEvidence(notes=[f"metrics {url}: scrape after the run failed ({e})"])
+    return ServerEvidence(
         records=recs,
         notes=[
             f"metrics {url}: {len(recs)} run-scoped delta record(s) "
@@ -118,16 +120,16 @@ def _metrics_evidence(url: str, before: MetricsBefore) -> Evidence:
 
 def collect_evidence(
     sources: EvidenceSources, started_unix: float, metrics_before: MetricsBefore
-) -> Evidence:
+) -> ServerEvidence:
     """The server's evidence for the window from `started_unix` to now."""
     run_end = time.time()
-    parts: list[Evidence] = []
+    parts: list[ServerEvidence] = []
     if sources.logs or sources.logs_cmd:
         parts.append(_log_evidence(sources, started_unix, run_end))
     if sources.metrics_url:
         parts.append(_metrics_evidence(sources.metrics_url, metrics_before))
     windows = [p.log_window for p in parts if p.log_window is not None]
-    return Evidence(
+    return ServerEvidence(
         records=[r for p in parts for r in p.records],
         notes=[n for p in parts for n in p.notes],
         log_window=windows[0] if windows else None,

@@ -1,6 +1,6 @@
 """The twin Backend: a simulated speculative server with known ground truth.
 
-It draws each step's commit length and duration from the scenario (twin/model.py) and REALLY
+It draws each step's commit length and duration from the scenario (twin/scenario.py) and REALLY
 sleeps that long (asyncio), so a client measuring from outside sees the simulated behaviour.
 Sleeps follow a virtual clock: a step starts where the previous one was scheduled to end when the
 server loop's own overhead is smaller than the step, so the observed step-to-step interval is the
@@ -32,7 +32,7 @@ from specscope.backend import (
     StepOutput,
 )
 from specscope.twin import text
-from specscope.twin.model import (
+from specscope.twin.scenario import (
     RequestNoise,
     Scenario,
     accepted_drafts,

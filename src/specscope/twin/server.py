@@ -14,7 +14,7 @@ from typing import Any
 from specscope.serve.options import ServeOptions
 from specscope.serve.runner import ServerHandle, run_server
 from specscope.twin.backend import TwinBackend
-from specscope.twin.model import Scenario, load_scenario
+from specscope.twin.scenario import Scenario, load_scenario
 
 
 def start_twin_server(

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscope.analysis import virtual
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.model import Analysis
-from specscope.twin import model as tw
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.result import Analysis
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
 
 # Findings that must never appear on a healthy server (the false-finding check).
 HEALTHY_FORBIDDEN = {"acceptance_low", "acceptance_decay", "draft_window", "step_time_drift"}

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specscope.analysis import virtual
-from specscope.analysis.breakeven import Breakeven, breakeven
-from specscope.analysis.measure import measure
-from specscope.twin import model as tw
+from specscope.analysis.diagnosis.breakeven import Breakeven, breakeven
+from specscope.analysis.headline.measure import measure
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
 
 # The shipped scenarios made for breakeven: each is judged against its own [baseline] across a
 # concurrency sweep and a context sweep, not by the concurrency-1 accuracy suite

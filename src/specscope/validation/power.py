@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscope.analysis import virtual
-from specscope.analysis.diagnosis import analyze
-from specscope.analysis.findings import (
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.diagnosis.findings import (
     CONTEXT_SHARE,
     LOW_COMMIT_ABSOLUTE,
     MIN_DECAY,
@@ -28,11 +27,12 @@ from specscope.analysis.findings import (
     PREFILL_SHARE,
     TWO_POINT_BIAS,
 )
-from specscope.analysis.model import Analysis, FindingTest
-from specscope.analysis.steptime import DRIFT_MIN_SHARE
+from specscope.analysis.fits.steptime import DRIFT_MIN_SHARE
+from specscope.analysis.result import Analysis, FindingTest
 from specscope.experiments import diagnosis_plan
 from specscope.trace import tags
-from specscope.twin import model as tw
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
 
 # Realistic noise (twin options): content moves a request's acceptance by ~N(0, 0.35) on the
 # logit scale and easy/hard passages by N(0, 0.15) over ~10 steps; step noise of 8% with lag-1

@@ -39,17 +39,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscope.analysis.acceptance import ServerAcceptance, from_telemetry
-from specscope.analysis.decompose import Decomposition
-from specscope.analysis.server_steps import (
+from specscope.analysis.fits.acceptance import ServerAcceptance, from_telemetry
+from specscope.analysis.headline.decompose import Decomposition
+from specscope.analysis.headline.uncertainty import (
+    Interval95,
+    median_interval,
+    totals_intervals,
+    unit_rows,
+)
+from specscope.analysis.steps.reconstruct import StepReconstruction
+from specscope.analysis.steps.server import (
     DISAGREEMENT,
     DRAFTED_STEPS,
     EVERY_STEP,
     ServerCommit,
     server_commit,
 )
-from specscope.analysis.steps import StepReconstruction
-from specscope.analysis.uncertainty import Interval95, median_interval, totals_intervals, unit_rows
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace
 
@@ -227,6 +232,119 @@ def _drafted(
     return per, src, ((share_d, share_n) if share_n else None)
 
 
+_Prom = tuple[float, float, float | None, str]  # _prometheus's (L, steps, share, source)
+
+
+def _commit_source(
+    reqs: list[_Request],
+    prom: _Prom | None,
+    server_log: ServerAcceptance | None,
+    label: str,
+    notes: list[str],
+) -> tuple[float | None, str | None, str, list[_Request], bool]:
+    """(run-level L, source, detail, covered requests, timed by the client): the commit
+    length's one precedence (the module docstring), so that every command reads one figure."""
+    source: str | None = None
+    detail = ""
+    L: float | None = None
+    covered: list[_Request] = []
+    timed = False
+    client = [q for q in reqs if q.client_ok]
+    mixed = [q for q in reqs if q.client_ok or q.server is not None]
+    if len(client) == len(reqs):
+        covered, source = client, CLIENT
+        methods = sorted({q.rec.method for q in client})
+        detail = f"client {'/'.join(methods)} steps ({label})"
+        timed = all(q.rec.timed_by_client for q in client)
+    elif prom is not None:
+        L, source, detail = prom[0], PROMETHEUS, prom[3]
+    elif len(mixed) == len(reqs):
+        covered, source = mixed, SERVER
+        used = sorted({q.server.source for q in mixed if not q.client_ok and q.server})
+        detail = f"server per-request fields ({', '.join(used)}; {label})"
+        if len(client):
+            detail += f"; client steps for {len(client)} of {len(reqs)} requests"
+    elif client:
+        covered, source = client, CLIENT
+        detail = f"client steps ({label}; {len(client)} of {len(reqs)} requests reliable)"
+        notes.append(
+            f"commit length from the {len(client)} of {len(reqs)} requests whose client steps "
+            "are reliable; the others have no usable server figure"
+        )
+        timed = all(q.rec.timed_by_client for q in client)
+    else:
+        log_l, log_src = _log_commit(reqs, server_log)
+        if log_l is not None:
+            L, source, detail = log_l, LOG, log_src
+    return L, source, detail, covered, timed
+
+
+def _covered_commit(
+    covered: list[_Request], source: str | None, timed: bool, every: bool, seed: int
+) -> tuple[float | None, np.ndarray, str, Interval95 | None, Interval95 | None]:
+    """(L, rows, unit, its interval, the step time's): the commit length over the covered
+    requests' own steps, with the units its bootstrap resamples; the step time's interval only
+    where the client timed the steps of every request (`every`): else it is derived."""
+    c_tokens = c_steps = 0.0
+    for q in covered:
+        if q.client_ok:
+            c_tokens += q.rec.total_commit
+            c_steps += len(q.rec.steps)
+        elif q.server is not None:
+            c_tokens += q.server.tokens
+            c_steps += q.server.steps
+    L = c_tokens / c_steps if c_steps else None
+    if source == CLIENT and timed:
+        rows, unit = _client_rows(covered)
+    else:
+        rows = np.asarray(
+            [
+                (q.rec.total_commit, len(q.rec.steps), q.window[1])
+                if q.client_ok
+                else (q.server.tokens, q.server.steps, q.window[1])  # type: ignore[union-attr]
+                for q in covered
+            ],
+            dtype=float,
+        ).reshape(-1, 3)
+        unit = "request"
+    cis = totals_intervals(rows, unit, seed=seed) or {}
+    commit_ci = cis.get("mean_commit_len")
+    step_ci = cis.get("mean_step_s") if every else None
+    return L, rows, unit, commit_ci, step_ci
+
+
+def _drafted_share(
+    reqs: Sequence[_Request], server_log: ServerAcceptance | None, prom: _Prom | None
+) -> tuple[float | None, str | None, tuple[float, float] | None, float | None, str | None]:
+    """(per drafted step, its source, share counts, drafted share, its source): the
+    drafted-steps-only figures, kept apart from the all-steps commit length."""
+    per_drafted, per_src, counts = _drafted(reqs, server_log)
+    share = counts[0] / counts[1] if counts else None
+    share_src = "server per-request fields and the stream" if counts else None
+    if share is None and prom is not None and prom[2] is not None:
+        share, share_src = prom[2], prom[3]
+    return per_drafted, per_src, counts, share, share_src
+
+
+def _run_level_rows(reqs: Sequence[_Request], L: float) -> np.ndarray:
+    """Run-level sources (counters, logs) give no per-request steps: each request's window at
+    the run's commit length, so that a baseline split still resamples requests."""
+    return np.asarray([(q.window[0], q.window[0] / L, q.window[1]) for q in reqs], dtype=float)
+
+
+def _tps_and_step_ci(
+    reqs: Sequence[_Request], L: float | None, step_ci: Interval95 | None, seed: int
+) -> tuple[Interval95 | None, Interval95 | None]:
+    """decode tps's interval over chunk units (whatever the steps are), and the step time's
+    carried over from it where the steps gave none."""
+    chunk_rows, chunk_unit = _chunk_rows(reqs)
+    tps_ci = (totals_intervals(chunk_rows, chunk_unit, seed=seed) or {}).get("decode_tps")
+    if step_ci is None and L and tps_ci is not None:
+        # s = L / tps: the interval of tps carries over (L's own uncertainty is in its interval)
+        step_ci = Interval95(L / tps_ci.high, L / tps_ci.low, tps_ci.method + " (L / tps)")
+    return tps_ci, step_ci
+
+
 def headline(
     traces: Sequence[RequestTrace],
     reconstructions: Sequence[StepReconstruction],
@@ -254,92 +372,23 @@ def headline(
     server_log = from_telemetry(records) if records else None
     notes: list[str] = []
 
-    source: str | None = None
-    detail = ""
-    L: float | None = None
-    covered: list[_Request] = []
-    timed = False
     rows: np.ndarray | None = None
     unit = "request"
-    client = [q for q in reqs if q.client_ok]
     prom = _prometheus(records)
-    mixed = [q for q in reqs if q.client_ok or q.server is not None]
-    if len(client) == len(reqs):
-        covered, source = client, CLIENT
-        methods = sorted({q.rec.method for q in client})
-        detail = f"client {'/'.join(methods)} steps ({label})"
-        timed = all(q.rec.timed_by_client for q in client)
-    elif prom is not None:
-        L, source, detail = prom[0], PROMETHEUS, prom[3]
-    elif len(mixed) == len(reqs):
-        covered, source = mixed, SERVER
-        used = sorted({q.server.source for q in mixed if not q.client_ok and q.server})
-        detail = f"server per-request fields ({', '.join(used)}; {label})"
-        if len(client):
-            detail += f"; client steps for {len(client)} of {len(reqs)} requests"
-    elif client:
-        covered, source = client, CLIENT
-        detail = f"client steps ({label}; {len(client)} of {len(reqs)} requests reliable)"
-        notes.append(
-            f"commit length from the {len(client)} of {len(reqs)} requests whose client steps "
-            "are reliable; the others have no usable server figure"
-        )
-        timed = all(q.rec.timed_by_client for q in client)
-    else:
-        log_l, log_src = _log_commit(reqs, server_log)
-        if log_l is not None:
-            L, source, detail = log_l, LOG, log_src
-
+    L, source, detail, covered, timed = _commit_source(reqs, prom, server_log, label, notes)
+    every = source == CLIENT and timed and len(covered) == len(reqs)
     commit_ci: Interval95 | None = None
     step_ci: Interval95 | None = None
     if covered:
-        c_tokens = c_steps = 0.0
-        for q in covered:
-            if q.client_ok:
-                c_tokens += q.rec.total_commit
-                c_steps += len(q.rec.steps)
-            elif q.server is not None:
-                c_tokens += q.server.tokens
-                c_steps += q.server.steps
-        L = c_tokens / c_steps if c_steps else None
-        if source == CLIENT and timed:
-            rows, unit = _client_rows(covered)
-        else:
-            rows = np.asarray(
-                [
-                    (q.rec.total_commit, len(q.rec.steps), q.window[1])
-                    if q.client_ok
-                    else (q.server.tokens, q.server.steps, q.window[1])  # type: ignore[union-attr]
-                    for q in covered
-                ],
-                dtype=float,
-            ).reshape(-1, 3)
-            unit = "request"
-        cis = totals_intervals(rows, unit, seed=seed) or {}
-        commit_ci = cis.get("mean_commit_len")
-        if source == CLIENT and timed and len(covered) == len(reqs):
-            step_ci = cis.get("mean_step_s")
+        L, rows, unit, commit_ci, step_ci = _covered_commit(covered, source, timed, every, seed)
     if rows is None and L:
-        # run-level sources (counters, logs) give no per-request steps: each request's window at
-        # the run's commit length, so a baseline split still resamples requests
-        rows = np.asarray([(q.window[0], q.window[0] / L, q.window[1]) for q in reqs], dtype=float)
-        unit = "request"
-    chunk_rows, chunk_unit = _chunk_rows(reqs)
-    tps_ci = (totals_intervals(chunk_rows, chunk_unit, seed=seed) or {}).get("decode_tps")
-    if step_ci is None and L and tps_ci is not None:
-        # s = L / tps: the interval of tps carries over (L's own uncertainty is in its interval)
-        step_ci = Interval95(L / tps_ci.high, L / tps_ci.low, tps_ci.method + " (L / tps)")
+        rows, unit = _run_level_rows(reqs, L), "request"
+    tps_ci, step_ci = _tps_and_step_ci(reqs, L, step_ci, seed)
 
-    per_drafted, per_src, counts = _drafted(reqs, server_log)
-    share = counts[0] / counts[1] if counts else None
-    share_src = "server per-request fields and the stream" if counts else None
-    if share is None and prom is not None and prom[2] is not None:
-        share, share_src = prom[2], prom[3]
+    per_drafted, per_src, counts, share, share_src = _drafted_share(reqs, server_log, prom)
     notes += _cross_checks(L, source, label, reqs, server_log, prom)
     step = L / tps if L else None
-    step_src = None
-    if step is not None:
-        step_src = CLIENT if source == CLIENT and timed and len(covered) == len(reqs) else "derived"
+    step_src = None if step is None else (CLIENT if every else "derived")
     return Headline(
         requests=len(reqs),
         decode_tps=tps,

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specscope.analysis.steps import StepReconstruction
+from specscope.analysis.steps.reconstruct import StepReconstruction
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace, ServerSpecFields
 

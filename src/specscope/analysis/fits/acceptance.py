@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specscope.analysis.fits.steptime import KTOK
 from specscope.telemetry.commit import DRAFTED_STEPS, CommitTally, basis_of, is_step_record
 from specscope.telemetry.records import SpecRecord
 
-KTOK = 1000.0
 # A decay or a cliff is reported only when the chosen model has it AND its coefficient has
 # |t| >= 4 (the change-point search inflates false positives; t >= 4 keeps the family-wise rate
 # low over ~60 candidate cut points) AND it changes commit length by >= 10% (smaller changes are
@@ -199,24 +199,17 @@ def _confirm_window(y: np.ndarray, ctx: np.ndarray, pos: np.ndarray, cut: float)
     return t if t <= -CONFIRM_T else None
 
 
-def fit_acceptance(
-    commit_len: np.ndarray, context: np.ndarray | None, output_pos: np.ndarray
-) -> AcceptanceFit | None:
-    """Model search over none / decay (step or linear in output position) / window cliff (step in
-    context) / both. Returns the chosen model with its effects (t-stats from OLS)."""
-    y = np.asarray(commit_len, dtype=float)
-    pos = np.asarray(output_pos, dtype=float)
-    n = y.size
-    if n < 2 * MIN_SIDE:
-        return None
-    ones = np.ones(n)
-    ctx = np.asarray(context, dtype=float) if context is not None else None
-    rss0 = float(np.sum((y - y.mean()) ** 2))
-    bic = {"none": _bic(rss0, n, 1)}
-    notes: list[str] = []
+_Step = tuple[float, float, tuple[float, float]]  # _best_step's (cut, rss, range)
+_Decay = tuple[str, float | None, float]  # (kind, cut or None, rss)
 
-    # decay: a step at output position T, or linear in output position; take the better
-    decay_choice: tuple[str, float | None, float] | None = None
+
+def _decay_choice(
+    y: np.ndarray, pos: np.ndarray, ones: np.ndarray
+) -> tuple[_Decay | None, _Step | None]:
+    """The decay shape that fits better, a step at output position T or linear in it (and the
+    step's own fit, whose range the effect reports)."""
+    n = y.size
+    decay_choice: _Decay | None = None
     step_t = _best_step(y, [ones], pos)
     if step_t:
         decay_choice = ("step", step_t[0], step_t[1])
@@ -225,23 +218,32 @@ def fit_acceptance(
         # the step has one more parameter (the cut); compare on the BIC scale
         if decay_choice is None or _bic(lin_rss, n, 2) <= _bic(decay_choice[2], n, 3):
             decay_choice = ("linear", None, lin_rss)
-    if decay_choice:
-        bic["decay"] = _bic(decay_choice[2], n, 2 if decay_choice[0] == "linear" else 3)
+    return decay_choice, step_t
 
+
+def _window_choice(
+    y: np.ndarray,
+    ctx: np.ndarray | None,
+    pos: np.ndarray,
+    ones: np.ndarray,
+    bic_none: float,
+    notes: list[str],
+) -> tuple[_Step | None, bool]:
+    """A cliff in context, kept only where requests starting at a longer context confirm it
+    (else it is decay), and whether the prompts vary enough to tell the two apart."""
+    n = y.size
     separable = True
-    window_choice: tuple[float, float] | None = None
+    window_choice: _Step | None = None
     if ctx is not None and np.std(ctx) > 0:
         window_choice = _best_step(y, [ones], ctx)
         if window_choice and _confirm_window(y, ctx, pos, window_choice[0]) is None:
-            if _bic(window_choice[1], n, 3) < bic["none"] - 10:
+            if _bic(window_choice[1], n, 3) < bic_none - 10:
                 notes.append(
                     "commit length changes with context inside a generation, but requests that "
                     "start at a longer context do not confirm a window cliff, so it is tested as an "
                     "output-position effect (decay) instead of a draft window"
                 )
             window_choice = None
-        if window_choice:
-            bic["window"] = _bic(window_choice[1], n, 3)
         prompt = ctx - pos
         separable = float(np.ptp(prompt)) >= 64
         if not separable:
@@ -249,41 +251,53 @@ def fit_acceptance(
                 "one prompt length: a drop with context and a drop with output position look "
                 "the same; a context sweep tells them apart"
             )
+    return window_choice, separable
 
-    def decay_col() -> np.ndarray | None:
-        if decay_choice is None:
-            return None
-        if decay_choice[0] == "linear":
-            return pos / KTOK
-        return (pos > decay_choice[1]).astype(float)
 
-    both_choice: tuple[float, float] | None = None
-    if decay_choice and window_choice and separable:
-        both_choice = _best_step(y, [ones, decay_col()], ctx)
-        if both_choice and _confirm_window(y, ctx, pos, both_choice[0]) is None:
-            both_choice = None
-        if both_choice:
-            k = (2 if decay_choice[0] == "linear" else 3) + 2
-            bic["both"] = _bic(both_choice[1], n, k)
+def _decay_column(decay_choice: _Decay | None, pos: np.ndarray) -> np.ndarray | None:
+    """The decay's regressor, shared by the joint search and the final fit: output position
+    (linear) or the indicator past the step."""
+    if decay_choice is None:
+        return None
+    if decay_choice[0] == "linear":
+        return pos / KTOK
+    return (pos > decay_choice[1]).astype(float)
 
-    # ties (e.g. one prompt length) go to the first: none, then decay (the common cause)
-    order = [m for m in ("none", "decay", "window", "both") if m in bic]
-    model = min(order, key=lambda m: (bic[m], order.index(m)))
-    fit = AcceptanceFit(
-        model=model, bic=bic, n=n, mean=float(y.mean()), separable=separable, notes=notes
-    )
 
+def _both_choice(
+    y: np.ndarray, ctx: np.ndarray, pos: np.ndarray, ones: np.ndarray, decay: np.ndarray
+) -> _Step | None:
+    """The window cliff searched on top of the decay, so that both can be present at once;
+    kept only where early steps confirm it."""
+    both_choice = _best_step(y, [ones, decay], ctx)
+    if both_choice and _confirm_window(y, ctx, pos, both_choice[0]) is None:
+        both_choice = None
+    return both_choice
+
+
+def _fill_effects(
+    fit: AcceptanceFit,
+    y: np.ndarray,
+    ctx: np.ndarray | None,
+    pos: np.ndarray,
+    ones: np.ndarray,
+    choices: tuple[_Decay | None, _Step | None, _Step | None, _Step | None],
+) -> None:
+    """The chosen model's effects (size, before and after, OLS t-stat): what the findings
+    test, from one joint regression so that each is net of the other."""
+    decay_choice, step_t, window_choice, both_choice = choices
+    model = fit.model
     cols = [ones]
     names = []
     if model in ("decay", "both"):
-        cols.append(decay_col())
+        cols.append(_decay_column(decay_choice, pos))
         names.append("decay")
     if model in ("window", "both"):
         w = window_choice[0] if model == "window" else both_choice[0]
         cols.append((ctx > w).astype(float))
         names.append("window")
     if len(cols) == 1:
-        return fit
+        return
     beta, _, se = _ols(np.column_stack(cols), y)
     for j, name in enumerate(names, start=1):
         t = float(beta[j] / se[j]) if se[j] > 0 else 0.0
@@ -304,6 +318,47 @@ def fit_acceptance(
             # the cliff itself, net of any decay: before + the window coefficient
             after = before + float(beta[j])
             fit.window = ChangeEffect("step", hi, (lo, hi), float(beta[j]), t, before, after)
+
+
+def fit_acceptance(
+    commit_len: np.ndarray, context: np.ndarray | None, output_pos: np.ndarray
+) -> AcceptanceFit | None:
+    """Model search over none / decay (step or linear in output position) / window cliff (step in
+    context) / both. Returns the chosen model with its effects (t-stats from OLS)."""
+    y = np.asarray(commit_len, dtype=float)
+    pos = np.asarray(output_pos, dtype=float)
+    n = y.size
+    if n < 2 * MIN_SIDE:
+        return None
+    ones = np.ones(n)
+    ctx = np.asarray(context, dtype=float) if context is not None else None
+    rss0 = float(np.sum((y - y.mean()) ** 2))
+    bic = {"none": _bic(rss0, n, 1)}
+    notes: list[str] = []
+
+    # decay: a step at output position T, or linear in output position; take the better
+    decay_choice, step_t = _decay_choice(y, pos, ones)
+    if decay_choice:
+        bic["decay"] = _bic(decay_choice[2], n, 2 if decay_choice[0] == "linear" else 3)
+
+    window_choice, separable = _window_choice(y, ctx, pos, ones, bic["none"], notes)
+    if window_choice:
+        bic["window"] = _bic(window_choice[1], n, 3)
+
+    both_choice: _Step | None = None
+    if decay_choice and window_choice and separable:
+        both_choice = _both_choice(y, ctx, pos, ones, _decay_column(decay_choice, pos))
+        if both_choice:
+            k = (2 if decay_choice[0] == "linear" else 3) + 2
+            bic["both"] = _bic(both_choice[1], n, k)
+
+    # ties (e.g. one prompt length) go to the first: none, then decay (the common cause)
+    order = [m for m in ("none", "decay", "window", "both") if m in bic]
+    model = min(order, key=lambda m: (bic[m], order.index(m)))
+    fit = AcceptanceFit(
+        model=model, bic=bic, n=n, mean=float(y.mean()), separable=separable, notes=notes
+    )
+    _fill_effects(fit, y, ctx, pos, ones, (decay_choice, step_t, window_choice, both_choice))
     return fit
 
 

@@ -153,20 +153,17 @@ def _agreement(
     return ok, f" ({len(client)} steps, {len(server)} of {all_steps} drafted)"
 
 
-def check_server_steps(
-    accepted: list[int],
+def _cap_last(
+    commits: list[int],
+    client: list[int] | None,
     stream_tokens: int,
-    client_commits: list[int] | None = None,
-    *,
-    cut_by_max_tokens: bool = False,
-) -> ServerStepCheck:
-    """Cross-check a server's accepted-drafts-per-step list with the stream's token count and,
-    when given, the client's commit lengths (in order). `cut_by_max_tokens`: the request ended
-    at max_tokens, so its last step may have been cut short."""
-    commits = [a + 1 for a in accepted]
+    cut_by_max_tokens: bool,
+) -> tuple[int, int] | None:
+    """(listed, kept) when the last listed step is cut to what the stream kept of it (a step
+    max_tokens cut short, or one that overhangs the stream): `commits` is changed in place so
+    that the totals can be compared."""
     listed = sum(commits)
     capped: tuple[int, int] | None = None
-    client = list(client_commits) if client_commits else None
     if commits:
         hidden_tokens = max(stream_tokens - sum(client), 0) if client else 0
         keep = _kept_last_commit(
@@ -175,23 +172,12 @@ def check_server_steps(
         if 1 <= keep < commits[-1]:
             capped = (commits[-1], keep)
             commits[-1] = keep
-    short = stream_tokens - sum(commits)
-    n_client = len(client) if client is not None else None
+    return capped
 
-    if short < 0:
-        covers, missing = INCONSISTENT, 0
-        verdict = (
-            f"the server lists {listed} tokens over {len(commits)} steps but the stream delivered "
-            f"{stream_tokens} after the first chunk: more than a last step cut by max_tokens "
-            "explains, so the server's per-step list is wrong (the stream's usage counts are what "
-            "the client received)"
-        )
-        return ServerStepCheck(
-            tuple(commits), covers, stream_tokens, listed, missing, capped, n_client, False, verdict
-        )
-    covers, missing = (EVERY_STEP, 0) if short == 0 else (DRAFTED_STEPS, short)
+
+def _coverage(commits: list[int], covers: str, missing: int, capped: tuple[int, int] | None) -> str:
+    """What the server's list covers, in words: the part every verdict states."""
     all_steps = len(commits) + missing
-    agrees = False
     if covers == EVERY_STEP:
         what = f"the server's {len(commits)} steps cover every streamed token"
     else:
@@ -201,19 +187,21 @@ def check_server_steps(
         )
     if capped:
         what += f"; its last step says {capped[0]} tokens where max_tokens left {capped[1]}"
-    if client is None:
-        verdict = what + "; no client steps to compare"
-        return ServerStepCheck(
-            tuple(commits),
-            covers,
-            stream_tokens,
-            listed,
-            missing,
-            capped,
-            n_client,
-            agrees,
-            verdict,
-        )
+    return what
+
+
+def _client_verdict(
+    commits: list[int],
+    client: list[int],
+    covers: str,
+    stream_tokens: int,
+    all_steps: int,
+    what: str,
+) -> tuple[bool, str]:
+    """(agrees, verdict): the client's steps against the server's, and by the step counts which
+    side misreads steps when they do not line up."""
+    n_client = len(client)
+    agrees = False
     # tokens the client's steps leave out: events that arrived in the prefill chunk's read
     # (not timed, so not steps there); each of those tokens is at most one server step
     hidden = max(stream_tokens - sum(client), 0)
@@ -240,6 +228,55 @@ def check_server_steps(
             f"{all_steps}, so the client's chunks split steps or the server's list leaves out "
             f"more than one-token steps: {what}"
         )
+    return agrees, verdict
+
+
+def check_server_steps(
+    accepted: list[int],
+    stream_tokens: int,
+    client_commits: list[int] | None = None,
+    *,
+    cut_by_max_tokens: bool = False,
+) -> ServerStepCheck:
+    """Cross-check a server's accepted-drafts-per-step list with the stream's token count and,
+    when given, the client's commit lengths (in order). `cut_by_max_tokens`: the request ended
+    at max_tokens, so its last step may have been cut short."""
+    commits = [a + 1 for a in accepted]
+    listed = sum(commits)
+    client = list(client_commits) if client_commits else None
+    capped = _cap_last(commits, client, stream_tokens, cut_by_max_tokens)
+    short = stream_tokens - sum(commits)
+    n_client = len(client) if client is not None else None
+
+    if short < 0:
+        covers, missing = INCONSISTENT, 0
+        verdict = (
+            f"the server lists {listed} tokens over {len(commits)} steps but the stream delivered "
+            f"{stream_tokens} after the first chunk: more than a last step cut by max_tokens "
+            "explains, so the server's per-step list is wrong (the stream's usage counts are what "
+            "the client received)"
+        )
+        return ServerStepCheck(
+            tuple(commits), covers, stream_tokens, listed, missing, capped, n_client, False, verdict
+        )
+    covers, missing = (EVERY_STEP, 0) if short == 0 else (DRAFTED_STEPS, short)
+    all_steps = len(commits) + missing
+    agrees = False
+    what = _coverage(commits, covers, missing, capped)
+    if client is None:
+        verdict = what + "; no client steps to compare"
+        return ServerStepCheck(
+            tuple(commits),
+            covers,
+            stream_tokens,
+            listed,
+            missing,
+            capped,
+            n_client,
+            agrees,
+            verdict,
+        )
+    agrees, verdict = _client_verdict(commits, client, covers, stream_tokens, all_steps, what)
     return ServerStepCheck(
         tuple(commits), covers, stream_tokens, listed, missing, capped, n_client, agrees, verdict
     )

@@ -31,7 +31,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from specscope.analysis.server_steps import (
+from specscope.analysis.steps.server import (
     DISAGREEMENT,
     DRAFTED_STEPS,
     EVERY_STEP,
@@ -378,21 +378,15 @@ def _per_token_client(
     )
 
 
-def _client(
-    trace: RequestTrace, max_commit_len: int | None, prompt: int | None
-) -> StepReconstruction:
-    events = trace.token_events()
-    if len(events) < 2:
-        return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
-    idx = trace.index
-    if _is_per_token(trace, events):
-        return _per_token_client(trace, events, max_commit_len, prompt)
-
-    reads = trace.reads()
-    if len(reads) < 2:
-        return StepReconstruction([], False, "none", "all tokens arrived in one read")
-    steps = _chunk_steps(reads, prompt, idx)
-    read_gaps = [(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)]
+def _chunk_problems(
+    steps: list[Step],
+    events: list[tuple[int, int]],
+    reads: list[list[tuple[int, int]]],
+    read_gaps: list[float],
+    max_commit_len: int | None,
+) -> tuple[list[str], list[str]]:
+    """(problems, notes): every sign that chunks are not one verify step each; a problem makes
+    the steps unreliable, a note (an odd late read) only says what was seen."""
     problems: list[str] = []
     notes: list[str] = []
     if max_commit_len is not None:
@@ -436,6 +430,25 @@ def _client(
         problems.append(
             f"chunk gaps are whole multiples of {base * 1e3:.2f} ms: chunks merge steps"
         )
+    return problems, notes
+
+
+def _client(
+    trace: RequestTrace, max_commit_len: int | None, prompt: int | None
+) -> StepReconstruction:
+    events = trace.token_events()
+    if len(events) < 2:
+        return StepReconstruction([], False, "none", "fewer than two token-bearing chunks")
+    idx = trace.index
+    if _is_per_token(trace, events):
+        return _per_token_client(trace, events, max_commit_len, prompt)
+
+    reads = trace.reads()
+    if len(reads) < 2:
+        return StepReconstruction([], False, "none", "all tokens arrived in one read")
+    steps = _chunk_steps(reads, prompt, idx)
+    read_gaps = [(b[0][0] - a[0][0]) / 1e9 for a, b in itertools.pairwise(reads)]
+    problems, notes = _chunk_problems(steps, events, reads, read_gaps, max_commit_len)
     if problems:
         return StepReconstruction(steps, False, "chunk", "; ".join(problems), notes=notes)
     first_read = len(reads[0])

@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis.measure import Measured, concurrency_of
-from specscope.analysis.speculation import plain_decoding
-from specscope.analysis.uncertainty import CI_LEVEL, percentile_interval
+from specscope.analysis.fits.steptime import KTOK
+from specscope.analysis.headline.measure import Measured, concurrency_of
+from specscope.analysis.headline.uncertainty import CI_LEVEL, percentile_interval
+from specscope.analysis.steps.speculation import plain_decoding
 from specscope.trace import tags
 
-KTOK = 1000.0
 EXTRAPOLATE = 2.0  # report a model crossover up to 2x beyond the measured range, labelled
 GRID = 400  # points the crossing is searched on (then refined linearly between two)
 DEFAULT_RESAMPLES = 200  # each resample refits two small least-squares models (~1 ms)
@@ -441,6 +441,87 @@ def _solve_axis(
     return out, x
 
 
+def _advantage(name: str, v: float, pair: tuple[RateModel, RateModel], at: float) -> float:
+    """This run's rate over the baseline's at `v` on the axis: what each range end is judged by."""
+    o, b = pair
+    r = (
+        (o.rate(v, at) / b.rate(v, at))
+        if name == "concurrency"
+        else (o.rate(1.0, v) / b.rate(1.0, v))
+    )
+    return float(r)
+
+
+def _advantage_ci(
+    name: str, v: float, fits: list[tuple[RateModel, RateModel]], at: float
+) -> tuple[float, float] | None:
+    """The advantage's interval over the bootstrap refits, so that ahead or behind excludes level."""
+    if len(fits) <= 20:
+        return None
+    lo, hi = percentile_interval(np.asarray([_advantage(name, v, pair, at) for pair in fits[1:]]))
+    return float(lo), float(hi)
+
+
+def _measured_axis(
+    name: str, fits: list[tuple[RateModel, RateModel]], low: float, high: float, at: float
+) -> Axis:
+    """The axis with what holds whatever the crossover: both ends' advantages and the loss's
+    factors, the base each outcome adds its point or its reason to."""
+    mo, mb = fits[0]
+    a_lo, a_hi = _advantage(name, low, fits[0], at), _advantage(name, high, fits[0], at)
+    adv_lo_ci, adv_hi_ci = _advantage_ci(name, low, fits, at), _advantage_ci(name, high, fits, at)
+    lo_pt = (low, at) if name == "concurrency" else (1.0, low)
+    hi_pt = (high, at) if name == "concurrency" else (1.0, high)
+    # what the loss is made of, where there is a material one (a tenth of the advantage)
+    factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < MATERIAL_LOSS * a_lo else []
+    return Axis(
+        name,
+        low,
+        high,
+        advantage_low=a_lo,
+        advantage_high=a_hi,
+        factors=factors,
+        advantage_low_ci=adv_lo_ci,
+        advantage_high_ci=adv_hi_ci,
+    )
+
+
+def _slower_from_start(ax: Axis, rng_txt: str) -> Axis:
+    """The axis when this run is not ahead at the range's start: no breakeven to find, so the
+    reason says how it stands against the baseline at both ends."""
+    words = {
+        "behind": "slower than",
+        "level": "not distinguishable from",
+        "ahead": "faster than",
+    }
+    at_lo = f"{ax.advantage_low:.2f}x{_ci_text(ax.advantage_low_ci)} at {ax.low:.0f}"
+    at_hi = f"{ax.advantage_high:.2f}x{_ci_text(ax.advantage_high_ci)} at {ax.high:.0f}"
+    return replace(
+        ax,
+        reason=f"no {ax.name} crossover in {rng_txt}: not faster than the "
+        f"baseline at the start, {words[ax.side('low')]} it ({at_lo}); "
+        f"{words[ax.side('high')]} it at the end ({at_hi})",
+    )
+
+
+def _crossover_ci(
+    crosses: list[float | None], low: float, high: float
+) -> tuple[float | None, float | None] | None:
+    """The crossover's interval over the refits, with an open (null) end where the resamples
+    leave the searched range: a point beyond it is not a bound."""
+    # a resample without a crossing in the searched range sits beyond it (or, slower from the
+    # start, below it): an open end of the interval, printed as null
+    top = high * EXTRAPOLATE
+    boot = np.asarray([2 * top if c is None else max(c, low - 1) for c in crosses[1:]])
+    ci = None
+    if boot.size >= 20:
+        lo_ci, hi_ci = percentile_interval(boot)
+        ci = (None if lo_ci < low else lo_ci, None if hi_ci > top else hi_ci)
+        if ci == (None, None):
+            ci = None  # open at both ends: no interval to give
+    return ci
+
+
 def _axis(
     name: str,
     fits: list[tuple[RateModel, RateModel]],
@@ -452,94 +533,19 @@ def _axis(
     log = name == "concurrency"
     crosses, _ = _solve_axis(name, fits, low, high, at, log)
     point_x = crosses[0]
-    mo, mb = fits[0]
-
-    def adv(v: float, pair: tuple[RateModel, RateModel]) -> float:
-        o, b = pair
-        r = (
-            (o.rate(v, at) / b.rate(v, at))
-            if name == "concurrency"
-            else (o.rate(1.0, v) / b.rate(1.0, v))
-        )
-        return float(r)
-
-    def adv_ci(v: float) -> tuple[float, float] | None:
-        if len(fits) <= 20:
-            return None
-        lo, hi = percentile_interval(np.asarray([adv(v, pair) for pair in fits[1:]]))
-        return float(lo), float(hi)
-
-    a_lo, a_hi = adv(low, fits[0]), adv(high, fits[0])
-    adv_lo_ci, adv_hi_ci = adv_ci(low), adv_ci(high)
-    lo_pt = (low, at) if name == "concurrency" else (1.0, low)
-    hi_pt = (high, at) if name == "concurrency" else (1.0, high)
-    # what the loss is made of, where there is a material one (a tenth of the advantage)
-    factors = _factors(mo, mb, name, lo_pt, hi_pt) if a_hi < MATERIAL_LOSS * a_lo else []
+    ax = _measured_axis(name, fits, low, high, at)
     rng_txt = f"[{low:.0f}, {high:.0f}]{unit}"
     if point_x == float("-inf"):
-        ax = Axis(
-            name,
-            low,
-            high,
-            advantage_low=a_lo,
-            advantage_high=a_hi,
-            factors=factors,
-            advantage_low_ci=adv_lo_ci,
-            advantage_high_ci=adv_hi_ci,
-        )
-        words = {
-            "behind": "slower than",
-            "level": "not distinguishable from",
-            "ahead": "faster than",
-        }
-        at_lo = f"{a_lo:.2f}x{_ci_text(ax.advantage_low_ci)} at {low:.0f}"
-        at_hi = f"{a_hi:.2f}x{_ci_text(ax.advantage_high_ci)} at {high:.0f}"
-        return replace(
-            ax,
-            reason=f"no {name} crossover in {rng_txt}: not faster than the "
-            f"baseline at the start, {words[ax.side('low')]} it ({at_lo}); "
-            f"{words[ax.side('high')]} it at the end ({at_hi})",
-        )
-    # a resample without a crossing in the searched range sits beyond it (or, slower from the
-    # start, below it): an open end of the interval, printed as null
-    top = high * EXTRAPOLATE
-    boot = np.asarray([2 * top if c is None else max(c, low - 1) for c in crosses[1:]])
-    ci = None
-    if boot.size >= 20:
-        lo_ci, hi_ci = percentile_interval(boot)
-        ci = (None if lo_ci < low else lo_ci, None if hi_ci > top else hi_ci)
-        if ci == (None, None):
-            ci = None  # open at both ends: no interval to give
+        return _slower_from_start(ax, rng_txt)
+    ci = _crossover_ci(crosses, low, high)
     if point_x is not None and point_x <= high:
-        return Axis(
-            name,
-            low,
-            high,
-            point=point_x,
-            ci=ci,
-            advantage_low=a_lo,
-            advantage_high=a_hi,
-            factors=factors,
-            advantage_low_ci=adv_lo_ci,
-            advantage_high_ci=adv_hi_ci,
-        )
+        return replace(ax, point=point_x, ci=ci)
     extra = point_x
+    a_hi = ax.advantage_high
     reason = f"no {name} crossover in {rng_txt}: this run stays faster ({a_hi:.2f}x at {high:.0f})"
     if extra is not None:
         reason += f"; the fitted model extrapolates one near {extra:.0f}{unit} (unmeasured)"
-    return Axis(
-        name,
-        low,
-        high,
-        ci=ci if extra is not None else None,
-        extrapolated=extra,
-        reason=reason,
-        advantage_low=a_lo,
-        advantage_high=a_hi,
-        factors=factors,
-        advantage_low_ci=adv_lo_ci,
-        advantage_high_ci=adv_hi_ci,
-    )
+    return replace(ax, ci=ci if extra is not None else None, extrapolated=extra, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -645,6 +651,117 @@ def _fewer_text(f: FewerDrafts) -> str:
     )
 
 
+def _switch_to(mb: RateModel | None, at: float) -> str:
+    """What the policy switches to: against another speculative config it is "switch to it",
+    not "switch off"."""
+    return (
+        "Speculation off"
+        if mb is None or plain_decoding(None, float(mb.commit_len(1.0, at)))
+        else ("The baseline's speculative configuration")
+    )
+
+
+def _loss_advice(conc: Axis, fewer: FewerDrafts | None) -> str:
+    """What to change besides switching off, from what the loss above the crossover is made
+    of: fewer drafts help against verify cost, not against falling acceptance."""
+    step_f = next((f for f in conc.factors if f["name"] == "verify_cost_with_batch"), None)
+    if _pays(fewer):
+        return f"Better still: {_fewer_text(fewer)}"
+    if step_f and (step_f["share_of_loss"] or 0) >= 0.5:
+        return (
+            "Most of the loss is verify cost growing with batch x verified tokens: verifying "
+            f"fewer draft tokens (a smaller tree) at high batch moves the crossover up. "
+            f"Where: {FLAGS_FEWER_DRAFTS}."
+        )
+    return (
+        "Most of the loss is acceptance falling with batch (shared drafter "
+        "capacity): fewer draft tokens will not recover it; switching off will."
+    )
+
+
+def _crossover_advice(
+    conc: Axis, mo: RateModel, mb: RateModel, at: float, off: str, fewer: FewerDrafts | None
+) -> tuple[list[str], float]:
+    """The policy where the fitted curves cross inside the sweep: switch above the crossover
+    only when this run is materially and significantly behind at the sweep's top."""
+    parts: list[str] = []
+    n = max(1, int(np.floor(conc.point)))
+    gain = float(mb.rate(conc.high, at) / mo.rate(conc.high, at) - 1.0)
+    if conc.side("high") == "behind":
+        parts.append(
+            f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
+            f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the "
+            f"{conc.advantage_low:.2f}x at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
+        )
+    else:
+        at_hi = f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at {conc.high:.0f}"
+        parts.append(
+            f"The fitted crossover is at batch {conc.point:.1f}, but at the top of the sweep "
+            f"this run is not materially and significantly slower ({at_hi}): measure higher "
+            f"concurrency before switching speculation off above batch {n} (predicted "
+            f"+{gain:.0%} at {conc.high:.0f}). Where: {FLAGS_BATCH_OFF}."
+        )
+    parts.append(_loss_advice(conc, fewer))
+    return parts, gain
+
+
+def _slower_at_low_load(conc: Axis, at_lo: str, at_hi: str) -> tuple[str, float]:
+    """The policy when this run is behind at the sweep's start: off there, and under load
+    according to how it stands at the top."""
+    gain = float(1 / conc.advantage_low - 1)
+    hi_side = conc.side("high")
+    if hi_side == "ahead":
+        return (
+            f"Speculation is slower than the baseline at low load ({at_lo}) "
+            f"and faster under load ({at_hi}): off at low load (+{gain:.0%} per "
+            f"request at {conc.low:.0f}), on under load."
+        ), gain
+    if hi_side == "behind":
+        return (
+            f"Speculation is slower than the baseline at every measured "
+            f"concurrency ({at_lo}, {at_hi}): turn it off (+{gain:.0%} per "
+            f"request at {conc.low:.0f})."
+        ), gain
+    return (
+        f"Speculation is slower than the baseline at low load ({at_lo}) and "
+        f"level with it under load ({at_hi}): turn it off (+{gain:.0%} per "
+        f"request at {conc.low:.0f})."
+    ), gain
+
+
+def _no_crossover_advice(conc: Axis, fewer: FewerDrafts | None) -> tuple[list[str], float | None]:
+    """The policy without a crossover in the sweep: from how this run stands at its start (and
+    top), with a change supported only by a material, significant difference."""
+    parts: list[str] = []
+    gain = None
+    at_lo = f"{conc.advantage_low:.2f}x{_ci_text(conc.advantage_low_ci)} at {conc.low:.0f}"
+    at_hi = f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at {conc.high:.0f}"
+    lo_side = conc.side("low")
+    if lo_side == "behind":
+        text, gain = _slower_at_low_load(conc, at_lo, at_hi)
+        parts.append(text)
+    elif lo_side == "level":
+        parts.append(
+            f"No material, significant difference from the baseline at concurrency "
+            f"{conc.low:.0f} ({at_lo}; {at_hi}): this data supports no policy change; "
+            "measure with more repeats (--repeat) on a quieter machine."
+        )
+    else:
+        tail = (
+            f"; the model puts a crossover near {conc.extrapolated:.0f}: measure there "
+            "before relying on it"
+            if conc.extrapolated is not None
+            else ""
+        )
+        parts.append(
+            f"Keep speculation on over concurrency [{conc.low:.0f}, {conc.high:.0f}] "
+            f"({conc.advantage_high:.2f}x at {conc.high:.0f}){tail}."
+        )
+        if _pays(fewer):
+            parts.append(f"At high batch: {_fewer_text(fewer)}")
+    return parts, gain
+
+
 def _recommend(
     conc: Axis,
     ctx: Axis,
@@ -655,88 +772,11 @@ def _recommend(
 ) -> tuple[str, float | None]:
     parts: list[str] = []
     gain = None
-    # against another speculative config the policy is "switch to it", not "switch off"
-    off = (
-        "Speculation off"
-        if mb is None or plain_decoding(None, float(mb.commit_len(1.0, at)))
-        else ("The baseline's speculative configuration")
-    )
+    off = _switch_to(mb, at)
     if conc.point is not None and mo is not None and mb is not None:
-        n = max(1, int(np.floor(conc.point)))
-        gain = float(mb.rate(conc.high, at) / mo.rate(conc.high, at) - 1.0)
-        if conc.side("high") == "behind":
-            parts.append(
-                f"{off} above batch {n} (crossover {conc.point:.1f}): per-request decode "
-                f"+{gain:.0%} at concurrency {conc.high:.0f}, keeping the "
-                f"{conc.advantage_low:.2f}x at {conc.low:.0f}. Where: {FLAGS_BATCH_OFF}."
-            )
-        else:
-            at_hi = (
-                f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at {conc.high:.0f}"
-            )
-            parts.append(
-                f"The fitted crossover is at batch {conc.point:.1f}, but at the top of the sweep "
-                f"this run is not materially and significantly slower ({at_hi}): measure higher "
-                f"concurrency before switching speculation off above batch {n} (predicted "
-                f"+{gain:.0%} at {conc.high:.0f}). Where: {FLAGS_BATCH_OFF}."
-            )
-        step_f = next((f for f in conc.factors if f["name"] == "verify_cost_with_batch"), None)
-        if _pays(fewer):
-            parts.append(f"Better still: {_fewer_text(fewer)}")
-        elif step_f and (step_f["share_of_loss"] or 0) >= 0.5:
-            parts.append(
-                "Most of the loss is verify cost growing with batch x verified tokens: verifying "
-                f"fewer draft tokens (a smaller tree) at high batch moves the crossover up. "
-                f"Where: {FLAGS_FEWER_DRAFTS}."
-            )
-        else:
-            parts.append(
-                "Most of the loss is acceptance falling with batch (shared drafter "
-                "capacity): fewer draft tokens will not recover it; switching off will."
-            )
+        parts, gain = _crossover_advice(conc, mo, mb, at, off, fewer)
     elif conc.reason and conc.point is None and conc.advantage_low is not None:
-        lo_side, hi_side = conc.side("low"), conc.side("high")
-        at_lo = f"{conc.advantage_low:.2f}x{_ci_text(conc.advantage_low_ci)} at {conc.low:.0f}"
-        at_hi = f"{conc.advantage_high:.2f}x{_ci_text(conc.advantage_high_ci)} at {conc.high:.0f}"
-        if lo_side == "behind":
-            gain = float(1 / conc.advantage_low - 1)
-            if hi_side == "ahead":
-                parts.append(
-                    f"Speculation is slower than the baseline at low load ({at_lo}) "
-                    f"and faster under load ({at_hi}): off at low load (+{gain:.0%} per "
-                    f"request at {conc.low:.0f}), on under load."
-                )
-            elif hi_side == "behind":
-                parts.append(
-                    f"Speculation is slower than the baseline at every measured "
-                    f"concurrency ({at_lo}, {at_hi}): turn it off (+{gain:.0%} per "
-                    f"request at {conc.low:.0f})."
-                )
-            else:
-                parts.append(
-                    f"Speculation is slower than the baseline at low load ({at_lo}) and "
-                    f"level with it under load ({at_hi}): turn it off (+{gain:.0%} per "
-                    f"request at {conc.low:.0f})."
-                )
-        elif lo_side == "level":
-            parts.append(
-                f"No material, significant difference from the baseline at concurrency "
-                f"{conc.low:.0f} ({at_lo}; {at_hi}): this data supports no policy change; "
-                "measure with more repeats (--repeat) on a quieter machine."
-            )
-        else:
-            tail = (
-                f"; the model puts a crossover near {conc.extrapolated:.0f}: measure there "
-                "before relying on it"
-                if conc.extrapolated is not None
-                else ""
-            )
-            parts.append(
-                f"Keep speculation on over concurrency [{conc.low:.0f}, {conc.high:.0f}] "
-                f"({conc.advantage_high:.2f}x at {conc.high:.0f}){tail}."
-            )
-            if _pays(fewer):
-                parts.append(f"At high batch: {_fewer_text(fewer)}")
+        parts, gain = _no_crossover_advice(conc, fewer)
     if ctx.point is not None:
         parts.append(f"{off} above context {ctx.point:.0f} tokens. Where: {FLAGS_CONTEXT_OFF}.")
     return " ".join(parts) or "Not enough sweep data for a policy.", gain
@@ -775,6 +815,45 @@ def _measured_points(m: Measured) -> dict[int, list[float]]:
     return pts
 
 
+def _refits(
+    ro: RunSteps, rb: RunSteps, first: tuple[RateModel, RateModel], seed: int, resamples: int
+) -> tuple[list[tuple[RateModel, RateModel]], list[np.ndarray]]:
+    """Both models refitted on bootstrap resamples (the fitted pair first), with each refit's
+    steps of this run, so that fewer_drafts can be redone on the same draws."""
+    rng = np.random.default_rng(seed)
+    fits = [first]
+    picks: list[np.ndarray] = []  # each refit's steps of this run (for the fewer-drafts interval)
+    for _ in range(resamples):
+        idx = _resample(ro, rng)
+        fo, fb = fit_rate_model(ro, idx), fit_rate_model(rb, _resample(rb, rng))
+        if fo is not None and fb is not None:
+            fits.append((fo, fb))
+            picks.append(idx)
+    return fits, picks
+
+
+def _context_axis(ro: RunSteps, rb: RunSteps, fits: list[tuple[RateModel, RateModel]]) -> Axis:
+    """The context axis over the batch-1 contexts both runs measured, or why it has none."""
+    one_o, one_b = ro.context[ro.batch == 1], rb.context[rb.batch == 1]
+    if one_o.size and one_b.size:
+        c_lo = float(max(one_o.min(), one_b.min()))
+        c_hi = float(min(one_o.max(), one_b.max()))
+    else:
+        c_lo = c_hi = 0.0
+    # within one generation context and output position move together (ARCHITECTURE §1): a
+    # context crossover needs prompts of different lengths in both runs
+    spread = min(np.ptp(r.prompt[r.batch == 1]) if (r.batch == 1).any() else 0.0 for r in (ro, rb))
+    if c_hi - c_lo >= MIN_CONTEXT_SPREAD and spread >= MIN_CONTEXT_SPREAD:
+        return _axis("context", fits, c_lo, c_hi, 0.0, " tokens")
+    return Axis(
+        "context",
+        c_lo,
+        c_hi,
+        reason="no context crossover: needs a context sweep "
+        f"(prompt lengths {MIN_CONTEXT_SPREAD}+ tokens apart) in both runs",
+    )
+
+
 def breakeven(
     m: Measured, mb: Measured, *, seed: int = 0, resamples: int = DEFAULT_RESAMPLES
 ) -> Breakeven | None:
@@ -785,15 +864,7 @@ def breakeven(
     fit_o, fit_b = fit_rate_model(ro), fit_rate_model(rb)
     if fit_o is None or fit_b is None:
         return None
-    rng = np.random.default_rng(seed)
-    fits = [(fit_o, fit_b)]
-    picks: list[np.ndarray] = []  # each refit's steps of this run (for the fewer-drafts interval)
-    for _ in range(resamples):
-        idx = _resample(ro, rng)
-        fo, fb = fit_rate_model(ro, idx), fit_rate_model(rb, _resample(rb, rng))
-        if fo is not None and fb is not None:
-            fits.append((fo, fb))
-            picks.append(idx)
+    fits, picks = _refits(ro, rb, (fit_o, fit_b), seed, resamples)
     sweep = [c for c in ro.levels if c in rb.levels]
     conc_at = (
         float(np.median(ro.context[ro.batch > 1]))
@@ -810,25 +881,7 @@ def breakeven(
             reason="no concurrency crossover: needs a concurrency sweep (e.g. "
             "--concurrency 1,4,16) in both runs",
         )
-    one_o, one_b = ro.context[ro.batch == 1], rb.context[rb.batch == 1]
-    if one_o.size and one_b.size:
-        c_lo = float(max(one_o.min(), one_b.min()))
-        c_hi = float(min(one_o.max(), one_b.max()))
-    else:
-        c_lo = c_hi = 0.0
-    # within one generation context and output position move together (ARCHITECTURE §1): a
-    # context crossover needs prompts of different lengths in both runs
-    spread = min(np.ptp(r.prompt[r.batch == 1]) if (r.batch == 1).any() else 0.0 for r in (ro, rb))
-    if c_hi - c_lo >= MIN_CONTEXT_SPREAD and spread >= MIN_CONTEXT_SPREAD:
-        ctx = _axis("context", fits, c_lo, c_hi, 0.0, " tokens")
-    else:
-        ctx = Axis(
-            "context",
-            c_lo,
-            c_hi,
-            reason="no context crossover: needs a context sweep "
-            f"(prompt lengths {MIN_CONTEXT_SPREAD}+ tokens apart) in both runs",
-        )
+    ctx = _context_axis(ro, rb, fits)
     fewer = fewer_drafts(ro, fit_o, fit_b, conc.high, conc_at) if len(sweep) >= 2 else None
     if fewer is not None:
         redone = (

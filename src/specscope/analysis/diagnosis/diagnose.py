@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from specscope.analysis import acceptance as acc
-from specscope.analysis import facts as fx
 from specscope.analysis import serving
-from specscope.analysis.breakeven import Breakeven, breakeven, unavailable
-from specscope.analysis.facts import Facts
-from specscope.analysis.findings import decide
-from specscope.analysis.headline import Headline
-from specscope.analysis.measure import (
+from specscope.analysis.diagnosis import facts as fx
+from specscope.analysis.diagnosis.breakeven import Breakeven, breakeven, unavailable
+from specscope.analysis.diagnosis.facts import Facts
+from specscope.analysis.diagnosis.findings import decide
+from specscope.analysis.diagnosis.series import build_series, plain
+from specscope.analysis.fits import acceptance as acc
+from specscope.analysis.headline.headline import Headline
+from specscope.analysis.headline.measure import (
     Measured,
     StepTable,
     measure,
@@ -34,9 +35,8 @@ from specscope.analysis.measure import (
     server_step_tables,
     step_tables,
 )
-from specscope.analysis.model import Analysis, FindingTest
-from specscope.analysis.precision import summary as precision_summary
-from specscope.analysis.series import build_series, plain
+from specscope.analysis.headline.precision import summary as precision_summary
+from specscope.analysis.result import HEADLINE_DETAIL_KEYS, Analysis, FindingTest
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace.model import Run
@@ -57,17 +57,7 @@ def _headline_fields(out: Analysis, head: Headline | None) -> None:
     out.commit_len_source = head.commit_len_detail or None
     out.ttft_s = head.ttft_s
     fields = head.json_fields()
-    for key in (
-        "mean_commit_len_source",
-        "mean_commit_len_per_drafted_step",
-        "drafted_step_share",
-        "mean_step_s_source",
-        "decode_tps_ci",
-        "mean_commit_len_ci",
-        "mean_step_s_ci",
-        "ttft_s_ci",
-        "interval_method",
-    ):
+    for key in HEADLINE_DETAIL_KEYS:
         setattr(out, key, fields[key])
 
 
@@ -157,12 +147,12 @@ def _measured_analysis(run: Run, m: Measured) -> Analysis:
     out.serving = serving.serving_of_run(
         run, max_commit_len=max_commit_len_from(run.info.server_info)
     )
-    _headline_fields(out, m.head)
+    _headline_fields(out, m.headline)
     out.precision = precision_summary(
         run.info.precision,
         out.decode_tps,
         out.decode_tps_ci,
-        m.head.requests if m.head is not None else 0,
+        m.headline.requests if m.headline is not None else 0,
     )
     return out
 
@@ -224,7 +214,7 @@ def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
     """The headline, the speculation state and the drift claim's decision: why nothing was
     reported, told from the decisions themselves (never from a second threshold)."""
     parts = []
-    h = f.measured.headline
+    h = f.measured.decomposition
     if h is not None and h.decode_tps and h.mean_step_s:
         parts.append(
             f"decode {h.decode_tps:.1f} tok/s = {h.mean_commit_len:.2f} tokens/step / "

@@ -37,7 +37,7 @@ class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class StepTable(_Table):
+class StepTimeModel(_Table):
     """Verify-step time, seconds: s0 + per_context_token*context + per_verified_token*verified
     + per_batch_request*(batch-1) + per_batch_verified_token*batch*verified
     + per_context_verified_token*verified*context + drift_per_output_token*output_pos, times
@@ -143,7 +143,7 @@ class Scenario(_Table):
     max_batch: int = Field(256, ge=1)
     seed: int = 0
     time_scale: float = Field(1.0, gt=0)
-    step: StepTable = Field(default_factory=StepTable)
+    step: StepTimeModel = Field(default_factory=StepTimeModel)
     prefill: PrefillTable = Field(default_factory=PrefillTable)
     acceptance: AcceptanceTable = Field(default_factory=AcceptanceTable)
     streaming: StreamingTable = Field(default_factory=StreamingTable)

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis import acceptance as acc
-from specscope.analysis import decompose as dec
-from specscope.analysis import steptime as stm
-from specscope.analysis.measure import Measured, StepTable, concurrency_of, prompt_len
-from specscope.analysis.model import Attribution, Interval
-from specscope.analysis.speculation import SpeculationState, state_of_requests
+from specscope.analysis.fits import acceptance as acc
+from specscope.analysis.fits import steptime as stm
+from specscope.analysis.headline import decompose as dec
+from specscope.analysis.headline.measure import Measured, StepTable, concurrency_of, prompt_len
+from specscope.analysis.result import Attribution, Interval
+from specscope.analysis.steps.speculation import SpeculationState, state_of_requests
 from specscope.telemetry.records import SpecRecord
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run
@@ -289,7 +289,7 @@ class BaselineFacts:
 
 def baseline_facts(baseline: Run, mb: Measured, m: Measured, seed: int = 0) -> BaselineFacts | None:
     """None when either run has no usable decode window."""
-    h, hb = m.headline, mb.headline
+    h, hb = m.decomposition, mb.decomposition
     if hb is None or h is None:
         return None
     sp = dec.split(hb, h)

@@ -3,7 +3,7 @@
 One function per finding id, in `RULES`, each with its thresholds beside it. A rule turns the
 facts into a `Claim`: the finding as it would read, and the `Test` that decides it (its method,
 effect size with a 95% interval, one-sided p-value, and the smallest effect that matters;
-analysis/significance.py). `decide` controls the false-discovery rate over the ids that were
+analysis/fits/significance.py). `decide` controls the false-discovery rate over the ids that were
 tested (Benjamini-Hochberg at ALPHA) and reports a finding only when it is significant after that
 control AND its estimate reaches the stated minimum; every claim that was tested but not reported
 is stated as such ("no two_point_bias: +12% (95% CI -20%..+55%), the interval includes zero
@@ -27,22 +27,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specscope.analysis import advice
-from specscope.analysis import significance as sig
-from specscope.analysis.acceptance import (
+from specscope.analysis.diagnosis import advice
+from specscope.analysis.diagnosis.cards import BY_ID
+from specscope.analysis.diagnosis.facts import Facts, TwoPoint
+from specscope.analysis.fits import significance as sig
+from specscope.analysis.fits.acceptance import (
     COARSE_CUTS,
     EARLY_POS,
     AcceptanceFit,
 )
-from specscope.analysis.cards import BY_ID
-from specscope.analysis.decompose import Split, SplitCI
-from specscope.analysis.facts import Facts, TwoPoint
-from specscope.analysis.model import Evidence, Finding, FindingTest
-from specscope.analysis.speculation import plain_decoding, stated_draft_window
-from specscope.analysis.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK
+from specscope.analysis.fits.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK, StepTimeFit
+from specscope.analysis.headline.decompose import Decomposition, Split, SplitCI
+from specscope.analysis.result import Evidence, Finding, FindingTest
+from specscope.analysis.steps.speculation import plain_decoding, stated_draft_window
 
 if TYPE_CHECKING:  # the step columns diagnosis.py builds (imported for types only: no cycle)
-    from specscope.analysis.measure import StepTable
+    from specscope.analysis.headline.measure import StepTable
 
 
 def _ev(label: str, value: float | int | str | None, unit: str = "", source: str = "") -> Evidence:
@@ -172,7 +172,7 @@ def _with_content(lr: tuple[float, float], sides: int, f: Facts) -> tuple[float,
 def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
     """Is the main requests' mean commit length below `threshold`? log(threshold / L) > 0,
     cluster-robust over 64-step blocks of the main requests' steps."""
-    L = f.measured.headline.mean_commit_len if f.measured.headline else None
+    L = f.measured.decomposition.mean_commit_len if f.measured.decomposition else None
     mt = f.main_table
     method = (
         f"one-sided z test of mean commit length < {threshold} ({what}), "
@@ -193,7 +193,7 @@ def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
 
 # --- chunk_coalescing --------------------------------------------------------------------------
 # A validity check, decided by counting (chunks vs the server's verify steps, chunk sizes, gap
-# multiples; analysis/steps.py), not by sampling: reported whenever the reconstruction says so.
+# multiples; analysis/steps/reconstruct.py), not by sampling: reported whenever the reconstruction says so.
 
 
 def chunk_coalescing(f: Facts) -> Claim | None:
@@ -210,7 +210,7 @@ def chunk_coalescing(f: Facts) -> Claim | None:
                 "decided by",
                 "counting checks of the stream (not a sampled effect)",
                 "",
-                "analysis/steps.py",
+                "analysis/steps/reconstruct.py",
             )
         ],
         next=advice.chunk_coalescing(f.flavor),
@@ -520,59 +520,81 @@ MIN_OVERHEAD = BY_ID["speculation_overhead"].min_effect
 OVERHEAD_COMMIT = BY_ID["speculation_overhead"].thresholds["commit length without a baseline"]
 
 
+def _overhead_untestable(f: Facts) -> Claim:
+    """A plain baseline is always tested against: without a decode split the claim says why
+    the test could not be run."""
+    return Claim(
+        id="speculation_overhead",
+        summary="Speculation against plain decoding: not testable (no decode split).",
+        evidence=[],
+        next=advice.speculation_overhead(f.flavor),
+        test=sig.untestable(
+            "tps ratio plain/speculative: the baseline or this run has no usable decode window",
+            MIN_OVERHEAD,
+            "x",
+        ),
+    )
+
+
+def _overhead_test(f: Facts, split: Split, split_ci: SplitCI | None) -> sig.Test:
+    """The tps ratio against plain decoding tested on its bootstrap interval, or, with one
+    request a side (no interval), on the observed decode time's spread."""
+    method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
+    lr = sig.log_ratio_from_ci(split.tps_ratio, split_ci.tps_ratio) if split_ci else None
+    if lr is None and split.tps_ratio > 0:
+        # one request a side: the observed decode time's spread, taken for both sides
+        se_t = _decode_time_log_se(f)
+        if se_t is not None:
+            lr = (math.log(split.tps_ratio), math.sqrt(2.0) * se_t)
+            method = (
+                "tps ratio plain/speculative, one request a side: z on the log with "
+                "the observed decode time's block SE for both sides"
+            )
+    return (
+        sig.z_test(
+            *_with_content(lr, 1, f),
+            min_effect=MIN_OVERHEAD,
+            unit="x",
+            method=method + ", widened by the content variance",
+            log_ratio=True,
+        )
+        if lr
+        else sig.untestable(method + ": no interval", MIN_OVERHEAD, "x")
+    )
+
+
+def _overhead_against_plain(
+    f: Facts, h: Decomposition, split: Split, split_ci: SplitCI | None
+) -> Claim:
+    """The overhead measured against a plain baseline: the slowdown's split into step cost and
+    tokens per step, decided by the tps ratio's test."""
+    test = _overhead_test(f, split, split_ci)
+    plain_tps = f.baseline.decomposition.decode_tps
+    return Claim(
+        id="speculation_overhead",
+        summary=_overhead_summary(split, h.decode_tps, plain_tps),
+        evidence=[
+            _ev("decode tps with speculation", h.decode_tps, "tok/s", _src_steps(f)),
+            _ev("decode tps plain (baseline)", plain_tps, "tok/s", "baseline run"),
+            _ev(
+                "mean commit length", h.mean_commit_len, "tokens/step", f.measured.commit_len_source
+            ),
+            _ev("step time ratio spec/plain", split.step_time_factor, "x", "attribution"),
+        ],
+        next=advice.speculation_overhead(f.flavor),
+        test=test,
+        factor=_family_factors(f).get("speculation_overhead"),
+    )
+
+
 def speculation_overhead(f: Facts) -> Claim | None:
-    h, split, split_ci = f.measured.headline, _split(f), _split_ci(f)
+    h, split, split_ci = f.measured.decomposition, _split(f), _split_ci(f)
     L = h.mean_commit_len if h else None
     if _plain_baseline(f) and (split is None or h is None):
         # a plain baseline is always tested against; without a split the test says why not
-        return Claim(
-            id="speculation_overhead",
-            summary="Speculation against plain decoding: not testable (no decode split).",
-            evidence=[],
-            next=advice.speculation_overhead(f.flavor),
-            test=sig.untestable(
-                "tps ratio plain/speculative: the baseline or this run has no usable decode window",
-                MIN_OVERHEAD,
-                "x",
-            ),
-        )
+        return _overhead_untestable(f)
     if _plain_baseline(f) and split is not None and h is not None:
-        method = "tps ratio plain/speculative, bootstrap 95% interval (z on the log)"
-        lr = sig.log_ratio_from_ci(split.tps_ratio, split_ci.tps_ratio) if split_ci else None
-        if lr is None and split.tps_ratio > 0:
-            # one request a side: the observed decode time's spread, taken for both sides
-            se_t = _decode_time_log_se(f)
-            if se_t is not None:
-                lr = (math.log(split.tps_ratio), math.sqrt(2.0) * se_t)
-                method = (
-                    "tps ratio plain/speculative, one request a side: z on the log with "
-                    "the observed decode time's block SE for both sides"
-                )
-        test = (
-            sig.z_test(
-                *_with_content(lr, 1, f),
-                min_effect=MIN_OVERHEAD,
-                unit="x",
-                method=method + ", widened by the content variance",
-                log_ratio=True,
-            )
-            if lr
-            else sig.untestable(method + ": no interval", MIN_OVERHEAD, "x")
-        )
-        plain_tps = f.baseline.decomposition.decode_tps
-        return Claim(
-            id="speculation_overhead",
-            summary=_overhead_summary(split, h.decode_tps, plain_tps),
-            evidence=[
-                _ev("decode tps with speculation", h.decode_tps, "tok/s", _src_steps(f)),
-                _ev("decode tps plain (baseline)", plain_tps, "tok/s", "baseline run"),
-                _ev("mean commit length", L, "tokens/step", f.measured.commit_len_source),
-                _ev("step time ratio spec/plain", split.step_time_factor, "x", "attribution"),
-            ],
-            next=advice.speculation_overhead(f.flavor),
-            test=test,
-            factor=_family_factors(f).get("speculation_overhead"),
-        )
+        return _overhead_against_plain(f, h, split, split_ci)
     if L is None or L >= OVERHEAD_COMMIT or _plain_baseline(f):
         return None
     return Claim(
@@ -600,7 +622,7 @@ LOW_COMMIT_ABSOLUTE = BY_ID["acceptance_low"].thresholds["commit length without 
 
 
 def acceptance_low(f: Facts) -> Claim | None:
-    h, split, split_ci = f.measured.headline, _split(f), _split_ci(f)
+    h, split, split_ci = f.measured.decomposition, _split(f), _split_ci(f)
     L = h.mean_commit_len if h else None
     if L is None or _plain_baseline(f):
         return None
@@ -653,7 +675,7 @@ def acceptance_low(f: Facts) -> Claim | None:
 
 
 # --- step_time_drift ---------------------------------------------------------------------------
-# Drift: the output-position slope of the joint robust step-time fit (analysis/steptime.py:
+# Drift: the output-position slope of the joint robust step-time fit (analysis/fits/steptime.py:
 # Huber regression, SE inflated for lag-1 autocorrelation), with context held fixed. It matters
 # when the drift over the user's generation is >= 10% of the mean step (DRIFT_MIN_SHARE: below
 # that it moves tps by < 10%, inside run-to-run variation of real services).
@@ -744,6 +766,37 @@ CONTEXT_SHARE = BY_ID["context_scaling"].min_effect
 CONFOUNDED_GROWTH = BY_ID["context_scaling"].thresholds["confounded growth"]
 
 
+def _context_confounded(
+    f: Facts, fit: StepTimeFit, g: float, z: float, method: str, factor: float | None
+) -> Claim:
+    """With one prompt length, growth along the generation is context or drift, not both
+    separately: stated as a hypothesis (capped confidence) that a second length would settle."""
+    return Claim(
+        id="context_scaling",
+        summary=f"Step time grows {g:.0%} along the generation, but with one prompt length "
+        "context growth and output-length drift cannot be told apart.",
+        evidence=[
+            _ev("step-time growth start->end", g, "", _src_steps(f)),
+            _ev(
+                "slope along the generation",
+                fit.per_context_token,
+                "s/token",
+                "robust regression",
+            ),
+        ],
+        next=advice.context_confounded(f.flavor),
+        test=sig.z_test(
+            g,
+            g / z if z else float("nan"),
+            min_effect=CONFOUNDED_GROWTH,
+            method=method + " (context and output position confounded)",
+            unit="fraction",
+        ),
+        factor=factor,
+        cap=0.35,
+    )
+
+
 def context_scaling(f: Facts) -> Claim | None:
     fit = f.step_time.fit
     if fit is None:
@@ -760,30 +813,7 @@ def context_scaling(f: Facts) -> Claim | None:
     factor = _family_factors(f).get("context_scaling")
     if fit.identifiable is False and f.step_time.growth_along_generation is not None:
         g = f.step_time.growth_along_generation
-        return Claim(
-            id="context_scaling",
-            summary=f"Step time grows {g:.0%} along the generation, but with one prompt length "
-            "context growth and output-length drift cannot be told apart.",
-            evidence=[
-                _ev("step-time growth start->end", g, "", _src_steps(f)),
-                _ev(
-                    "slope along the generation",
-                    fit.per_context_token,
-                    "s/token",
-                    "robust regression",
-                ),
-            ],
-            next=advice.context_confounded(f.flavor),
-            test=sig.z_test(
-                g,
-                g / z if z else float("nan"),
-                min_effect=CONFOUNDED_GROWTH,
-                method=method + " (context and output position confounded)",
-                unit="fraction",
-            ),
-            factor=factor,
-            cap=0.35,
-        )
+        return _context_confounded(f, fit, g, z, method, factor)
     share = f.step_time.context_share
     if share is None:
         return None
@@ -853,21 +883,12 @@ def _two_point_test(f: Facts, tp: TwoPoint, full_adj: float) -> sig.Test:
     )
 
 
-def two_point_bias(f: Facts) -> Claim | None:
-    tp, h = f.two_point.estimate, f.measured.headline
-    if (
-        tp is None
-        or h is None
-        or not h.decode_tps
-        or not f.measured.main_label.startswith("full_generation")
-    ):
-        return None
+def _two_point_evidence(
+    f: Facts, tp: TwoPoint, h: Decomposition, over: float, ctx_f: float, over_adj: float
+) -> list[Evidence]:
+    """The numbers behind the bias: both rates, how much of the gap context explains, and the
+    window's commit length and step time beside the full generation's, which say why."""
     src_steps = _src_steps(f)
-    over = tp.decode_tps / h.decode_tps - 1
-    ctx_f = f.two_point.context_factor or 1.0
-    # the part a context difference explains is not a bias of the method: allowed for
-    full_adj = h.decode_tps * ctx_f
-    over_adj = tp.decode_tps / full_adj - 1
     ev = [
         _ev(
             f"two-point decode tps (max_tokens {tp.n1}->{tp.n2})",
@@ -910,6 +931,24 @@ def two_point_bias(f: Facts) -> Claim | None:
             )
         )
         ev.append(_ev("step time over the full generation", h.mean_step_s, "s", src_steps))
+    return ev
+
+
+def two_point_bias(f: Facts) -> Claim | None:
+    tp, h = f.two_point.estimate, f.measured.decomposition
+    if (
+        tp is None
+        or h is None
+        or not h.decode_tps
+        or not f.measured.main_label.startswith("full_generation")
+    ):
+        return None
+    over = tp.decode_tps / h.decode_tps - 1
+    ctx_f = f.two_point.context_factor or 1.0
+    # the part a context difference explains is not a bias of the method: allowed for
+    full_adj = h.decode_tps * ctx_f
+    over_adj = tp.decode_tps / full_adj - 1
+    ev = _two_point_evidence(f, tp, h, over, ctx_f, over_adj)
     ctx_note = (
         f" ({over_adj:.0%} beyond what the context difference explains)"
         if abs(ctx_f - 1) > 0.05
@@ -981,7 +1020,7 @@ def _prefill_test(f: Facts, share: float) -> sig.Test:
 
 
 def prefill_bound(f: Facts) -> Claim | None:
-    ttft = f.measured.head.ttft_s if f.measured.head is not None else None
+    ttft = f.measured.headline.ttft_s if f.measured.headline is not None else None
     if not (ttft and f.e2e_s and f.e2e_s > 0 and ttft / f.e2e_s > PREFILL_SHARE):
         return None
     share = ttft / f.e2e_s
@@ -1045,7 +1084,7 @@ def draft_coverage(f: Facts) -> Claim | None:
     """The share of verify steps that drafted nothing and what they cost, as the tps the run
     would reach if those steps had committed the drafted steps' mean (step time held fixed:
     tps x L_drafted / L)."""
-    h, head = f.measured.headline, f.measured.head
+    h, head = f.measured.decomposition, f.measured.headline
     if head is None or head.share_counts is None or not head.share_counts[1] or h is None:
         return None
     drafted, steps = head.share_counts
@@ -1228,8 +1267,12 @@ def _importance(fd: Finding, f: Facts) -> float:
             else None
         )
         two_point = None
-        if f.two_point.estimate and f.measured.headline and f.measured.headline.decode_tps:
-            two_point = f.two_point.estimate.decode_tps / f.measured.headline.decode_tps
+        if (
+            f.two_point.estimate
+            and f.measured.decomposition
+            and f.measured.decomposition.decode_tps
+        ):
+            two_point = f.two_point.estimate.decode_tps / f.measured.decomposition.decode_tps
         cost = {
             "acceptance_decay": f.shape.decay_cost,
             "draft_window": f.shape.window_cost,

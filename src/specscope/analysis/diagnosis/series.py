@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis import acceptance as acc
-from specscope.analysis import decompose as dec
-from specscope.analysis.facts import TwoPointFacts
-from specscope.analysis.measure import Measured, StepTable, concurrency_of, prompt_len
-from specscope.analysis.steps import StepReconstruction
+from specscope.analysis.diagnosis.facts import TwoPointFacts
+from specscope.analysis.fits import acceptance as acc
+from specscope.analysis.headline import decompose as dec
+from specscope.analysis.headline.measure import Measured, StepTable, concurrency_of, prompt_len
+from specscope.analysis.steps.reconstruct import StepReconstruction
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Step
 
@@ -98,7 +98,7 @@ def build_series(
             "max_tokens": list(og),
             "decode_tps": [d.decode_tps for d in og.values()],
         }
-    decode_tps = m.head.decode_tps if m.head is not None else None
+    decode_tps = m.headline.decode_tps if m.headline is not None else None
     if tp.estimate is not None and decode_tps:
         t = tp.estimate
         out["two_point_vs_full"] = {

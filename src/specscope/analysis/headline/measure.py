@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specscope.analysis import decompose as dec
-from specscope.analysis.acceptance import ServerAcceptance
-from specscope.analysis.headline import Headline, headline
-from specscope.analysis.steps import StepReconstruction, reconstruct_steps
+from specscope.analysis.fits.acceptance import ServerAcceptance
+from specscope.analysis.headline import decompose as dec
+from specscope.analysis.headline.headline import Headline, headline
+from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
@@ -104,26 +104,26 @@ class Measured:
     recs: dict[int, StepReconstruction]
     main: tuple[RequestTrace, ...]
     main_label: str
-    head: Headline | None = None
+    headline: Headline | None = None
     reliable: bool | None = None
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     @property
-    def headline(self) -> dec.Decomposition | None:
-        return self.head.decomposition if self.head is not None else None
+    def decomposition(self) -> dec.Decomposition | None:
+        return self.headline.decomposition if self.headline is not None else None
 
     @property
     def commit_len_source(self) -> str:
-        return self.head.commit_len_detail if self.head is not None else ""
+        return self.headline.commit_len_detail if self.headline is not None else ""
 
     @property
     def rows(self) -> np.ndarray | None:
-        return self.head.rows if self.head is not None else None
+        return self.headline.rows if self.headline is not None else None
 
     @property
     def unit(self) -> str:
-        return self.head.unit if self.head is not None else "block"
+        return self.headline.unit if self.headline is not None else "block"
 
     def reliable_steps(self, reqs: tuple[RequestTrace, ...] | list[RequestTrace]) -> list[Step]:
         return [s for r in reqs if self.recs[r.index].reliable for s in self.recs[r.index].steps]
@@ -165,7 +165,7 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
         recs=recs,
         main=main,
         main_label=label,
-        head=head,
+        headline=head,
         reliable=all(rc.reliable for rc in main_recs),
         reasons=tuple(sorted({rc.reason for rc in main_recs if not rc.reliable and rc.reason})),
         notes=tuple(notes),

@@ -81,6 +81,22 @@ class Attribution(BaseModel):
     baseline_run: str | None = None
 
 
+# The headline's labels and intervals beside its numbers (`Analysis` fields, copied from
+# `Headline.json_fields()` by the diagnosis; diagnose's top-level JSON, ARCHITECTURE §8), in the
+# contract's order.
+HEADLINE_DETAIL_KEYS = (
+    "mean_commit_len_source",
+    "mean_commit_len_per_drafted_step",
+    "drafted_step_share",
+    "mean_step_s_source",
+    "decode_tps_ci",
+    "mean_commit_len_ci",
+    "mean_step_s_ci",
+    "ttft_s_ci",
+    "interval_method",
+)
+
+
 class Analysis(BaseModel):
     """Headline numbers are from the main measurement (the full generation in a diagnosis).
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from specscope.analysis import advice
-from specscope.analysis.acceptance import EFFECT_T
-from specscope.analysis.steptime import DRIFT_MIN_NOISE, DRIFT_MIN_SHARE, DRIFT_Z
+from specscope.analysis.diagnosis import advice
+from specscope.analysis.fits.acceptance import EFFECT_T
+from specscope.analysis.fits.steptime import DRIFT_MIN_NOISE, DRIFT_MIN_SHARE, DRIFT_Z
 
 
 class Cause(StrEnum):
@@ -49,7 +49,7 @@ class RuleCard:
 
     id: str
     claim: str  # what a reported finding says, in one sentence
-    test: str  # the test that decides it (analysis/significance.py)
+    test: str  # the test that decides it (analysis/fits/significance.py)
     min_effect: float  # the smallest effect that matters, in `unit`
     unit: str
     causes: tuple[Cause, ...]  # the mechanisms that produce this effect

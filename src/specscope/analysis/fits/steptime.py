@@ -142,6 +142,59 @@ def huber_fit(
     return beta, y - x @ beta, sigma, kept, above
 
 
+def _identifiable(ctx: np.ndarray, pos: np.ndarray) -> tuple[bool, float]:
+    """Whether context and output position can be told apart (prompts of different lengths, not
+    collinear), with the prompt spread: without that the drift term cannot be fitted."""
+    prompt = ctx - pos
+    spread = float(np.ptp(prompt)) if prompt.size else 0.0
+    corr = 1.0
+    if np.std(ctx) > 0 and np.std(pos) > 0:
+        corr = float(abs(np.corrcoef(ctx, pos)[0, 1]))
+    identifiable = spread >= MIN_PROMPT_SPREAD and corr < MAX_COLLINEARITY and np.std(pos) > 0
+    return identifiable, spread
+
+
+def _design(
+    y: np.ndarray, ctx: np.ndarray, pos: np.ndarray, kl: np.ndarray | None, identifiable: bool
+) -> tuple[np.ndarray, list[str]]:
+    """The regression's columns: each term only where the data can carry it (context that
+    varies, output position when identifiable, commit length when it varies enough)."""
+    cols = [np.ones_like(y), ctx / KTOK]
+    names = ["s0", "per_context_token"]
+    if np.std(ctx) == 0:  # no context variation at all: nothing but a mean
+        cols, names = [np.ones_like(y)], ["s0"]
+    if identifiable:
+        cols.append(pos / KTOK)
+        names.append("per_output_token")
+    use_commit = kl is not None and float(np.std(kl)) > 0.3 and y.size > 50
+    if use_commit:
+        cols.append(kl)
+        names.append("per_commit_token")
+    return np.column_stack(cols), names
+
+
+def _per_token(
+    x: np.ndarray, names: list[str], beta: np.ndarray, sigma: float, kept: np.ndarray, rho: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Coefficients and standard errors in per-token units, the errors inflated for lag-1
+    autocorrelation: neighbouring steps of one request are not independent draws."""
+    inflation = (1 + rho) / (1 - rho) if 0 < rho < 0.95 else (39.0 if rho >= 0.95 else 1.0)
+    try:
+        cov = sigma**2 * np.linalg.inv(x[kept].T @ x[kept]) * inflation
+        se_raw = np.sqrt(np.clip(np.diag(cov), 0, None))
+    except np.linalg.LinAlgError:
+        se_raw = np.full(len(names), np.inf)
+    scale = {
+        "s0": 1.0,
+        "per_context_token": KTOK,
+        "per_output_token": KTOK,
+        "per_commit_token": 1.0,
+    }
+    coef = {n: float(b) / scale[n] for n, b in zip(names, beta, strict=True)}
+    se = {n: float(s) / scale[n] for n, s in zip(names, se_raw, strict=True)}
+    return coef, se
+
+
 def fit_step_time(
     step_s: np.ndarray,
     context: np.ndarray,
@@ -161,12 +214,7 @@ def fit_step_time(
     groups = np.asarray(request_ids)[ok] if request_ids is not None else np.zeros(y.size)
     kl = np.asarray(commit_len, dtype=float)[ok] if commit_len is not None else None
 
-    prompt = ctx - pos
-    spread = float(np.ptp(prompt)) if prompt.size else 0.0
-    corr = 1.0
-    if np.std(ctx) > 0 and np.std(pos) > 0:
-        corr = float(abs(np.corrcoef(ctx, pos)[0, 1]))
-    identifiable = spread >= MIN_PROMPT_SPREAD and corr < MAX_COLLINEARITY and np.std(pos) > 0
+    identifiable, spread = _identifiable(ctx, pos)
     reason = (
         ""
         if identifiable
@@ -174,34 +222,10 @@ def fit_step_time(
         "slope below includes any output-length effect"
     )
 
-    cols = [np.ones_like(y), ctx / KTOK]
-    names = ["s0", "per_context_token"]
-    if np.std(ctx) == 0:  # no context variation at all: nothing but a mean
-        cols, names = [np.ones_like(y)], ["s0"]
-    if identifiable:
-        cols.append(pos / KTOK)
-        names.append("per_output_token")
-    use_commit = kl is not None and float(np.std(kl)) > 0.3 and y.size > 50
-    if use_commit:
-        cols.append(kl)
-        names.append("per_commit_token")
-    x = np.column_stack(cols)
+    x, names = _design(y, ctx, pos, kl, identifiable)
     beta, resid, sigma, kept, stall_above = huber_fit(x, y)
     rho = _lag1_autocorr(resid[kept], groups[kept])
-    inflation = (1 + rho) / (1 - rho) if 0 < rho < 0.95 else (39.0 if rho >= 0.95 else 1.0)
-    try:
-        cov = sigma**2 * np.linalg.inv(x[kept].T @ x[kept]) * inflation
-        se_raw = np.sqrt(np.clip(np.diag(cov), 0, None))
-    except np.linalg.LinAlgError:
-        se_raw = np.full(len(names), np.inf)
-    scale = {
-        "s0": 1.0,
-        "per_context_token": KTOK,
-        "per_output_token": KTOK,
-        "per_commit_token": 1.0,
-    }
-    coef = {n: float(b) / scale[n] for n, b in zip(names, beta, strict=True)}
-    se = {n: float(s) / scale[n] for n, s in zip(names, se_raw, strict=True)}
+    coef, se = _per_token(x, names, beta, sigma, kept, rho)
     yk = y[kept]
     ss_tot = float(np.sum((yk - yk.mean()) ** 2))
     r2 = 1 - float(np.sum(resid[kept] ** 2)) / ss_tot if ss_tot > 0 else 0.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specscope.analysis.uncertainty import (
+from specscope.analysis.headline.uncertainty import (
     DEFAULT_RESAMPLES,
     percentile_interval,
     resampled_totals,

@@ -94,7 +94,7 @@ def chunk_coalescing(flavor: str | None) -> str:
 
 
 # The next steps that name no server flag: one text per finding (and variant), the same for
-# every flavor; kept here so every `next` of the rule cards (analysis/cards.py) has one home.
+# every flavor; kept here so every `next` of the rule cards (analysis/diagnosis/cards.py) has one home.
 
 
 def acceptance_decay(flavor: str | None = None) -> str:

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specscope.analysis.headline import Headline, headline
-from specscope.analysis.repetition import copied_share, find_loop
-from specscope.analysis.steps import StepReconstruction, reconstruct_steps
-from specscope.analysis.uncertainty import Interval95
+from specscope.analysis.headline.headline import Headline, headline
+from specscope.analysis.headline.uncertainty import Interval95
+from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
+from specscope.analysis.steps.repetition import copied_share, find_loop
 from specscope.trace.model import RequestTrace
 
 UNCATEGORISED = "uncategorised"

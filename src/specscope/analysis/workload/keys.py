@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specscope.analysis.by_category import category_table, looping_requests
-from specscope.analysis.prefix_cache import prefix_cache
-from specscope.analysis.routing import routing
-from specscope.analysis.steps import StepReconstruction
+from specscope.analysis.steps.reconstruct import StepReconstruction
+from specscope.analysis.workload.by_category import category_table, looping_requests
+from specscope.analysis.workload.prefix_cache import prefix_cache
+from specscope.analysis.workload.routing import routing
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace
 

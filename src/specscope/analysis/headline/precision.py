@@ -38,9 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from specscope.analysis.headline import headline
-from specscope.analysis.measure import reconstruct
-from specscope.analysis.uncertainty import CI_LEVEL, MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP, describe
+from specscope.analysis.headline.headline import headline
+from specscope.analysis.headline.measure import reconstruct
+from specscope.analysis.headline.uncertainty import (
+    CI_LEVEL,
+    MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP,
+    describe,
+)
 from specscope.trace.model import RequestTrace
 
 Z = float(stats.norm.ppf(0.5 + CI_LEVEL / 2))  # 1.96 for the headline's 95% intervals
