@@ -1,0 +1,198 @@
+"""Each rule on hand-built facts, just above and just below the minimum its card states: the
+effect a rule measures is the effect that was built in, and only one past the card's minimum is
+reported. Facts hold what a rule reads and nothing else (a rule reading more fails here).
+Covered here: chunk_coalescing, prefill_bound, batching_interference, draft_coverage,
+acceptance_low and speculation_overhead without a baseline, step_time_drift, context_scaling.
+acceptance_decay, draft_window, two_point_bias and the baseline variants are decided end to end
+on the twin (test_analysis_diagnosis.py, test_analysis_speculation.py), not yet here."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specscope.analysis.diagnosis import findings
+from specscope.analysis.diagnosis.cards import BY_ID
+from specscope.analysis.diagnosis.facts import (
+    AcceptanceShape,
+    Concurrency,
+    Facts,
+    MainSpan,
+    StepTimeFacts,
+    TwoPointFacts,
+    main_span,
+    step_time_facts,
+)
+from specscope.analysis.fits import significance as sig
+from specscope.analysis.headline.decompose import Decomposition
+from specscope.analysis.headline.measure import StepTable
+from specscope.analysis.steps.speculation import SpeculationState
+
+RNG_SEED = 7
+
+
+def _measured(*, tokens=4000.0, steps=2000.0, seconds=40.0, main=(), head=None, reliable=True):
+    return SimpleNamespace(
+        decomposition=Decomposition(tokens=tokens, steps=steps, seconds=seconds),
+        headline=head,
+        main=tuple(main),
+        main_label="full_generation",
+        reliable=reliable,
+        reasons=("chunks carry 4 steps each",) if reliable is False else (),
+        commit_len_source="client",
+        run=SimpleNamespace(info=SimpleNamespace(flavor="", server_info={})),
+    )
+
+
+def _facts(measured, **groups) -> Facts:
+    base = {
+        "speculation": SpeculationState(True, "hand-built: drafts exist"),
+        "span": MainSpan(),
+        "step_time": StepTimeFacts(),
+        "shape": AcceptanceShape(),
+        "two_point": TwoPointFacts(),
+        "concurrency": Concurrency(),
+    }
+    return Facts(measured=measured, **{**base, **groups})
+
+
+def _decided(claim) -> bool:
+    """Reported as the decision would report a single tested claim (q = p)."""
+    return claim is not None and claim.test.p <= sig.ALPHA and claim.test.material
+
+
+def _commit_table(mean: float, n_requests=16, steps=200, seed=RNG_SEED) -> StepTable:
+    """Steps whose commit lengths average `mean` (a mix of 1- and 2-token steps and a few 3s)."""
+    rng = np.random.default_rng(seed)
+    n = n_requests * steps
+    p3 = 0.05
+    p2 = mean - 1 - 2 * p3
+    commit = 1 + (rng.random(n) < p2).astype(float) + (rng.random(n) < p3) * 2.0
+    pos = np.tile(np.arange(steps, dtype=float), n_requests)
+    rid = np.repeat(np.arange(n_requests), steps)
+    return StepTable(commit, np.full(n, 0.02), 256 + pos, pos, rid)
+
+
+def test_chunk_coalescing_is_a_counting_check():
+    assert findings.chunk_coalescing(_facts(_measured(reliable=True))) is None
+    claim = findings.chunk_coalescing(_facts(_measured(reliable=False)))
+    assert claim is not None and claim.test is None and "chunks carry" in claim.evidence[0].value
+
+
+@pytest.mark.parametrize(("share", "reported"), [(0.60, True), (0.53, False)])
+def test_prefill_bound_around_its_minimum(share, reported):
+    card = BY_ID["prefill_bound"]
+    threshold = card.thresholds["ttft share of e2e"]
+    rng = np.random.default_rng(RNG_SEED)
+    shares = share + rng.normal(0, 0.005, 24)
+    main = [SimpleNamespace(ttft_s=s * 10.0, e2e_s=10.0) for s in shares]
+    head = SimpleNamespace(ttft_s=share * 10.0)
+    f = _facts(_measured(main=main, head=head), e2e_s=10.0)
+    claim = findings.prefill_bound(f)
+    assert claim is not None
+    assert claim.test.effect == pytest.approx(share - threshold, abs=0.01)
+    assert _decided(claim) is reported
+
+
+@pytest.mark.parametrize(("slowdown", "reported"), [(1.35, True), (1.15, False)])
+def test_batching_interference_around_its_minimum(slowdown, reported):
+    rng = np.random.default_rng(RNG_SEED)
+    one = list(100.0 * np.exp(rng.normal(0, 0.01, 16)))
+    many = list(100.0 / slowdown * np.exp(rng.normal(0, 0.01, 16)))
+    conc = Concurrency(
+        points=((1, float(np.mean(one)), None), (8, float(np.mean(many)), None)),
+        samples={1: one, 8: many},
+    )
+    claim = findings.batching_interference(_facts(_measured(), concurrency=conc))
+    assert claim.test.effect == pytest.approx(slowdown - 1, abs=0.03)
+    assert BY_ID["batching_interference"].min_effect == pytest.approx(0.25)
+    assert _decided(claim) is reported
+
+
+@pytest.mark.parametrize(
+    ("no_draft_share", "per_drafted", "reported"), [(0.30, 3.0, True), (0.095, 50.0, False)]
+)
+def test_draft_coverage_around_its_minimum(no_draft_share, per_drafted, reported):
+    """Below the minimum share only a drafter that commits a lot when it drafts makes the
+    missing drafts cost the card's 1.10x (so the claim is made, then judged too small)."""
+    steps = 4000.0
+    drafted = steps * (1 - no_draft_share)
+    tokens = drafted * per_drafted + (steps - drafted)
+    head = SimpleNamespace(
+        share_counts=(drafted, steps),
+        mean_commit_len_per_drafted_step=per_drafted,
+        share_source="x",
+    )
+    f = _facts(_measured(tokens=tokens, steps=steps, seconds=steps * 0.02, head=head))
+    claim = findings.draft_coverage(f)
+    assert claim is not None and claim.test.effect == pytest.approx(no_draft_share)
+    assert _decided(claim) is reported
+
+
+@pytest.mark.parametrize(("commit", "claimed"), [(1.7, True), (2.2, False)])
+def test_acceptance_low_without_a_baseline_around_its_threshold(commit, claimed):
+    table = _commit_table(commit)
+    m = _measured(tokens=float(table.commit.sum()), steps=float(table.n))
+    claim = findings.acceptance_low(_facts(m, main_table=table))
+    if not claimed:
+        assert claim is None  # at or above 2.0 tokens a step nothing is claimed
+        return
+    assert _decided(claim)
+    limit = BY_ID["acceptance_low"].thresholds["commit length without a baseline"]
+    assert claim.test.effect == pytest.approx(limit / table.commit.mean() - 1)  # x, as a ratio
+
+
+@pytest.mark.parametrize(("commit", "claimed"), [(1.3, True), (1.6, False)])
+def test_speculation_overhead_without_a_baseline_around_its_threshold(commit, claimed):
+    table = _commit_table(commit)
+    m = _measured(tokens=float(table.commit.sum()), steps=float(table.n))
+    claim = findings.speculation_overhead(_facts(m, main_table=table))
+    assert (claim is not None) is claimed
+    if claimed:
+        assert _decided(claim) and claim.cap == 0.5  # a hypothesis until a plain run is measured
+
+
+def _drifting_steps(share: float, per_context_s=2e-7, seed=RNG_SEED) -> StepTable:
+    """Steps at two prompt lengths whose time grows by `share` of the mean step over 1,000
+    output tokens and by `per_context_s` a context token (the prompt lengths hold the two
+    apart), little noise."""
+    rng = np.random.default_rng(seed)
+    cols = []
+    for r in range(16):
+        prompt = 256 if r % 2 else 1024
+        pos = np.arange(1000, dtype=float)
+        step = 0.02 * (1 + share * (pos / 1000 - 0.5)) + per_context_s * (prompt + pos)
+        step = step * np.exp(rng.normal(0, 0.01, pos.size))
+        cols.append((np.ones(pos.size), step, prompt + pos, pos, np.full(pos.size, r)))
+    return StepTable(*(np.concatenate(c) for c in zip(*cols, strict=True)))
+
+
+@pytest.mark.parametrize(("share", "reported"), [(0.16, True), (0.05, False)])
+def test_step_time_drift_around_its_minimum(share, reported):
+    table = _drifting_steps(share)
+    span = main_span(table)
+    st = step_time_facts(table, table, span)
+    f = _facts(_measured(), step_time=st, span=span, step_table=table, main_table=table)
+    claim = findings.step_time_drift(f)
+    assert claim is not None
+    assert claim.test.effect == pytest.approx(share, abs=0.03)
+    assert BY_ID["step_time_drift"].min_effect == 0.10
+    assert _decided(claim) is reported
+
+
+@pytest.mark.parametrize(("context_share", "reported"), [(0.25, True), (0.10, False)])
+def test_context_scaling_around_its_minimum(context_share, reported):
+    """The context term's share of the step at the main requests' mean context (1,140 tokens
+    here), with no drift: only past the card's 15% is it said."""
+    per_token = 0.02 * context_share / (1 - context_share) / 1140.0
+    table = _drifting_steps(0.0, per_context_s=per_token)
+    span = main_span(table)
+    st = step_time_facts(table, table, span)
+    f = _facts(_measured(), step_time=st, span=span, step_table=table, main_table=table)
+    claim = findings.context_scaling(f)
+    assert claim is not None
+    assert claim.test.effect == pytest.approx(context_share, abs=0.03)
+    assert BY_ID["context_scaling"].min_effect == 0.15
+    assert _decided(claim) is reported
