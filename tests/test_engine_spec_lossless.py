@@ -17,54 +17,31 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from specscope.backend import SamplingParams  # noqa: E402
-from specscope.engine.backend import EngineBackend  # noqa: E402
-from specscope.engine.factory import assemble  # noqa: E402
-from specscope.engine.kv_cache import KVCache  # noqa: E402
-from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
+from specscope.engine.loader import TINY_CONFIG  # noqa: E402
 from specscope.engine.options import EngineOptions  # noqa: E402
-from support.engine import run_to_end  # noqa: E402
+from support.engine import (  # noqa: E402
+    GREEDY,
+    MAX_TOKENS,
+    NGRAM,
+    PROMPTS,
+    backend_for,
+    run_to_end,
+    tiny_model,
+)
 
 pytestmark = pytest.mark.engine
 
-# Repeating token patterns: prompt lookup finds matches, so drafts are made and some accepted.
-PROMPTS = [
-    [5, 17, 23, 42, 8, 5, 17, 23, 42, 8, 5, 17, 23],
-    [61, 3, 3, 70, 61, 3, 3, 70, 61, 3],
-    [11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 11, 12],
-]
-MAX_TOKENS = 24
 LAYERS = TINY_CONFIG.num_layers
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    # One intra-op thread: the shared cores are oversubscribed and torch's spinning worker
-    # threads then slow every small forward down several-fold. Restored afterwards.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=3)
-    torch.set_num_threads(threads)
-
-
-def _backend(loaded, page_size: int, policy: str = "contiguous", **spec) -> EngineBackend:
-    kv = KVCache.for_model(
-        loaded.config, pool_tokens=2048 // page_size * page_size, page_size=page_size, policy=policy
-    )
-    opts = EngineOptions.from_flags(page_size=page_size, kv_alloc=policy, max_batch=4, **spec)
-    return assemble(loaded, kv, opts)
-
-
-GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+tiny = pytest.fixture(scope="module", name="tiny")(tiny_model)
 
 
 @pytest.fixture(scope="module")
 def reference(tiny):
-    tokens, _ = run_to_end(_backend(tiny, 16), PROMPTS, GREEDY)
+    tokens, _ = run_to_end(backend_for(tiny, 16), PROMPTS, GREEDY)
     assert all(len(t) == MAX_TOKENS for t in tokens)
     return tokens
-
-
-NGRAM = {"drafter": "ngram", "ngram_min": 1}
 
 
 @pytest.mark.parametrize(
@@ -110,7 +87,7 @@ NGRAM = {"drafter": "ngram", "ngram_min": 1}
     ids=lambda v: v if isinstance(v, str | int) else "-".join(f"{k}={x}" for k, x in v.items()),
 )
 def test_greedy_speculation_is_lossless(tiny, reference, spec, page_size, policy):
-    backend = _backend(tiny, page_size, policy, **spec)
+    backend = backend_for(tiny, page_size, policy, **spec)
     tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
     assert tokens == reference
     outs = [o for s in steps for o in s.outputs if o.tokens]
@@ -131,7 +108,7 @@ def test_greedy_speculation_is_lossless(tiny, reference, spec, page_size, policy
 @pytest.mark.parametrize("verify", ["chain", "tree"])
 def test_self_drafting_accepts_every_draft(tiny, reference, verify):
     # layers:N with N = every layer: the target drafting for itself.
-    backend = _backend(
+    backend = backend_for(
         tiny, 16, drafter=f"layers:{LAYERS}", verify=verify, num_draft_tokens=4, budget=8
     )
     tokens, steps = run_to_end(backend, PROMPTS[:2], GREEDY)
@@ -150,17 +127,17 @@ def test_self_drafting_accepts_every_draft(tiny, reference, verify):
 def test_sampled_speculation_runs_and_is_reproducible(tiny):
     params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
     spec = {"drafter": "layers:2", "verify": "chain", "num_draft_tokens": 3}
-    first, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2], params)
-    again, _ = run_to_end(_backend(tiny, 16, **spec), PROMPTS[:2], params)
+    first, _ = run_to_end(backend_for(tiny, 16, **spec), PROMPTS[:2], params)
+    again, _ = run_to_end(backend_for(tiny, 16, **spec), PROMPTS[:2], params)
     assert first == again and all(len(t) == 16 for t in first)
     other, _ = run_to_end(
-        _backend(tiny, 16, **spec),
+        backend_for(tiny, 16, **spec),
         PROMPTS[:2],
         SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=8, ignore_eos=True),
     )
     assert other != first
     tree, _ = run_to_end(
-        _backend(tiny, 16, **NGRAM, verify="tree", num_draft_tokens=3, budget=6),
+        backend_for(tiny, 16, **NGRAM, verify="tree", num_draft_tokens=3, budget=6),
         PROMPTS[:2],
         params,
     )
@@ -168,7 +145,7 @@ def test_sampled_speculation_runs_and_is_reproducible(tiny):
 
 
 def test_release_mid_step_frees_target_and_draft_caches(tiny):
-    backend = _backend(tiny, 16, drafter="layers:2", verify="chain", num_draft_tokens=3)
+    backend = backend_for(tiny, 16, drafter="layers:2", verify="chain", num_draft_tokens=3)
     draft_kv = backend.stepper.drafter.lm.kv
     for rid in ("keep", "gone"):
         backend.prefill_sync(rid, PROMPTS[0], GREEDY)

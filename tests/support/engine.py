@@ -5,8 +5,43 @@ from __future__ import annotations
 
 from specscope.backend import SamplingParams
 from specscope.engine.backend import EngineBackend
+from specscope.engine.factory import assemble
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.options import EngineOptions
 
 MAX_STEPS = 200
+# Repeating token patterns: prompt lookup finds matches, so drafts are made and some accepted.
+PROMPTS = [
+    [5, 17, 23, 42, 8, 5, 17, 23, 42, 8, 5, 17, 23],
+    [61, 3, 3, 70, 61, 3, 3, 70, 61, 3],
+    [11, 12, 13, 14, 15, 16, 11, 12, 13, 14, 11, 12],
+]
+MAX_TOKENS = 24
+GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+NGRAM = {"drafter": "ngram", "ngram_min": 1}
+
+
+def tiny_model():
+    """A tiny random Llama (fp32, CPU) for a module's tests, on one intra-op thread: the shared
+    cores are oversubscribed and torch's spinning worker threads then slow every small forward
+    down several-fold. Restored afterwards. Use as a module fixture."""
+    import torch
+
+    from specscope.engine.loader import TINY_CONFIG, random_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=3)
+    torch.set_num_threads(threads)
+
+
+def backend_for(loaded, page_size: int, policy: str = "contiguous", **spec) -> EngineBackend:
+    """An engine over `loaded` with its own KV cache (2,048 tokens) and these engine flags."""
+    kv = KVCache.for_model(
+        loaded.config, pool_tokens=2048 // page_size * page_size, page_size=page_size, policy=policy
+    )
+    opts = EngineOptions.from_flags(page_size=page_size, kv_alloc=policy, max_batch=4, **spec)
+    return assemble(loaded, kv, opts)
 
 
 def run_to_end(backend: EngineBackend, prompts, params: SamplingParams, *, release: bool = True):

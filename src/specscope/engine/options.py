@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from specscope.engine.speculative.faults import FAULT_HELP
+
 DEVICES = ("cpu", "cuda")
 KV_POLICIES = ("contiguous", "scattered")
 VERIFY_MODES = ("chain", "tree")
@@ -33,6 +35,7 @@ class SpeculationOptions:
     ngram_max: int = 4
     ngram_candidates: int | None = None  # default: 4 for tree, 1 for chain
     draft_top_k: int | None = None  # model drafter's candidates per depth (tree default min(8, B))
+    faults: tuple[str, ...] = ()  # drafter faults (speculative/faults.py, docs/faults.md)
 
     def __post_init__(self) -> None:
         if self.verify not in VERIFY_MODES:
@@ -41,6 +44,9 @@ class SpeculationOptions:
             raise ValueError(f"tree_kv must be one of {TREE_KV_MODES}, got {self.tree_kv!r}")
         if self.num_draft_tokens < 1 or self.budget < 1:
             raise ValueError("num_draft_tokens and budget must be >= 1")
+        unknown = [f for f in self.faults if f not in FAULT_HELP]
+        if unknown:
+            raise ValueError(f"unknown engine fault(s) {unknown} (known: {list(FAULT_HELP)})")
         if not (
             self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:", "dflash:"))
         ):
@@ -92,5 +98,7 @@ class EngineOptions:
         given = {k: v for k, v in flags.items() if v is not None}
         spec = {k: given.pop(k) for k in list(given) if k in spec_names}
         drafter = spec.get("drafter", "none")
+        if (not drafter or drafter == "none") and spec.get("faults"):
+            raise ValueError(f"fault(s) {list(spec['faults'])} need a drafter (--drafter ngram)")
         speculation = None if not drafter or drafter == "none" else SpeculationOptions(**spec)
         return cls(**given, speculation=speculation)

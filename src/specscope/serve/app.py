@@ -42,6 +42,7 @@ def create_app(backend: Backend, options: ServeOptions | None = None) -> FastAPI
             else bool(extra.get("per_token_events", False))
         ),
         decode_log_interval=opts.decode_log_interval,
+        faults=opts.faults,
     )
 
     @asynccontextmanager
@@ -53,6 +54,7 @@ def create_app(backend: Backend, options: ServeOptions | None = None) -> FastAPI
             f"specscope serve: model={model_name} speculative_algorithm={info.spec_algorithm} "
             f"num_draft_tokens={info.num_draft_tokens} stream_interval={ctx.stream_interval} "
             f"per_token_events={ctx.per_token_events} max_running_requests={max_batch}"
+            + (f" faults={','.join(ctx.faults.names)}" if ctx.faults.names else "")
         )
         try:
             yield

@@ -11,6 +11,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from specscope.backend import Backend, SamplingParams
+from specscope.serve.faults import HostFaults
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
 from specscope.serve.scheduler import ErrorEvent, RequestState, Scheduler, StepEvent
@@ -30,6 +31,7 @@ class ServeContext:
     stream_interval: int
     per_token_events: bool
     decode_log_interval: int
+    faults: HostFaults = field(default_factory=HostFaults)
     started_unix: float = field(default_factory=time.time)
 
     @property

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from specscope.serve.faults import HostFaults
 
 
 @dataclass
@@ -18,3 +20,4 @@ class ServeOptions:
     step_log: bool = True  # the per-step "DDTREE metrics" line (speculative backends only)
     max_batch: int | None = None  # running requests stepped together; the rest wait
     served_model_name: str | None = None
+    faults: HostFaults = field(default_factory=HostFaults)  # --fault (docs/faults.md)

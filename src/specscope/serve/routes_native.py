@@ -57,7 +57,9 @@ def build_router(ctx: ServeContext) -> APIRouter:
             }
 
         async def frames() -> AsyncIterator[str]:
-            text = fmt.TextStream(ctx.backend.detokenize)  # SGLang streams the cumulative text
+            text = ctx.faults.text_stream(
+                ctx.backend.detokenize
+            )  # SGLang streams the cumulative text
             async for em in emissions(state, first, ctx.metrics, interval, ctx.per_token_events):
                 if em.finish_reason == "abort":
                     return  # simulated mid-stream disconnect

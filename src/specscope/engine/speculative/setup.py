@@ -14,6 +14,7 @@ from specscope.engine.options import SpeculationOptions
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash import DFlashDrafter
 from specscope.engine.speculative.drafter import Drafter
+from specscope.engine.speculative.faults import with_faults
 from specscope.engine.speculative.model_drafter import EngineLM, ModelDrafter, early_exit_model
 from specscope.engine.speculative.ngram import NgramDrafter
 from specscope.engine.speculative.stepper import SpeculativeStepper
@@ -24,7 +25,10 @@ def make_stepper(
 ) -> SpeculativeStepper:
     if opts.tree_kv == "inplace" and target_kv.page_size != 1:
         raise ValueError("tree_kv inplace rewrites the page table per token: needs page_size 1")
-    return SpeculativeStepper(make_drafter(target, target_kv, opts), opts)
+    drafter = with_faults(
+        make_drafter(target, target_kv, opts), opts.faults, target.config.vocab_size
+    )
+    return SpeculativeStepper(drafter, opts)
 
 
 def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions) -> Drafter:

@@ -1,0 +1,117 @@
+"""Host-side faults of the server in front of a backend: real mechanisms, off by default,
+switched on by `specscope serve --fault NAME[=VALUE]` so that a diagnosis can be checked against
+a cause known in advance (docs/faults.md says what each does and what a right diagnosis says).
+
+- `detok-full`: the whole output re-detokenized at every step (`formatting.FullTextStream`), the
+  cost that once made specscope's own server drift.
+- `host-per-token=US`: the whole generated text scanned for stop strings at every step, as a
+  server does that checks stops on the full text, repeated so that the scan costs about US µs per
+  token generated so far (calibrated once per process on this machine): host work that grows
+  with the output and that no engine counter sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specscope.serve.formatting import FullTextStream, TextStream
+
+# What a stop-string check looks for: common end-of-turn markers of chat templates.
+STOP_STRINGS = ("<|im_end|>", "<|eot_id|>", "</s>", "\n\nUser:", "<|endoftext|>")
+
+
+class FaultError(ValueError):
+    """A --fault that names no fault or gives a bad value; the message says which."""
+
+
+@dataclass(frozen=True)
+class HostFaults:
+    detok_full: bool = False
+    host_per_token_us: float = 0.0
+
+    @property
+    def names(self) -> list[str]:
+        """The faults on, as `--fault` spells them (for the server's start line and /info)."""
+        out = ["detok-full"] if self.detok_full else []
+        if self.host_per_token_us > 0:
+            out.append(f"host-per-token={self.host_per_token_us:g}")
+        return out
+
+    def text_stream(self, detokenize: Callable[[list[int]], str]) -> TextStream | StopScanStream:
+        """The detokenizer a response streams through, with the faults that live there."""
+        stream = (FullTextStream if self.detok_full else TextStream)(detokenize)
+        if self.host_per_token_us > 0:
+            return StopScanStream(stream, self.host_per_token_us)
+        return stream
+
+
+HOST_FAULTS = {
+    "detok-full": "re-detokenize the whole output at every step (no value)",
+    "host-per-token": "scan the whole output for stop strings every step: US µs per token so far",
+}
+
+
+def parse_host_faults(specs: list[str]) -> tuple[HostFaults, list[str]]:
+    """The host faults among `NAME[=VALUE]` specs, and the specs that are not host faults (the
+    backend's to parse). Raises FaultError on a host fault with a bad value."""
+    detok_full, per_token, rest = False, 0.0, []
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        if name == "detok-full":
+            if value:
+                raise FaultError("--fault detok-full takes no value")
+            detok_full = True
+        elif name == "host-per-token":
+            try:
+                per_token = float(value)
+            except ValueError:
+                raise FaultError(
+                    f"--fault host-per-token=US needs µs per token, got {value!r}"
+                ) from None
+            if not per_token > 0:
+                raise FaultError(f"--fault host-per-token=US must be > 0, got {value}")
+        else:
+            rest.append(spec)
+    return HostFaults(detok_full, per_token), rest
+
+
+@functools.cache
+def scan_seconds_per_char() -> float:
+    """What one stop-string scan costs per character of text on this machine (measured once)."""
+    text = "the step time of a speculative server, " * 2000
+    reps = 20
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        _found_stop(text)
+    return (time.perf_counter() - t0) / (reps * len(text))
+
+
+def _found_stop(text: str) -> bool:
+    return any(s in text for s in STOP_STRINGS)
+
+
+class StopScanStream:
+    """A text stream whose every step scans all the text so far for stop strings, repeated to
+    cost `per_token_us` µs per token generated so far (the `host-per-token` fault)."""
+
+    def __init__(self, inner: TextStream, per_token_us: float):
+        self._inner = inner
+        self._per_token_s = per_token_us * 1e-6
+        self._tokens = 0
+
+    def add(self, ids: list[int], final: bool = False) -> str:
+        delta = self._inner.add(ids, final)
+        self._tokens += len(ids)
+        text = self._inner.text
+        chars = max(len(text), 1)
+        budget = self._per_token_s * self._tokens  # what this step's scan should cost
+        for _ in range(max(1, round(budget / (scan_seconds_per_char() * chars)))):
+            _found_stop(text)
+        return delta
+
+    @property
+    def text(self) -> str:
+        return self._inner.text

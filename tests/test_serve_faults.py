@@ -1,0 +1,57 @@
+"""The host faults of serve (docs/faults.md): parsed from `--fault NAME[=VALUE]`, each a real
+mechanism whose work grows with the output, and off by default (the incremental detokenizer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specscope.serve import faults
+from specscope.serve.formatting import FullTextStream, TextStream
+
+
+def test_faults_parse_and_leave_the_backends_to_it():
+    host, rest = faults.parse_host_faults(
+        ["detok-full", "host-per-token=40", "spec-no-accept", "prompt-only-ngram"]
+    )
+    assert host == faults.HostFaults(detok_full=True, host_per_token_us=40.0)
+    assert rest == ["spec-no-accept", "prompt-only-ngram"]
+    assert host.names == ["detok-full", "host-per-token=40"]
+    assert faults.parse_host_faults([]) == (faults.HostFaults(), [])
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [("detok-full=1", "takes no value"), ("host-per-token=", "µs per token"),
+     ("host-per-token=-5", "must be > 0"), ("host-per-token=abc", "µs per token")],
+)  # fmt: skip
+def test_bad_fault_values_say_which(spec, words):
+    with pytest.raises(faults.FaultError, match=words):
+        faults.parse_host_faults([spec])
+
+
+def test_the_default_stream_is_incremental_and_detok_full_is_not():
+    def decode(ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    assert type(faults.HostFaults().text_stream(decode)) is TextStream
+    assert type(faults.HostFaults(detok_full=True).text_stream(decode)) is FullTextStream
+
+
+def test_host_per_token_scans_the_whole_text_more_as_the_output_grows(monkeypatch):
+    """Each step scans all the text so far, so the characters scanned a step grow with the
+    tokens generated: host work of ~US µs per token so far (cost per character fixed here)."""
+    scanned: list[int] = []
+    monkeypatch.setattr(faults, "scan_seconds_per_char", lambda: 1e-9)
+    monkeypatch.setattr(faults, "_found_stop", lambda text: scanned.append(len(text)))
+    stream = faults.HostFaults(host_per_token_us=2.0).text_stream(
+        lambda ids: bytes(ids).decode("utf-8", errors="replace")
+    )
+    per_step = []
+    for _ in range(200):
+        before = sum(scanned)
+        stream.add(list(b"word"))  # 4 tokens, 4 characters a step
+        per_step.append(sum(scanned) - before)
+    # ~2 µs per token so far at 1 ns a character: 2,000 characters scanned per token so far
+    assert per_step[-1] == pytest.approx(2000 * 800, rel=0.01)
+    assert per_step[99] == pytest.approx(2000 * 400, rel=0.01)
+    assert stream.text == "word" * 200
