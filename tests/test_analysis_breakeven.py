@@ -15,6 +15,7 @@ from specscope.analysis.diagnosis.diagnose import analyze
 from specscope.analysis.headline.measure import measure
 from specscope.backend import SamplingParams
 from specscope.report.context import context_from_run
+from specscope.report.contract import comparison_json
 from specscope.report.figures import build_figures
 from specscope.report.markdown import render_markdown
 from specscope.store.compare import compare_analyses
@@ -208,7 +209,7 @@ def test_diagnose_and_compare_json_carry_breakeven_and_the_reports_show_it() -> 
     an = analyze(obs.run, baseline=ref.run)
     assert an.breakeven is not None and set(an.breakeven) >= BREAKEVEN_KEYS
     assert an.breakeven["concurrency"] is not None
-    cmp = compare_analyses(analyze(ref.run), plain, an).to_dict()
+    cmp = comparison_json(compare_analyses(analyze(ref.run), plain, an))
     assert cmp["breakeven"] == an.breakeven
     md = render_markdown(context_from_run(obs.run, an))
     assert "## Breakeven" in md and "breakeven concurrency" in md

@@ -67,6 +67,7 @@ def test_comparative_finding_of_b_stays_in_findings_when_a_has_the_id():
     against A as baseline says B is slower because of speculation: that is the comparison's
     conclusion and belongs in `findings`, not only in `b_findings`."""
     from specscope.analysis.result import Analysis, Finding
+    from specscope.report.contract import comparison_json
     from specscope.store.compare import compare_analyses
 
     a = Analysis(
@@ -84,7 +85,7 @@ def test_comparative_finding_of_b_stays_in_findings_when_a_has_the_id():
     )
     cmp = compare_analyses(a, b, b_vs_a)
     assert [f.id for f in cmp.findings] == ["speculation_overhead"]
-    assert cmp.to_dict()["findings"][0]["summary"] == "slower than plain A"
+    assert comparison_json(cmp)["findings"][0]["summary"] == "slower than plain A"
 
 
 # -- compare_runs: the comparison `specscope compare` builds, from two runs' traces --------

@@ -16,8 +16,12 @@ from specscope.commands.common import (
     out_console,
     print_json,
 )
-from specscope.report.compare_terminal import render_compare
-from specscope.report.contract import compare_json
+from specscope.report.compare_terminal import (
+    render_attribution_missing,
+    render_compare,
+    render_regression,
+)
+from specscope.report.contract import compare_json, comparison_json
 from specscope.store.analyses import analyze_run, load_analysis
 from specscope.store.compare import compare_analyses, parse_threshold
 from specscope.trace.rundir import RunDirError
@@ -48,16 +52,11 @@ def compare(
     try:
         b_vs_a = analyze_run(run_b_obj, baseline=run_a_obj)
     except Exception as e:  # attribution is a bonus over headline ratios; say why it is missing
-        err_console.print(
-            f"note: attribution from traces unavailable ({e.__class__.__name__}: {e}); "
-            "using headline numbers",
-            markup=False,
-            highlight=False,
-        )
+        render_attribution_missing(e, err_console)
         b_vs_a = None
     cmp = compare_analyses(a, b, b_vs_a)
     cmp.what_changed = what_changed(
-        cmp.to_dict(), run_a_obj.requests, run_b_obj.requests, a.ttft_s, b.ttft_s
+        comparison_json(cmp), run_a_obj.requests, run_b_obj.requests, a.ttft_s, b.ttft_s
     )
     slower = cmp.slower_by()
     failed = threshold is not None and slower is not None and slower > threshold
@@ -66,10 +65,5 @@ def compare(
     else:
         render_compare(cmp, run_a, run_b, slower, out_console)
     if failed:
-        err_console.print(
-            f"regression: B is {slower * 100:.1f}% slower than A "
-            f"(threshold {threshold * 100:.0f}%)",
-            markup=False,
-            highlight=False,
-        )
+        render_regression(slower, threshold, err_console)
         raise typer.Exit(EXIT_TARGET_MISBEHAVED)

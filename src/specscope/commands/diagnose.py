@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specscope.analysis.workload.keys import diagnosis_workload_keys
 from specscope.commands.common import (
@@ -46,7 +45,7 @@ from specscope.commands.inputs import (
     tokenizer_or_fail,
     workload_or_fail,
 )
-from specscope.embedded import EmbeddedServer, ServerStartError
+from specscope.embedded import ServerStartError
 from specscope.entrypoints import (
     DEFAULT_PROMPT_TOKENS,
     DiagnoseHooks,
@@ -59,15 +58,20 @@ from specscope.entrypoints import (
     OptionError,
     diagnose_run,
 )
-from specscope.experiments import Progress as StepProgress
 from specscope.experiments import diagnosis_plan
 from specscope.experiments.probe_target import ProbeInputs, TargetError
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.endpoint import Endpoint, redact_url
 from specscope.report import context_from_run, render_plan, render_terminal
 from specscope.report.contract import diagnose_failure_json, diagnose_json
+from specscope.report.notices import (
+    render_embedded_server,
+    render_interrupted,
+    render_run_written,
+)
 from specscope.report.probe_terminal import render_workload
-from specscope.report.text import labelled, untrusted
+from specscope.report.progress import PlanProgressBar
+from specscope.report.text import labelled
 from specscope.store import RunIndex
 from specscope.telemetry.evidence import EvidenceSources
 from specscope.trace import Run, load_run
@@ -89,65 +93,16 @@ def _parse_levels(text: str | None) -> tuple[int, ...] | None:
     return tuple(levels)
 
 
-class _ProgressBar:
-    """Turns executor progress events into a rich bar on stderr (tokens generated so far)."""
-
-    def __init__(self, enabled: bool):
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} tok"),
-            TextColumn("{task.fields[reqs]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err_console,
-            transient=False,
-            disable=not enabled,
-        )
-        self.task: Any = None
-
-    def __enter__(self) -> _ProgressBar:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)  # type: ignore[arg-type]
-
-    def __call__(self, ev: StepProgress) -> None:
-        if self.task is None:
-            self.task = self.progress.add_task(ev.step.tag, total=ev.tokens_total, reqs="")
-        elif ev.step_index == 0 and ev.requests_done == 0:  # a new plan: the precision repeats
-            self.progress.reset(self.task, total=ev.tokens_total)
-        errors = (
-            "" if ev.last is None or ev.last.error is None else f" last error: {ev.last.error.kind}"
-        )
-        self.progress.update(
-            self.task,
-            description=ev.step.tag,
-            completed=ev.tokens_done,
-            reqs=f"{ev.requests_done}/{ev.requests_total} req{errors}",
-        )
-
-
 def _hooks(show_progress: bool) -> DiagnoseHooks:
-    """What the terminal shows while the run goes: the embedded server, the plan, a progress
-    bar on stderr, and a line on Ctrl-C."""
-
-    def on_server(server: EmbeddedServer) -> None:
-        err_console.print(
-            untrusted(f"embedded server: {server.description} at {server.url}"), highlight=False
-        )
-        for n in server.notes:
-            err_console.print(untrusted(f"note: {n}"), highlight=False)
-
-    def on_interrupt() -> None:
-        err_console.print("interrupted: keeping what was measured", markup=False)
-
+    """What the terminal shows while the run goes (report.notices, report.progress): the
+    embedded server, the plan, a progress bar on stderr, and a line on Ctrl-C."""
     return DiagnoseHooks(
-        on_server=on_server,
+        on_server=lambda server: render_embedded_server(
+            server.description, server.url, server.notes, err_console
+        ),
         on_plan=lambda plan, url: render_plan(plan, err_console, url),
-        on_interrupt=on_interrupt,
-        progress=lambda: _ProgressBar(show_progress),
+        on_interrupt=lambda: render_interrupted(err_console),
+        progress=lambda: PlanProgressBar(err_console, show_progress),
     )
 
 
@@ -393,13 +348,7 @@ def _print_outcome(done: Diagnosis, json_: bool, started: float) -> NoReturn:
     else:
         render_terminal(context_from_run(run, analysis, str(run_path)), out_console)
         render_workload(diagnosis_workload_keys(run.requests), out_console)
-    err_console.print(f"run dir: {run_path}", markup=False, highlight=False)
-    err_console.print(f"analysis: {run_path / 'analysis.json'}", markup=False, highlight=False)
-    err_console.print(
-        f"HTML report: {html_path}  ({time.monotonic() - started:.0f} s)",
-        markup=False,
-        highlight=False,
-    )
+    render_run_written(run_path, html_path, time.monotonic() - started, err_console)
     if done.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
     if run.errors or run.info.status != "complete":

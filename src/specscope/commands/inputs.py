@@ -1,7 +1,10 @@
 """The probe's input options, shared by `probe` and `diagnose` (same names, same checks).
 
 Each option is an `Annotated` alias so both commands declare it in one line, and each check
-turns bad input into one `fail_usage` line (exit 2), never a traceback.
+turns bad input into one `fail_usage` line (exit 2), never a traceback. Here are the checks that
+parse text or read the disk (the URL, --tokenizer, --prompt-file, --workload, --out) and
+diagnose's --prompt-tokens and --timeout-* (the rules of `ProbeOptions`, which checks probe's
+flags itself: entrypoints).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Annotated
 import typer
 
 from specscope.commands.common import fail_usage
-from specscope.entrypoints.options import precision_problem
+from specscope.entrypoints.options import timeouts_problem
 from specscope.probe.client import Timeouts
 from specscope.probe.endpoint import Endpoint, EndpointError, parse_endpoint
 from specscope.probe.prompts import (
@@ -49,16 +52,6 @@ BudgetTokens = Annotated[
 ]
 
 
-def precision_or_fail(
-    precision: float | None, budget_s: float | None, budget_tokens: int | None
-) -> None:
-    """--precision P within [0, 1), --budget-s and --budget-tokens >= 0 (probe's check; diagnose's
-    options object checks its own)."""
-    problem = precision_problem(precision, budget_s, budget_tokens)
-    if problem:
-        fail_usage(problem)
-
-
 def endpoint_or_fail(url: str) -> Endpoint:
     """The server URL without its credentials (they go in a header), or exit 2."""
     try:
@@ -70,17 +63,14 @@ def endpoint_or_fail(url: str) -> Endpoint:
 def timeouts_or_fail(
     connect: float, first_byte: float, between_chunks: float, total: float
 ) -> Timeouts:
-    for name, sec in (
-        ("--timeout-connect", connect),
-        ("--timeout-first-byte", first_byte),
-        ("--timeout-between-chunks", between_chunks),
-        ("--timeout-total", total),
-    ):
-        if not sec > 0 or sec == float("inf"):
-            fail_usage(f"{name} must be a number of seconds > 0, got {sec}")
-    return Timeouts(
+    """The --timeout-* seconds (each finite and > 0), or exit 2 naming the flag."""
+    timeouts = Timeouts(
         connect=connect, first_byte=first_byte, between_chunks=between_chunks, total=total
     )
+    problem = timeouts_problem(timeouts)
+    if problem:
+        fail_usage(problem)
+    return timeouts
 
 
 def prompt_tokens_or_fail(n: int) -> int:

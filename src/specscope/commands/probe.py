@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specscope.commands.common import (
     EXIT_OK,
@@ -43,13 +43,11 @@ from specscope.commands.inputs import (
     Tokenizer,
     endpoint_or_fail,
     out_dir_or_fail,
-    precision_or_fail,
     prompt_text_or_fail,
-    prompt_tokens_or_fail,
-    timeouts_or_fail,
     tokenizer_or_fail,
     workload_or_fail,
 )
+from specscope.entrypoints import OptionError
 from specscope.entrypoints.probe import (
     PRECISION_BUDGET_S,
     ProbeInputError,
@@ -58,43 +56,19 @@ from specscope.entrypoints.probe import (
     probe_run,
 )
 from specscope.probe.client import Timeouts, resolve_api_key
-from specscope.probe.endpoint import Endpoint
-from specscope.probe.flavors import FLAVORS
 from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
-from specscope.probe.workload import MAX_CONCURRENCY
 from specscope.probe.workloads import Workload
 from specscope.report.contract import probe_json
 from specscope.report.probe_terminal import render_probe
+from specscope.report.progress import request_progress
 from specscope.report.text import labelled
 from specscope.trace.model import RequestTrace
 from specscope.trace.rundir import runs_home
 
-MAX_REQUESTS = 100_000
 
-
-@contextlib.contextmanager
-def _progress(total: int) -> Iterator[Callable[[RequestTrace], None]]:
-    """A transient bar on stderr: requests done, and how many failed."""
-    with Progress(
-        TextColumn("[bold]probe[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("probe", total=total, status="")
-        failures = 0
-
-        def on_done(trace: RequestTrace) -> None:
-            nonlocal failures
-            failures += trace.error is not None
-            progress.update(
-                task, advance=1, status=f"[red]{failures} failed[/]" if failures else ""
-            )
-
-        yield on_done
+def _progress(total: int) -> contextlib.AbstractContextManager[Callable[[RequestTrace], None]]:
+    """probe_run's progress hook: a transient bar on stderr (report.progress)."""
+    return request_progress(total, err_console)
 
 
 def probe(
@@ -169,14 +143,37 @@ def probe(
 ) -> None:
     """Parse and check the flags, run the probe, print its summary (or --json's object)."""
     endpoint = endpoint_or_fail(url)
-    url = endpoint.url
     slo_s = slo_option(slo)
-    prompt_tokens_or_fail(prompt_tokens)
-    _check_shape(flavor, api, max_tokens, repeat, concurrency, max_commit_len)
-    precision_or_fail(precision, budget_s, budget_tokens)
-    timeouts = timeouts_or_fail(
-        timeout_connect, timeout_first_byte, timeout_between_chunks, timeout_total
-    )
+    # The flags are checked (ProbeOptions checks itself) before any file is read.
+    try:
+        options = ProbeOptions(
+            url=endpoint.url,
+            flavor=flavor,
+            api=api,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            repeat=repeat,
+            concurrency=concurrency,
+            ignore_eos=ignore_eos,
+            out=out,
+            timeouts=Timeouts(
+                connect=timeout_connect,
+                first_byte=timeout_first_byte,
+                between_chunks=timeout_between_chunks,
+                total=timeout_total,
+            ),
+            api_key=resolve_api_key(api_key),
+            auth=endpoint.auth,
+            unique=vary_prompts,
+            max_commit_len=max_commit_len,
+            slo=slo_s,
+            precision=precision,
+            budget_s=budget_s,
+            budget_tokens=budget_tokens,
+        )
+    except OptionError as e:
+        fail_usage(str(e))
     local_count = tokenizer_or_fail(tokenizer)
     prompt_text = prompt_text_or_fail(prompt_file)
     # Where the run goes is checked before anything is sent (a run is always written).
@@ -185,140 +182,45 @@ def probe(
     else:
         out_dir_or_fail(runs_home(), "the runs home (SPECSCOPE_HOME)")
     wl = workload_or_fail(workload, prompt_text, prompt_file)
-    options = _options(
-        endpoint,
-        flavor=flavor,
-        api=api,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        max_tokens=max_tokens,
-        repeat=repeat,
-        concurrency=concurrency,
-        ignore_eos=ignore_eos,
-        out=out,
-        timeouts=timeouts,
-        api_key=api_key,
+    options = replace(
+        options,
         local_count=local_count,
         workload=wl,
-        vary_prompts=vary_prompts,
-        max_commit_len=max_commit_len,
-        slo=slo_s,
-        precision=precision,
-        budget_s=budget_s,
-        budget_tokens=budget_tokens,
-        tokenizer=tokenizer,
-        prompt_file=prompt_file,
+        recorded=_recorded(options, wl, tokenizer, prompt_file),
     )
-    _print_outcome(_run(options), url, json_)
+    _print_outcome(_run(options), endpoint.url, json_)
 
 
-def _options(
-    endpoint: Endpoint,
-    *,
-    flavor: str,
-    api: str | None,
-    model: str | None,
-    prompt_tokens: int,
-    max_tokens: int,
-    repeat: int,
-    concurrency: int,
-    ignore_eos: bool,
-    out: Path | None,
-    timeouts: Timeouts,
-    api_key: str | None,
-    local_count: Callable[..., int] | None,
-    workload: Workload,
-    vary_prompts: bool,
-    max_commit_len: int | None,
-    slo: dict[str, float] | None,
-    precision: float,
-    budget_s: float | None,
-    budget_tokens: int | None,
-    tokenizer: Path | None,
-    prompt_file: Path | None,
-) -> ProbeOptions:
-    """The checked flags as probe_run's options, with run.json's `args`: everything the user
-    chose, never the API key."""
-    args = {
-        "url": endpoint.url,
-        "flavor": flavor,
-        "api": api,
-        "prompt_tokens": prompt_tokens,
-        "max_tokens": max_tokens,
-        "repeat": repeat,
-        "concurrency": concurrency,
-        "ignore_eos": ignore_eos,
-        "model": model,
-        "vary_prompts": vary_prompts,
+def _recorded(
+    o: ProbeOptions, workload: Workload, tokenizer: Path | None, prompt_file: Path | None
+) -> dict[str, Any]:
+    """run.json's `args`: everything the user chose, never the API key."""
+    return {
+        "url": o.url,
+        "flavor": o.flavor,
+        "api": o.api,
+        "prompt_tokens": o.prompt_tokens,
+        "max_tokens": o.max_tokens,
+        "repeat": o.repeat,
+        "concurrency": o.concurrency,
+        "ignore_eos": o.ignore_eos,
+        "model": o.model,
+        "vary_prompts": o.unique,
         "tokenizer": str(tokenizer) if tokenizer else None,
         "prompt_file": str(prompt_file) if prompt_file else None,
         "workload": workload.name,
-        "max_commit_len": max_commit_len,
-        "slo": slo,
-        "precision": precision,
-        "budget_s": budget_s,
-        "budget_tokens": budget_tokens,
+        "max_commit_len": o.max_commit_len,
+        "slo": o.slo,
+        "precision": o.precision,
+        "budget_s": o.budget_s,
+        "budget_tokens": o.budget_tokens,
         "timeouts": {
-            "connect": timeouts.connect,
-            "first_byte": timeouts.first_byte,
-            "between_chunks": timeouts.between_chunks,
-            "total": timeouts.total,
+            "connect": o.timeouts.connect,
+            "first_byte": o.timeouts.first_byte,
+            "between_chunks": o.timeouts.between_chunks,
+            "total": o.timeouts.total,
         },
     }
-    return ProbeOptions(
-        url=endpoint.url,
-        flavor=flavor,
-        api=api,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        max_tokens=max_tokens,
-        n_requests=repeat * concurrency,
-        concurrency=concurrency,
-        ignore_eos=ignore_eos,
-        out=out,
-        timeouts=timeouts,
-        api_key=resolve_api_key(api_key),
-        auth=endpoint.auth,
-        local_count=local_count,
-        workload=workload,
-        unique=vary_prompts,
-        max_commit_len=max_commit_len,
-        slo=slo,
-        precision=precision,
-        budget_s=budget_s,
-        budget_tokens=budget_tokens,
-        recorded=args,
-    )
-
-
-def _check_shape(
-    flavor: str,
-    api: str | None,
-    max_tokens: int,
-    repeat: int,
-    concurrency: int,
-    max_commit_len: int | None,
-) -> None:
-    """--flavor, --api and the request shape within their ranges, or exit 2 naming the flag."""
-    if flavor != "auto" and flavor not in FLAVORS:
-        fail_usage(f"--flavor must be auto or one of {', '.join(FLAVORS)}, got {flavor!r}")
-    if api is not None and api not in ("completions", "chat", "native"):
-        fail_usage(f"--api must be completions, chat or native, got {api!r}")
-    for name, value in (
-        ("--max-tokens", max_tokens),
-        ("--repeat", repeat),
-        ("--concurrency", concurrency),
-    ):
-        if value < 1:
-            fail_usage(f"{name} must be >= 1, got {value}")
-    if concurrency > MAX_CONCURRENCY:
-        fail_usage(f"--concurrency must be <= {MAX_CONCURRENCY}, got {concurrency}")
-    if repeat * concurrency > MAX_REQUESTS:
-        fail_usage(
-            f"--repeat x --concurrency must be <= {MAX_REQUESTS}, got {repeat * concurrency}"
-        )
-    if max_commit_len is not None and max_commit_len < 1:
-        fail_usage(f"--max-commit-len must be >= 1, got {max_commit_len}")
 
 
 def _run(options: ProbeOptions) -> ProbeOutcome:

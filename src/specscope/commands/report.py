@@ -12,6 +12,7 @@ from specscope.analysis.serving import serving_of_run
 from specscope.commands.common import err_console, fail_usage, out_console
 from specscope.report import context_from_run, render_terminal, write_html, write_markdown
 from specscope.report.csv_export import write_csv
+from specscope.report.notices import render_written
 from specscope.store.analyses import load_analysis
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace.rundir import REPORT_HTML, RunDirError
@@ -47,12 +48,12 @@ def report(
     try:
         if html is not None:
             write_html(ctx, html)
-            err_console.print(f"HTML report: {html}", markup=False, highlight=False)
+            render_written("HTML report", [html], err_console)
         if markdown is not None:
             write_markdown(ctx, markdown)
-            err_console.print(f"Markdown report: {markdown}", markup=False, highlight=False)
+            render_written("Markdown report", [markdown], err_console)
         if csv_dir is not None:
             req_csv, step_csv = write_csv(run, csv_dir, max_commit_len=max_commit)
-            err_console.print(f"CSV: {req_csv}, {step_csv}", markup=False, highlight=False)
+            render_written("CSV", [req_csv, step_csv], err_console)
     except OSError as e:
         fail_usage(f"cannot write report: {e}")

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from specscope.commands.common import err_console, fail_usage
-from specscope.report.text import untrusted
+from specscope.report.notices import render_listening
 
 DEFAULT_SCENARIO = "seed-regression"
 
@@ -146,12 +146,9 @@ def serve(
         served_model_name=served_model_name,
     )
 
-    def announce(url: str) -> None:
-        err_console.print(
-            untrusted(f"specscope serve: {backend} listening on {url}"), highlight=False
-        )
-
     try:
-        serve_forever(be, options, host, port, announce)
+        serve_forever(
+            be, options, host, port, lambda url: render_listening(backend, url, err_console)
+        )
     except OSError as exc:
         fail_usage(f"cannot listen on {host}:{port}: {exc.strerror or exc}")

@@ -5,7 +5,8 @@ here parses flags or prints, and the commands only parse and render.
 - `diagnose_run(DiagnoseOptions, DiagnoseHooks) -> Diagnosis` (specscope diagnose)
 - `probe_run(ProbeOptions, progress) -> ProbeOutcome` (specscope probe; a coroutine)
 
-`DiagnoseOptions` checks itself when built: bad options raise `OptionError` (a ValueError).
+`DiagnoseOptions` and `ProbeOptions` check themselves when built: bad options raise
+`OptionError` (a ValueError) with the message the command prints.
 """
 
 from specscope.entrypoints.diagnose import (

@@ -3,6 +3,8 @@ caller gets the same refusals as the command line (whose flags the messages name
 
 from __future__ import annotations
 
+from specscope.probe.client import Timeouts
+
 
 class OptionError(ValueError):
     """An option out of range, or options that do not go together; `specscope` prints the
@@ -22,4 +24,17 @@ def precision_problem(
         return f"--budget-s must be a number of seconds >= 0 (got {budget_s})"
     if budget_tokens is not None and budget_tokens < 0:
         return f"--budget-tokens must be >= 0 (got {budget_tokens})"
+    return None
+
+
+def timeouts_problem(timeouts: Timeouts) -> str | None:
+    """Why one of the --timeout-* seconds is refused (each must be finite and > 0), or None."""
+    for name, sec in (
+        ("--timeout-connect", timeouts.connect),
+        ("--timeout-first-byte", timeouts.first_byte),
+        ("--timeout-between-chunks", timeouts.between_chunks),
+        ("--timeout-total", timeouts.total),
+    ):
+        if not sec > 0 or sec == float("inf"):
+            return f"{name} must be a number of seconds > 0, got {sec}"
     return None

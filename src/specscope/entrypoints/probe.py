@@ -22,12 +22,14 @@ import aiohttp
 from specscope.analysis.headline import precision
 from specscope.analysis.serving import serving_metrics
 from specscope.analysis.summary import summarize
+from specscope.entrypoints.options import OptionError, precision_problem, timeouts_problem
 from specscope.experiments.diagnosis_plan import DEFAULT_BUDGET_S, MAX_PRECISION_REQUESTS
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
 from specscope.probe.client import Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
-from specscope.probe.prompts import BuiltPrompt
-from specscope.probe.workload import run_workload
+from specscope.probe.flavors import FLAVORS
+from specscope.probe.prompts import BuiltPrompt, prompt_length_problem
+from specscope.probe.workload import MAX_CONCURRENCY, run_workload
 from specscope.probe.workloads import PromptSource, Workload, resolve_workload
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
@@ -39,6 +41,9 @@ DEFAULT_PROBE_TOKENS = 256
 # probe --precision P: seconds the repeats may add when --budget-s is not given (a quick
 # diagnosis' default)
 PRECISION_BUDGET_S = DEFAULT_BUDGET_S[True]
+# requests one probe may send (--repeat x --concurrency)
+MAX_REQUESTS = 100_000
+APIS = ("completions", "chat", "native")
 
 
 class ProbeInputError(ValueError):
@@ -48,8 +53,11 @@ class ProbeInputError(ValueError):
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    """What `probe_run` sends and where it writes; checked by the caller. `recorded` is written
-    to run.json as the run's arguments (never the API key)."""
+    """What `probe_run` sends and where it writes; building one checks it (OptionError, the
+    message naming the flag), for the command and a library caller alike. What needs more than
+    the options (the URL's parse, --tokenizer, --prompt-file, --workload, --out) is the
+    caller's to check. `recorded` is written to run.json as the run's arguments (never the API
+    key)."""
 
     url: str
     flavor: str = "auto"
@@ -59,6 +67,9 @@ class ProbeOptions:
     max_tokens: int = DEFAULT_PROBE_TOKENS
     n_requests: int = 1
     concurrency: int = 1
+    # --repeat: requests per concurrency slot; when given, n_requests is repeat x concurrency
+    # (and the refusals name --repeat)
+    repeat: int | None = None
     ignore_eos: bool = True
     out: Path | None = None  # None: a new run dir under the runs home
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -75,6 +86,50 @@ class ProbeOptions:
     budget_s: float | None = None  # None: PRECISION_BUDGET_S
     budget_tokens: int | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            raise OptionError(problem)
+        if self.repeat is not None:
+            object.__setattr__(self, "n_requests", self.repeat * self.concurrency)
+
+    def _problem(self) -> str | None:
+        """Why these options cannot run (the first reason, in the command's order), or None."""
+        if problem := prompt_length_problem(self.prompt_tokens):
+            return problem
+        if self.flavor != "auto" and self.flavor not in FLAVORS:
+            return f"--flavor must be auto or one of {', '.join(FLAVORS)}, got {self.flavor!r}"
+        if self.api is not None and self.api not in APIS:
+            return f"--api must be completions, chat or native, got {self.api!r}"
+        if problem := self._shape_problem():
+            return problem
+        if self.max_commit_len is not None and self.max_commit_len < 1:
+            return f"--max-commit-len must be >= 1, got {self.max_commit_len}"
+        if problem := precision_problem(self.precision, self.budget_s, self.budget_tokens):
+            return problem
+        return timeouts_problem(self.timeouts)
+
+    def _shape_problem(self) -> str | None:
+        """--max-tokens, --repeat (or n_requests) and --concurrency within their ranges."""
+        for name, value in (
+            ("--max-tokens", self.max_tokens),
+            ("--repeat", 1 if self.repeat is None else self.repeat),
+            ("--concurrency", self.concurrency),
+        ):
+            if value < 1:
+                return f"{name} must be >= 1, got {value}"
+        if self.concurrency > MAX_CONCURRENCY:
+            return f"--concurrency must be <= {MAX_CONCURRENCY}, got {self.concurrency}"
+        if self.repeat is None:
+            if not 1 <= self.n_requests <= MAX_REQUESTS:
+                return f"n_requests must be within 1..{MAX_REQUESTS}, got {self.n_requests}"
+        elif self.repeat * self.concurrency > MAX_REQUESTS:
+            return (
+                f"--repeat x --concurrency must be <= {MAX_REQUESTS}, "
+                f"got {self.repeat * self.concurrency}"
+            )
+        return None
 
 
 @dataclass

@@ -50,3 +50,22 @@ def render_compare(
         console.print(
             Text(f"B is {abs(slower) * 100:.1f}% {'slower' if slower > 0 else 'faster'} than A")
         )
+
+
+def render_attribution_missing(error: Exception, console: Console) -> None:
+    """Why the attribution from traces is missing (the comparison falls back to headlines)."""
+    console.print(
+        f"note: attribution from traces unavailable ({error.__class__.__name__}: {error}); "
+        "using headline numbers",
+        markup=False,
+        highlight=False,
+    )
+
+
+def render_regression(slower: float, threshold: float, console: Console) -> None:
+    """The regression gate's verdict: B is slower than A by more than --fail-if-slower."""
+    console.print(
+        f"regression: B is {slower * 100:.1f}% slower than A (threshold {threshold * 100:.0f}%)",
+        markup=False,
+        highlight=False,
+    )

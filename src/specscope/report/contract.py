@@ -8,11 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specscope.analysis.result import HEADLINE_DETAIL_KEYS, Analysis, Finding
+from specscope.analysis.result import (
+    HEADLINE_DETAIL_KEYS,
+    Analysis,
+    Attribution,
+    Finding,
+    Interval,
+)
 from specscope.analysis.workload.keys import diagnosis_workload_keys
 from specscope.report.context import ProbeResult
 from specscope.store.analyses import plain_values
-from specscope.store.compare import Comparison, attribution_json
+from specscope.store.compare import Comparison
 from specscope.store.index import RunRow
 from specscope.trace import Run
 
@@ -43,6 +49,27 @@ def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:
         }
         for f in findings
     ]
+
+
+def _pair(ci: Interval | None) -> list[float] | None:
+    if ci is None or ci.low is None or ci.high is None:
+        return None
+    return [ci.low, ci.high]
+
+
+def attribution_json(at: Attribution | None) -> dict[str, Any] | None:
+    """The attribution (diagnose's and compare's `attribution`): factors and their [low, high]."""
+    if at is None:
+        return None
+    return {
+        "tps_ratio": at.tps_ratio,
+        "acceptance_factor": at.acceptance_factor,
+        "step_time_factor": at.step_time_factor,
+        "tps_ratio_ci": _pair(at.tps_ratio_ci),
+        "acceptance_factor_ci": _pair(at.acceptance_factor_ci),
+        "step_time_factor_ci": _pair(at.step_time_factor_ci),
+        "baseline_run": at.baseline_run,
+    }
 
 
 def _request_errors(run: Run) -> list[dict[str, Any]]:
@@ -122,6 +149,33 @@ def probe_json(outcome: ProbeResult, endpoint: str) -> dict[str, Any]:
     }
 
 
+def comparison_json(cmp: Comparison) -> dict[str, Any]:
+    """A comparison of B against A as §8's compare keys (also what analysis' what_changed
+    reads): rates, the split, both sides' speculation, the findings, attribution, breakeven."""
+    a, b = cmp.a, cmp.b
+    return {
+        "tps_a": cmp.tps_a,
+        "tps_b": cmp.tps_b,
+        "tps_ratio": cmp.tps_ratio,
+        "acceptance_factor": cmp.acceptance_factor,
+        "step_time_factor": cmp.step_time_factor,
+        "slower_by": cmp.slower_by(),
+        # whether each side drafts at all (analysis.speculation), and the evidence
+        "speculation_a": a.speculation if a else None,
+        "speculation_reason_a": a.speculation_reason if a else None,
+        "speculation_b": b.speculation if b else None,
+        "speculation_reason_b": b.speculation_reason if b else None,
+        "findings": [f.model_dump(mode="json") for f in cmp.findings],
+        "new_findings": cmp.new_findings,
+        "resolved_findings": cmp.resolved_findings,
+        "b_findings": [f.model_dump(mode="json") for f in cmp.b_findings],
+        "attribution": attribution_json(cmp.attribution),
+        "breakeven": cmp.breakeven,
+        "finding_tests": [plain_values(t.model_dump(mode="json")) for t in cmp.finding_tests],
+        "what_changed": cmp.what_changed,
+    }
+
+
 def compare_json(
     comparison: Comparison,
     run_a: Path,
@@ -130,7 +184,7 @@ def compare_json(
     failed: bool,
 ) -> dict[str, Any]:
     """`compare --json`: the comparison (§8 keys), the two run dirs and the regression gate."""
-    d = comparison.to_dict()
+    d = comparison_json(comparison)
     d["run_a"], d["run_b"] = str(run_a), str(run_b)
     d["fail_if_slower"] = threshold
     d["failed"] = failed

@@ -1,15 +1,16 @@
 """Compare a baseline run A with an observed run B: the tps ratio split exactly into acceptance
 and step time (tps_A / tps_B = (L_A / L_B) * (s_B / s_A)) with its 95% intervals, the findings
 that differ, and a regression gate ("B is more than X% slower than A"). `Comparison` is the one
-comparison type: `specscope compare` and `compare_runs` both build it here."""
+comparison type: `specscope compare` and `compare_runs` both build it here; its JSON (ARCHITECTURE
+§8) is report.contract's `comparison_json`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from specscope.analysis.result import Analysis, Attribution, Finding, FindingTest, Interval
-from specscope.store.analyses import analyze_run, plain_values
+from specscope.analysis.result import Analysis, Attribution, Finding, FindingTest
+from specscope.store.analyses import analyze_run
 from specscope.trace import Run
 
 # Findings whose baseline-relative form (factor set: B measured against A) makes a claim about
@@ -28,27 +29,6 @@ def differing_findings(a_findings: list[Finding], b_findings: list[Finding]) -> 
         for f in b_findings
         if f.id not in ids_a or (f.id in COMPARATIVE_IDS and f.factor is not None)
     ]
-
-
-def _pair(ci: Interval | None) -> list[float] | None:
-    if ci is None or ci.low is None or ci.high is None:
-        return None
-    return [ci.low, ci.high]
-
-
-def attribution_json(at: Attribution | None) -> dict[str, Any] | None:
-    """The attribution as the CLI/JSON contract prints it: factors and their [low, high]."""
-    if at is None:
-        return None
-    return {
-        "tps_ratio": at.tps_ratio,
-        "acceptance_factor": at.acceptance_factor,
-        "step_time_factor": at.step_time_factor,
-        "tps_ratio_ci": _pair(at.tps_ratio_ci),
-        "acceptance_factor_ci": _pair(at.acceptance_factor_ci),
-        "step_time_factor_ci": _pair(at.step_time_factor_ci),
-        "baseline_run": at.baseline_run,
-    }
 
 
 @dataclass
@@ -79,29 +59,6 @@ class Comparison:
         if not self.tps_a or self.tps_b is None:
             return None
         return 1.0 - self.tps_b / self.tps_a
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tps_a": self.tps_a,
-            "tps_b": self.tps_b,
-            "tps_ratio": self.tps_ratio,
-            "acceptance_factor": self.acceptance_factor,
-            "step_time_factor": self.step_time_factor,
-            "slower_by": self.slower_by(),
-            # whether each side drafts at all (analysis.speculation), and the evidence
-            "speculation_a": self.a.speculation if self.a else None,
-            "speculation_reason_a": self.a.speculation_reason if self.a else None,
-            "speculation_b": self.b.speculation if self.b else None,
-            "speculation_reason_b": self.b.speculation_reason if self.b else None,
-            "findings": [f.model_dump(mode="json") for f in self.findings],
-            "new_findings": self.new_findings,
-            "resolved_findings": self.resolved_findings,
-            "b_findings": [f.model_dump(mode="json") for f in self.b_findings],
-            "attribution": attribution_json(self.attribution),
-            "breakeven": self.breakeven,
-            "finding_tests": [plain_values(t.model_dump(mode="json")) for t in self.finding_tests],
-            "what_changed": self.what_changed,
-        }
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
