@@ -55,3 +55,42 @@ def test_host_per_token_scans_the_whole_text_more_as_the_output_grows(monkeypatc
     assert per_step[-1] == pytest.approx(2000 * 800, rel=0.01)
     assert per_step[99] == pytest.approx(2000 * 400, rel=0.01)
     assert stream.text == "word" * 200
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(["--fault", "no-such"], "no such fault"),
+     (["--fault", "host-per-token=x"], "µs per token"),
+     (["--fault", "spec-no-accept"], "use --backend engine")],
+)  # fmt: skip
+def test_bad_fault_flags_are_one_line_usage_errors(args, words):
+    from typer.testing import CliRunner
+
+    from specscope.cli import app
+
+    res = CliRunner().invoke(app, ["serve", *args])
+    assert res.exit_code == 2 and words in res.stderr, res.stderr
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_a_server_with_host_faults_streams_the_same_text(twin_server):
+    """Faults change the cost of a step, never what is sent."""
+    import json
+    import urllib.request
+
+    def completion(url: str) -> str:
+        body = {"model": "m", "prompt": "the draft", "max_tokens": 40, "stream": True, "seed": 3}
+        req = urllib.request.Request(
+            url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            events = [
+                line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")
+            ]
+        return "".join(json.loads(e)["choices"][0]["text"] for e in events if e != "[DONE]")
+
+    clean = completion(twin_server("healthy", time_scale=0.02).url)
+    faulty = twin_server(
+        "healthy", time_scale=0.02, faults=faults.HostFaults(detok_full=True, host_per_token_us=5)
+    )
+    assert completion(faulty.url) == clean and clean

@@ -12,9 +12,31 @@ from typing import Annotated, Any
 import typer
 
 from specscope.commands.common import err_console, fail_usage
+from specscope.engine.speculative.faults import FAULT_HELP
 from specscope.report.notices import render_listening
+from specscope.serve.faults import HOST_FAULTS, FaultError, HostFaults, parse_host_faults
 
 DEFAULT_SCENARIO = "seed-regression"
+FAULTS_HELP = (
+    "A known fault to check a diagnosis against (repeatable; docs/faults.md): "
+    + "; ".join(f"{name}: {what}" for name, what in {**HOST_FAULTS, **FAULT_HELP}.items())
+)
+
+
+def _faults(specs: list[str], backend: str) -> tuple[HostFaults, tuple[str, ...]]:
+    """(serve's faults, the engine's fault names) from `--fault NAME[=VALUE]` flags."""
+    try:
+        host, rest = parse_host_faults(specs)
+    except FaultError as exc:
+        fail_usage(str(exc))
+    unknown = [r for r in rest if r.partition("=")[0] not in FAULT_HELP]
+    if unknown:
+        fail_usage(
+            f"--fault {unknown[0]}: no such fault (known: {', '.join([*HOST_FAULTS, *FAULT_HELP])})"
+        )
+    if rest and backend != "engine":
+        fail_usage(f"--fault {rest[0]} is a fault of the engine's drafter: use --backend engine")
+    return host, tuple(rest)
 
 
 def _twin_backend(
@@ -104,6 +126,7 @@ def serve(
     draft_window: Annotated[int | None, typer.Option(help="Engine: drafter context window")] = None,
     tree_kv: Annotated[str | None, typer.Option(help="Engine: compact | inplace")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (twin: overrides scenario)")] = None,
+    fault: Annotated[list[str] | None, typer.Option(help=FAULTS_HELP)] = None,
 ) -> None:
     from specscope.serve.options import ServeOptions
     from specscope.serve.runner import serve_forever
@@ -116,6 +139,7 @@ def serve(
         fail_usage(f"--port must be within 0..65535, got {port}")
     if log_file is not None and not log_file.parent.is_dir():
         fail_usage(f"--log-file {log_file}: directory {log_file.parent} does not exist")
+    host_faults, engine_faults = _faults(fault or [], backend)
     if backend == "twin":
         be = _twin_backend(scenario, variant, time_scale, truth_file, seed)
     elif backend == "engine":
@@ -132,6 +156,7 @@ def serve(
             "draft_window": draft_window,
             "tree_kv": tree_kv,
             "seed": seed,
+            "faults": engine_faults or None,
         }
         # Only the flags given: the engine owns its defaults.
         be = _engine_backend({k: v for k, v in given.items() if v is not None})
@@ -144,6 +169,7 @@ def serve(
         log_file=log_file,
         max_batch=max_batch,
         served_model_name=served_model_name,
+        faults=host_faults,
     )
 
     try:

@@ -23,7 +23,7 @@ from specscope.engine.speculative.ngram import NgramDrafter
 
 # The drafter faults by name, and what each does (--help, docs/faults.md).
 FAULT_HELP = {
-    "spec-no-accept": "drafter token ids off by one against the target's: drafts never accepted",
+    "spec-no-accept": "drafter ids off by one against the target's: drafts almost never accepted",
     "prompt-only-ngram": "n-gram index of the prompt only, never of the generated text",
 }
 
