@@ -25,6 +25,7 @@ from conftest import import_peer_module, peer_unavailable
 import_peer_module("xllamacpp")
 
 from specscope.analysis.serving import request_metrics, timed_steps, tpot_s  # noqa: E402
+from specscope.analysis.steps.reconstruct import reconstruct_steps  # noqa: E402
 from specscope.cli import app  # noqa: E402
 from specscope.peers.llamacpp import LlamaCppServer  # noqa: E402
 from specscope.peers.models import PeerModelError, ensure_peer_models  # noqa: E402
@@ -110,7 +111,12 @@ def test_tpot_and_step_latency_agree_with_llamacpp_timings(spec_server, tmp_path
         )
     for ours, theirs, *_ in rows:
         assert ours == pytest.approx(theirs, rel=AGREEMENT)
-    for _, _, _, n_ours, n_server, per_step, theirs in rows:
+    for tr, (_, _, _, n_ours, n_server, per_step, theirs) in zip(run.requests, rows, strict=True):
+        if n_ours == 0:
+            # a late read (a loaded machine) merged two steps' bursts: no break gives the
+            # server's count, and the reconstruction says so instead of timing wrong steps
+            assert f"where the server counted {n_server} steps" in reconstruct_steps(tr).reason
+            continue
         assert n_ours == n_server  # one burst of token events per verify step
         assert per_step == pytest.approx(theirs, rel=AGREEMENT)
     run_block = serving["run"]

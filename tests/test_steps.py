@@ -105,14 +105,16 @@ def test_a_step_split_by_one_slow_token_is_regrouped_by_the_servers_count():
 
 
 def test_a_server_count_that_no_break_gives_leaves_the_bursts_and_the_disagreement():
-    """A count the gaps do not support (no break yields it) moves nothing: the bursts stay and
-    the cross-check with the server says they disagree."""
+    """A count the gaps do not support (no break yields it) moves nothing: the bursts stay,
+    the cross-check with the server says they disagree, and the bursts are not trusted as the
+    steps (what a late read merging two steps' bursts looks like)."""
     commits = [5, 5, 5, 5, 3, 5, 1, 5]
     fields = _llamacpp_fields(commits).model_copy(update={"verify_ct": 5})
     r = reconstruct_steps(trace(per_token(commits), source="events", spec=fields))
     assert [s.commit_len for s in r.steps] == commits
     assert not any("server counted" in n for n in r.notes)
     assert "disagree" in (r.cross_check or ""), r.cross_check
+    assert not r.reliable and f"{len(commits)} bursts where the server counted" in r.reason
 
 
 def test_long_commits_still_cluster_when_step_gaps_are_rare():
@@ -425,3 +427,20 @@ def test_bursts_that_took_a_step_per_token_are_late_reads_without_server_fields(
         )
     )
     assert spec.method == "burst" and spec.mean_commit_len > 1.3, spec.reason
+
+
+def test_speculation_off_makes_a_merged_chunk_that_many_steps():
+    """Plain decoding, one chunk a step, two pairs of chunks merged into 2-token chunks by a
+    server whose consumer fell behind (vLLM's output processor under load): with speculation
+    off (declared, or read from ~1 token a step) every step commits one token, so the
+    headline's commit length is 1.0, not 1.03."""
+    chunks = per_step([1] * 60, step_ms=50.0)
+    for i in (20, 45):
+        chunks[i] = (chunks[i][0], 2)
+        del chunks[i + 1]
+    traces = [trace(chunks, index=0), trace(chunks, index=1)]
+    assert reconstruct_steps(traces[0]).mean_commit_len > 1.0
+    for server_info in ({"speculative_algorithm": None}, {}):
+        s = summarize(traces, server_info=server_info)
+        assert s["speculation"] == "off", s["speculation_reason"]
+        assert s["mean_commit_len"] == 1.0 and s["mean_commit_len_source"] == "client"

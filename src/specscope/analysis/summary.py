@@ -16,7 +16,7 @@ import numpy as np
 
 from specscope.analysis.headline.headline import Headline, headline
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
-from specscope.analysis.steps.speculation import state_of_requests
+from specscope.analysis.steps.speculation import as_stated, state_of_requests
 from specscope.analysis.workload.keys import workload_keys
 from specscope.trace.model import RequestTrace
 
@@ -97,6 +97,8 @@ def summarize(
         if reconstructions is not None
         else [reconstruct_steps(t, max_commit_len=max_commit_len) for t in traces]
     )
+    speculation = state_of_requests(server_info or {}, traces, recs)
+    recs = as_stated(speculation, recs)
     ok_recs = [r for t, r in zip(traces, recs, strict=False) if t.ok]
 
     ttfts = [v for t in ok if (v := t.ttft_s) is not None]
@@ -107,7 +109,6 @@ def summarize(
 
     gaps, chunk_sizes = _chunks(ok)
     server_block = _server_block(ok)
-    speculation = state_of_requests(server_info or {}, traces, recs)
     return {
         "requests": len(traces),
         "ok": len(ok),

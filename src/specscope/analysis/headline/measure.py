@@ -16,6 +16,7 @@ from specscope.analysis.fits.acceptance import ServerAcceptance
 from specscope.analysis.headline import decompose as dec
 from specscope.analysis.headline.headline import Headline, headline
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
+from specscope.analysis.steps.speculation import as_stated, state_of_requests
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
@@ -144,6 +145,10 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
     ok = tuple(r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks))
     mcl = max_commit_len_from(run.info.server_info)
     recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
+    state = state_of_requests(
+        run.info.server_info, ok, [recs[r.index] for r in ok], telemetry or ()
+    )
+    recs = dict(zip(recs, as_stated(state, list(recs.values())), strict=True))
     main, label = main_requests(ok)
     if not main:
         return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label)

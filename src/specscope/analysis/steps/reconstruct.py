@@ -26,6 +26,7 @@ so and why, and the summary falls back to server telemetry.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
@@ -370,6 +371,11 @@ def _per_token_client(
             reasons.append(
                 f"a burst of {max(big)} tokens exceeds the max commit length {max_commit_len}"
             )
+    if counted is not None and len(steps) != counted:
+        # no break between the gaps gives the server's count: a late read merged steps' bursts
+        # (or a stall split one); the bursts are not the steps
+        ok = False
+        reasons.append(f"{len(steps)} bursts where the server counted {counted} steps")
     reason = "; ".join(reasons) or (
         f"per-token events grouped into bursts (threshold {threshold * 1e3:.2f} ms)"
     )
@@ -505,6 +511,35 @@ def _server(
 
 def _client_commits(client: StepReconstruction) -> list[int] | None:
     return [s.commit_len for s in client.steps] if client.steps else None
+
+
+def one_token_steps(rec: StepReconstruction) -> StepReconstruction:
+    """The reconstruction of a request served without speculation: every step commits one
+    token, so a step of k tokens (a chunk the server merged when its consumer fell behind, or
+    a late client read) is k steps, its time split evenly. Sums and means stay exact; those
+    steps' individual times are an even split (noted)."""
+    merged = [s for s in rec.steps if s.commit_len > 1]
+    if not merged:
+        return rec
+    steps: list[Step] = []
+    for s in rec.steps:
+        share = s.step_s / s.commit_len
+        steps.extend(
+            s.model_copy(
+                update={
+                    "commit_len": 1,
+                    "step_s": share,
+                    "output_pos": s.output_pos + j,
+                    "context_len": None if s.context_len is None else s.context_len + j,
+                }
+            )
+            for j in range(s.commit_len)
+        )
+    note = (
+        f"speculation is off: {len(merged)} step(s) of several tokens split into one-token "
+        "steps (merged chunks or late reads), their time split evenly"
+    )
+    return dataclasses.replace(rec, steps=steps, notes=[*rec.notes, note])
 
 
 def reconstruct_steps(

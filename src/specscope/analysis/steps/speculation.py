@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specscope.analysis.steps.reconstruct import StepReconstruction
+from specscope.analysis.steps.reconstruct import StepReconstruction, one_token_steps
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace, ServerSpecFields
 
@@ -129,17 +129,19 @@ def speculation_state(
     """`client_commits`: commit lengths of the reliable client steps (unreliable ones say
     nothing: a coalesced chunk of 4 tokens is not a 4-token step)."""
     mean = sum(client_commits) / len(client_commits) if client_commits else None
-    if mean is not None and mean > PLAIN_COMMIT:
-        return SpeculationState(True, f"client-observed steps commit {mean:.2f} tokens on average")
     if any(_fields_draft(f) for f in server_fields if f is not None):
         return SpeculationState(True, "the server's per-request fields report drafts")
     if any(_record_drafts(r) for r in telemetry):
         return SpeculationState(True, "server telemetry reports drafts")
+    # the server's own word before the client's chunks: a chunk can merge steps (a server whose
+    # consumer fell behind sends several tokens at once), a declaration cannot
     said, why = declared(server_info)
     if said is True:
         return SpeculationState(True, why)
     if said is False:
         return SpeculationState(False, f"speculation is off ({why}); every step commits one token")
+    if mean is not None and mean > PLAIN_COMMIT:
+        return SpeculationState(True, f"client-observed steps commit {mean:.2f} tokens on average")
     reported = [f for f in server_fields if f is not None and f.proposed_drafts is not None]
     if reported and all(f.proposed_drafts == 0 for f in reported):
         sources = (
@@ -173,3 +175,12 @@ def state_of_requests(
     ok = [(t, r) for t, r in zip(traces, recs, strict=True) if t.ok]
     commits = [float(s.commit_len) for _, r in ok if r.reliable for s in r.steps]
     return speculation_state(server_info, commits, [t.server_spec for t, _ in ok], telemetry)
+
+
+def as_stated(
+    state: SpeculationState, recs: Sequence[StepReconstruction]
+) -> list[StepReconstruction]:
+    """The reconstructions as the state says the steps were: with speculation off every step
+    commits one token, so a chunk of several tokens (merged by a server whose consumer fell
+    behind, as vLLM's output processor does, or read late) is that many steps."""
+    return [one_token_steps(r) for r in recs] if state.off else list(recs)
