@@ -169,13 +169,16 @@ def _drifting_steps(share: float, per_context_s=2e-7, seed=RNG_SEED) -> StepTabl
     return StepTable(*(np.concatenate(c) for c in zip(*cols, strict=True)))
 
 
-@pytest.mark.parametrize(("share", "reported"), [(0.16, True), (0.05, False)])
-def test_step_time_drift_around_its_minimum(share, reported):
-    table = _drifting_steps(share)
+def _step_facts(table: StepTable) -> Facts:
+    """Facts whose step-time group is the real fit over `table` (every request a main one)."""
     span = main_span(table)
     st = step_time_facts(table, table, span)
-    f = _facts(_measured(), step_time=st, span=span, step_table=table, main_table=table)
-    claim = findings.step_time_drift(f)
+    return _facts(_measured(), step_time=st, span=span, step_table=table, main_table=table)
+
+
+@pytest.mark.parametrize(("share", "reported"), [(0.16, True), (0.05, False)])
+def test_step_time_drift_around_its_minimum(share, reported):
+    claim = findings.step_time_drift(_step_facts(_drifting_steps(share)))
     assert claim is not None
     assert claim.test.effect == pytest.approx(share, abs=0.03)
     assert BY_ID["step_time_drift"].min_effect == 0.10
@@ -187,11 +190,7 @@ def test_context_scaling_around_its_minimum(context_share, reported):
     """The context term's share of the step at the main requests' mean context (1,140 tokens
     here), with no drift: only past the card's 15% is it said."""
     per_token = 0.02 * context_share / (1 - context_share) / 1140.0
-    table = _drifting_steps(0.0, per_context_s=per_token)
-    span = main_span(table)
-    st = step_time_facts(table, table, span)
-    f = _facts(_measured(), step_time=st, span=span, step_table=table, main_table=table)
-    claim = findings.context_scaling(f)
+    claim = findings.context_scaling(_step_facts(_drifting_steps(0.0, per_context_s=per_token)))
     assert claim is not None
     assert claim.test.effect == pytest.approx(context_share, abs=0.03)
     assert BY_ID["context_scaling"].min_effect == 0.15
