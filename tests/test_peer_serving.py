@@ -113,9 +113,11 @@ def test_tpot_and_step_latency_agree_with_llamacpp_timings(spec_server, tmp_path
         assert ours == pytest.approx(theirs, rel=AGREEMENT)
     for tr, (_, _, _, n_ours, n_server, per_step, theirs) in zip(run.requests, rows, strict=True):
         if n_ours == 0:
-            # a late read (a loaded machine) merged two steps' bursts: no break gives the
-            # server's count, and the reconstruction says so instead of timing wrong steps
-            assert f"where the server counted {n_server} steps" in reconstruct_steps(tr).reason
+            # on a loaded machine a late read merges two steps' bursts, or gaps crowd the burst
+            # threshold: the reconstruction then says it cannot trust its bursts (and why)
+            # instead of timing wrong steps
+            rec = reconstruct_steps(tr)
+            assert not rec.reliable and rec.reason, rec.reason
             continue
         assert n_ours == n_server  # one burst of token events per verify step
         assert per_step == pytest.approx(theirs, rel=AGREEMENT)
