@@ -91,14 +91,14 @@ def test_no_drafter_finding_while_the_state_is_unknown(overhead, plain, monkeypa
     """The same overhead run, once its evidence cannot tell whether the server drafts: no
     acceptance, decay, window, overhead or coverage claim is even tested, and the run says
     why nothing was found."""
-    from specscope.analysis.diagnosis import facts
     from specscope.analysis.diagnosis.findings import NEEDS_SPECULATION
+    from specscope.analysis.headline import measure
     from specscope.analysis.steps.speculation import SpeculationState
 
     known = analyze(_run(overhead, 8), baseline=_run(plain, 9))
     assert _ids(known) & ACCEPTANCE_IDS, _ids(known)
     unknown = SpeculationState(None, "too few reliable steps and no server figure to tell")
-    monkeypatch.setattr(facts, "speculation", lambda m, telemetry: unknown)
+    monkeypatch.setattr(measure, "state_of_requests", lambda *evidence: unknown)
     an = analyze(_run(overhead, 8), baseline=_run(plain, 9))
     gated = {r.__name__ for r in NEEDS_SPECULATION}
     assert an.speculation == "unknown"

@@ -72,7 +72,7 @@ def analyze(
     telemetry = records(telemetry if telemetry is not None else run.telemetry)
     m = measure(run, telemetry, seed=seed)
     out = _measured_analysis(run, m)
-    speculation = fx.speculation(m, telemetry)
+    speculation = m.speculation
     out.speculation, out.speculation_reason = speculation.label, speculation.reason
     if not m.ok:
         out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"

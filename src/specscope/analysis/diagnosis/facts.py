@@ -16,21 +16,12 @@ from specscope.analysis.fits import steptime as stm
 from specscope.analysis.headline import decompose as dec
 from specscope.analysis.headline.measure import Measured, StepTable, concurrency_of, prompt_len
 from specscope.analysis.result import Attribution, Interval
-from specscope.analysis.steps.speculation import SpeculationState, state_of_requests
-from specscope.telemetry.records import SpecRecord
+from specscope.analysis.steps.speculation import SpeculationState
 from specscope.trace import tags
 from specscope.trace.model import RequestTrace, Run
 
 HONEYMOON_DEFAULT_WINDOW = 200  # the story's two-point window (~200 tokens) when none was run
 EARLY_START = 128  # "the first tokens": acceptance before any decay, for the decay's cost
-
-
-def speculation(m: Measured, telemetry: list[SpecRecord] | None) -> SpeculationState:
-    """On / off / unknown for this run, from its reliable client steps, the server's
-    per-request fields, its info endpoint and any telemetry records."""
-    return state_of_requests(
-        m.run.info.server_info, m.ok, [m.recs[r.index] for r in m.ok], telemetry or ()
-    )
 
 
 @dataclass(frozen=True)
@@ -316,7 +307,7 @@ def baseline_facts(baseline: Run, mb: Measured, m: Measured, seed: int = 0) -> B
         "mean_commit_len": [hb.mean_commit_len, h.mean_commit_len],
         "mean_step_s": [hb.mean_step_s, h.mean_step_s],
     }
-    return BaselineFacts(hb, speculation(mb, None), sp, ci, attribution, series)
+    return BaselineFacts(hb, mb.speculation, sp, ci, attribution, series)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,11 @@ from specscope.analysis.fits.acceptance import ServerAcceptance
 from specscope.analysis.headline import decompose as dec
 from specscope.analysis.headline.headline import Headline, headline
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
-from specscope.analysis.steps.speculation import as_stated, state_of_requests
+from specscope.analysis.steps.speculation import (
+    SpeculationState,
+    as_stated,
+    state_of_requests,
+)
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
@@ -109,6 +113,10 @@ class Measured:
     reliable: bool | None = None
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # on / off / unknown, decided once from the reconstructions as read (before `as_stated`)
+    speculation: SpeculationState = field(
+        default_factory=lambda: SpeculationState(None, "not measured")
+    )
 
     @property
     def decomposition(self) -> dec.Decomposition | None:
@@ -151,7 +159,7 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
     recs = dict(zip(recs, as_stated(state, list(recs.values())), strict=True))
     main, label = main_requests(ok)
     if not main:
-        return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label)
+        return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label, speculation=state)
     main_recs = [recs[r.index] for r in main]
     head = headline(main, main_recs, telemetry=telemetry, label=label, seed=seed)
     notes = list(head.notes)
@@ -174,6 +182,7 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
         reliable=all(rc.reliable for rc in main_recs),
         reasons=tuple(sorted({rc.reason for rc in main_recs if not rc.reliable and rc.reason})),
         notes=tuple(notes),
+        speculation=state,
     )
 
 
