@@ -102,6 +102,9 @@ TIMED_MODULES = frozenset(
     }
 )
 TIMED_LANE = "timed"
+# Modules whose tests are each a unit of work of their own (xdist): long CPU-bound runs that
+# start at once, beside the timed lane, instead of one after another on one worker.
+SPLIT_MODULES = frozenset({"tests/test_fault_lab.py"})
 # How much lower the rest of the suite runs beside that lane (a nice level).
 OTHER_LANES_NICE = 10
 REPO = Path(__file__).resolve().parents[1]
@@ -122,8 +125,14 @@ def _module(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The timed modules first (the order inside a module kept), so that under xdist one
-    worker takes their lane before it runs anything else and the longest work starts at once."""
-    items.sort(key=lambda item: _module(item.nodeid) not in TIMED_MODULES)  # stable
+    worker takes their lane before it runs anything else, then the split modules' long runs:
+    the longest work starts at once."""
+    items.sort(  # stable
+        key=lambda item: (
+            _module(item.nodeid) not in TIMED_MODULES,
+            _module(item.nodeid) not in SPLIT_MODULES,
+        )
+    )
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist leaves it unknown
@@ -137,6 +146,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class TimedLaneScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
+            if module in SPLIT_MODULES:
+                return nodeid
             return TIMED_LANE if module in TIMED_MODULES else module
 
     config.option.loadscopereorder = False  # keep the collection order: the lane first

@@ -34,6 +34,7 @@ HEADLINE_DETAIL = (
     "mean_step_s_ci",
     "ttft_s_ci",
     "interval_method",
+    "headline_loops",
 )
 WORKLOAD = ("by_category", "repetition_loops", "prefix_cache", "delta_fields")
 DIAGNOSE = (
@@ -54,7 +55,17 @@ DIAGNOSE = (
     *HEADLINE_DETAIL,
     *WORKLOAD,
 )
-FINDING = ("id", "summary", "confidence", "factor", "evidence", "next")
+FINDING = (
+    "id",
+    "summary",
+    "confidence",
+    "factor",
+    "evidence",
+    "next",
+    "cause",
+    "candidates",
+    "ruled_out",
+)
 FINDING_TEST = (
     "id",
     "method",

@@ -37,13 +37,27 @@ class Evidence(BaseModel):
     source: str = ""
 
 
+class RuledOut(BaseModel):
+    """A cause the diagnosis considered for a finding and excluded, with the evidence why."""
+
+    id: str  # a cause id (analysis.diagnosis.cards.Cause)
+    reason: str
+
+
 class Finding(BaseModel):
+    """One reported effect and the mechanism behind it: `cause` is an id from the closed list
+    of causes (ARCHITECTURE §6) when the data decide it, else None with the `candidates` still
+    possible; `ruled_out` says which causes were excluded and why."""
+
     id: FindingId
     summary: str
     evidence: list[Evidence] = Field(default_factory=list)
     confidence: float = 0.0  # 0..1
     factor: float | None = None  # share of the baseline gap it explains (a multiplicative factor)
     next: str = ""  # the experiment or change that would confirm or fix it
+    cause: str | None = None
+    candidates: list[str] = Field(default_factory=list)
+    ruled_out: list[RuledOut] = Field(default_factory=list)
 
 
 class FindingTest(BaseModel):
@@ -94,6 +108,7 @@ HEADLINE_DETAIL_KEYS = (
     "mean_step_s_ci",
     "ttft_s_ci",
     "interval_method",
+    "headline_loops",
 )
 
 
@@ -138,6 +153,8 @@ class Analysis(BaseModel):
     mean_step_s_ci: list[float] | None = None
     ttft_s_ci: list[float] | None = None
     interval_method: str | None = None  # how the intervals were obtained
+    # requests ending in repetition loops behind the commit length (null: none loop)
+    headline_loops: dict[str, Any] | None = None
     # diagnose --precision: target, reached (relative half-width of decode_tps_ci), requests,
     # stopped_by, ... (analysis.precision.summary); None when the run had no target
     precision: dict[str, Any] | None = None

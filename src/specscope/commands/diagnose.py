@@ -147,6 +147,15 @@ def diagnose(
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
     api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
     repeat: Annotated[int, typer.Option(help="Repeat each measurement K times")] = 1,
+    ignore_eos: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-eos/--no-ignore-eos",
+            help="Generate every planned token (the default); --no-ignore-eos ends requests at "
+            "the model's end of turn, as real traffic does (a model that stops early "
+            "cannot loop past its answer)",
+        ),
+    ] = True,
     precision: Annotated[
         float | None,
         typer.Option(
@@ -236,6 +245,7 @@ def diagnose(
             max_tokens=max_tokens,
             quick=quick,
             repeat=repeat,
+            ignore_eos=ignore_eos,
             flavor=flavor,
             api=api,
             concurrency_levels=_parse_levels(concurrency),

@@ -101,6 +101,8 @@ class DiagnoseOptions:
     max_tokens: int = DEFAULT_MAX_TOKENS
     quick: bool = False
     repeat: int = 1
+    # False (--no-ignore-eos): requests end at the model's end of turn (no loop past the answer)
+    ignore_eos: bool = True
     flavor: str = "auto"
     api: str | None = None
     concurrency_levels: tuple[int, ...] | None = None
@@ -157,6 +159,7 @@ class DiagnoseOptions:
             "max_tokens": self.max_tokens,
             "quick": self.quick,
             "repeat": self.repeat,
+            "ignore_eos": self.ignore_eos,
             "flavor": self.flavor,
             "api": self.api,
             "concurrency_levels": (
@@ -319,7 +322,7 @@ async def _measure(
                 f"--out: cannot write a run directory at {options.out}: {e.strerror or e}"
             ) from None
         state.writer = writer
-        executor = Executor(target, writer, max_consecutive_errors=3)
+        executor = Executor(target, writer, max_consecutive_errors=3, ignore_eos=options.ignore_eos)
         state.metrics_before = await scrape_before(evidence.metrics_url)
         calib: list[RequestTrace] = []
         step = diagnosis_plan.calibration_step(prompt_tokens, max_context)

@@ -37,7 +37,8 @@ _DIAGNOSE_NULLS = (
 
 
 def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:
-    """Each finding with the §8 keys: id, summary, confidence, factor, evidence, next."""
+    """Each finding with the §8 keys: id, summary, confidence, factor, evidence, next, and the
+    mechanism: cause (null where undecided), candidates, ruled_out."""
     return [
         {
             "id": f.id,
@@ -46,6 +47,9 @@ def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:
             "factor": f.factor,
             "evidence": [plain_values(e.model_dump()) for e in f.evidence],
             "next": f.next,
+            "cause": f.cause,
+            "candidates": list(f.candidates),
+            "ruled_out": [r.model_dump() for r in f.ruled_out],
         }
         for f in findings
     ]

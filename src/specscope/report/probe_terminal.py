@@ -109,6 +109,9 @@ def _headline_rows(t: Table, o: ProbeResult) -> None:
         + fmt_ci(s.get("mean_commit_len_ci"), 2)
         + (f" ({s['mean_commit_len_source']})" if s["mean_commit_len_source"] else ""),
     )
+    loops = s.get("headline_loops") or {}
+    if loops.get("note"):  # beside the figure it qualifies: loops dominate the commit length
+        t.add_row(Text("loops dominate", style="bold yellow"), untrusted(loops["note"]))
     if s.get("mean_commit_len_per_drafted_step") is not None:
         share = s.get("drafted_step_share")
         t.add_row(

@@ -48,8 +48,10 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
     if a.serving:
         render_serving(a.serving, console)
     _render_findings(a, console)
+    shown = _loops_note(a)  # in the panel already, beside the commit length
     for n in a.notes:
-        console.print(Text(f"note: {n}", style="dim"))
+        if n != shown:
+            console.print(Text(f"note: {n}", style="dim"))
     if ctx.errors:
         console.print(
             Text(
@@ -58,6 +60,12 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
                 style="red",
             )
         )
+
+
+def _loops_note(a: Analysis) -> str | None:
+    """The headline's word on repetition loops when they dominate its commit length."""
+    loops = a.headline_loops or {}
+    return loops.get("note") if loops.get("dominant") else None
 
 
 def _headline_panel(ctx: ReportContext) -> Panel:
@@ -80,6 +88,8 @@ def _headline_panel(ctx: ReportContext) -> Panel:
         + fmt_ci(a.mean_commit_len_ci, 2)
         + (f"  (from {a.commit_len_source})" if a.commit_len_source else ""),
     )
+    if (loops := _loops_note(a)) is not None:
+        _row(Text("loops dominate", style="bold yellow"), Text(loops))
     if (drafted := drafted_line(a)) is not None:
         add_row("per drafted step", drafted)
     add_row("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms"))

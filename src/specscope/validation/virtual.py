@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from specscope.trace import tags
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace, Run, RunInfo, ServerSpecFields
@@ -139,6 +140,7 @@ def virtual_run(
     server_fields: bool = True,
     per_token_events: bool = False,
     run_id: str = "virtual",
+    server_info: dict[str, Any] | None = None,
 ) -> VirtualRun:
     """Simulate every request of the plan one after another (concurrency 1) on a virtual clock."""
     requests: list[RequestTrace] = []
@@ -170,7 +172,12 @@ def virtual_run(
             index += 1
     # virtual runs replay the twin, which serves the SGLang flavor (meta_info fields)
     info = RunInfo(
-        run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0, flavor="sglang"
+        run_id=run_id,
+        kind="diagnose",
+        status="complete",
+        started_perf_ns=0,
+        flavor="sglang",
+        server_info=server_info or {},
     )
     return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)
 
@@ -203,6 +210,7 @@ def virtual_batched_run(
     prefill: Callable[[int], float] = lambda p: 0.02 + 1.2e-5 * p,
     seed: int = 0,
     run_id: str = "virtual",
+    server_info: dict[str, Any] | None = None,
 ) -> VirtualRun:
     """Simulate the plan on a virtual clock, each round of `concurrency` requests sent at once
     and stepped as one batch: the server prefills them one after another, then every step serves
@@ -229,6 +237,11 @@ def virtual_batched_run(
                 index += 1
             t_ns = end + 5_000_000
     info = RunInfo(
-        run_id=run_id, kind="diagnose", status="complete", started_perf_ns=0, flavor="sglang"
+        run_id=run_id,
+        kind="diagnose",
+        status="complete",
+        started_perf_ns=0,
+        flavor="sglang",
+        server_info=server_info or {},
     )
     return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)

@@ -120,12 +120,58 @@ def acceptance_below_baseline(flavor: str | None = None) -> str:
 
 
 def step_time_drift(flavor: str | None = None) -> str:
+    """Before the cause is known: the two mechanisms and how to tell them apart."""
+    return (
+        "host work per step that grows with the output (a detokenizer re-reading the whole "
+        "output, stop strings scanned over the whole text) or KV pages scattering as the "
+        "sequence grows (page size 1): compare a fresh request with a prompt as long as the context reached "
+        "(specscope diagnose --quick runs one)"
+    )
+
+
+def host_per_token(flavor: str | None = None) -> str:
+    return (
+        "profile the server's per-step host path: work that re-reads the whole output each "
+        "step (full re-detokenization, stop-string scans over the whole text, per-step "
+        "logging or logprobs of the whole sequence); make it incremental (a detokenizer with "
+        "prefix and read offsets, as vLLM and TGI do; scan only the new text for stop strings)"
+    )
+
+
+def kv_layout(flavor: str | None = None) -> str:
     return (
         "stateful degradation (KV fragmentation, memory pressure): check page size / KV "
-        "allocation (page_size=1 with tree acceptance scatters KV), restart-and-remeasure, "
-        "and confirm with short prompt, long generation (specscope diagnose --prompt-tokens "
-        "64 --max-tokens 2048)"
+        "allocation (page_size=1 with tree acceptance scatters KV), restart-and-remeasure"
     )
+
+
+def client(flavor: str | None = None) -> str:
+    return (
+        "the measuring client fell behind: rerun specscope on an idle machine near the server, "
+        "and compare with the server's own step timings (--logs)"
+    )
+
+
+def graph_mode(flavor: str | None = None) -> str:
+    return (
+        "check that decode runs on captured CUDA graphs (batch sizes inside the captured set, "
+        "no eager fallback; the server's log says which)"
+    )
+
+
+def for_cause(cause: str, flavor: str | None = None) -> str | None:
+    """The next step once a finding's cause is known, where it differs from the finding's own
+    advice (None: the finding's advice already is the cause's)."""
+    texts = {
+        "host_per_token": host_per_token,
+        "kv_layout": kv_layout,
+        "client": client,
+        "graph_mode": graph_mode,
+        "attention_context": context_scaling,
+        "acceptance_position": acceptance_decay,
+    }
+    text = texts.get(cause)
+    return text(flavor) if text else None
 
 
 def context_confounded(flavor: str | None = None) -> str:

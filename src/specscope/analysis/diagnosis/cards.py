@@ -82,9 +82,9 @@ CARDS: tuple[RuleCard, ...] = (
         "step shapes and a linear fall (Bonferroni), cluster-robust errors",
         min_effect=0.10,
         unit="fraction",
-        causes=(C.acceptance_position, C.drafter_quality),
-        separates="a short prompt and a long generation (position) against a long prompt and a "
-        "short one (context); commit length by prompt category",
+        causes=(C.acceptance_position, C.drafter_quality, C.draft_window),
+        separates="the fall within requests (position) against a cliff at one context (the "
+        "drafter's window, the window the server states); commit length by prompt category",
         next=advice.acceptance_decay,
         needs_speculation=True,
         # the fit's own gate (acceptance.py) decides only whether the decay's cost is counted
@@ -123,7 +123,12 @@ CARDS: tuple[RuleCard, ...] = (
         "timings), with and without CUDA graphs; commit length by category",
         next=advice.speculation_overhead,
         needs_speculation=True,
-        thresholds=MappingProxyType({"commit length without a baseline": 1.5}),
+        thresholds=MappingProxyType(
+            {
+                "commit length without a baseline": 1.5,
+                "never accepted: tokens per drafted step": 1.05,
+            }
+        ),
     ),
     RuleCard(
         id="acceptance_low",
@@ -147,12 +152,18 @@ CARDS: tuple[RuleCard, ...] = (
         min_effect=DRIFT_MIN_SHARE,
         unit="fraction of the mean step",
         causes=(C.host_per_token, C.kv_layout, C.client),
-        separates="a short prompt and a long generation; the server's own step timings against "
-        "the client's; restart and remeasure",
+        separates="a fresh request whose prompt is as long as the context the generation "
+        "reached (the plan's last context point): device-bound cost reappears in it, host work "
+        "per output token does not; the server's own step timings against the client's",
         next=advice.step_time_drift,
         # the fit's own gate (steptime.py) decides only whether the drift's cost is counted
         thresholds=MappingProxyType(
-            {"cost counted from |z|": DRIFT_Z, "cost counted from noise sd share": DRIFT_MIN_NOISE}
+            {
+                "cost counted from |z|": DRIFT_Z,
+                "cost counted from noise sd share": DRIFT_MIN_NOISE,
+                "fresh request share: host side below": 0.4,
+                "fresh request share: device side above": 0.6,
+            }
         ),
     ),
     RuleCard(
@@ -175,8 +186,9 @@ CARDS: tuple[RuleCard, ...] = (
         "variance a side",
         min_effect=0.15,
         unit="x",
-        causes=(C.acceptance_position, C.attention_context),
-        separates="the full generation measured (full_generation) against the window",
+        causes=(C.acceptance_position, C.attention_context, C.host_per_token, C.kv_layout),
+        separates="what changes along the generation: commit length (acceptance_decay), step "
+        "time (step_time_drift, and its cause) or context (allowed for by the test)",
         next=advice.two_point_bias,
         weight=0.25,
     ),

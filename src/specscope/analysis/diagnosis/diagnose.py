@@ -34,6 +34,7 @@ from specscope.analysis.headline.measure import (
     records,
     server_step_tables,
     step_tables,
+    without_loop_steps,
 )
 from specscope.analysis.headline.precision import summary as precision_summary
 from specscope.analysis.result import HEADLINE_DETAIL_KEYS, Analysis, FindingTest
@@ -112,6 +113,7 @@ def analyze(
         step_table=table,
         main_table=mt,
         e2e_s=out.e2e_s,
+        drift_separation=fx.drift_separation(table, mt),
     )
     _decide_onto(out, facts)
     return out
@@ -165,7 +167,12 @@ def _acceptance_shape(
     notes: list[str],
 ) -> fx.AcceptanceShape:
     """Decay and window search on the client's steps, or on the server's per-step records when
-    the client's steps cannot be trusted."""
+    the client's steps cannot be trusted; steps inside repetition loops left out (a loop is
+    easy to draft: it would pass for the drafter's shape)."""
+    table, loop_note = without_loop_steps(m, table)
+    mt, _ = without_loop_steps(m, mt)
+    if loop_note:
+        notes.append(loop_note)
     shape = (
         fx.acceptance_shape(table, mt, source=f"client steps, {m.main_label}")
         if table is not None and table.n
@@ -174,6 +181,7 @@ def _acceptance_shape(
     notes.extend(shape.notes)
     if server is not None and server.per_step and server.by_request and not m.reliable:
         st_all, st_main = server_step_tables(m.ok, m.main, server)
+        st_all, _ = without_loop_steps(m, st_all)
         if st_all is not None and st_all.n:
             shape = fx.acceptance_shape(st_all, st_main, source=server.source)
             notes.extend(shape.notes)

@@ -113,6 +113,63 @@ def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpa
     return StepTimeFacts(fit, drift, drift_cost, context_share, growth, model, profile)
 
 
+# The experiment that tells a host-side step-time drift from a device-side one: a fresh request
+# whose prompt is as long as the context the long generation reached (the quick plan's last
+# context-sweep point). Device-bound cost (the sequence's KV, attention) comes with the context
+# and reappears in it; host work that grows with the output generated (a whole-output
+# detokenizer, a stop-string scan) starts from nothing again.
+FRESH_PROMPT_SHARE = 0.85  # a fresh prompt "as long as" the context reached: this share of it
+EDGE_TOKENS = 64  # the first / last output tokens compared, and the fresh request's first ones
+MIN_EDGE_STEPS = 8
+
+
+@dataclass(frozen=True)
+class DriftSeparation:
+    """Median step times of the long generation's first and last steps and of the first steps
+    of fresh requests started at the context it reached."""
+
+    early_s: float
+    late_s: float
+    fresh_s: float
+    reached_context: int
+    fresh_prompt: int  # the shortest fresh prompt used
+    fresh_requests: int
+
+    @property
+    def share(self) -> float | None:
+        """How much of the generation's growth the fresh request shows: ~1 device-bound, ~0
+        host work per output token; None when the generation did not grow."""
+        grew = self.late_s - self.early_s
+        return (self.fresh_s - self.early_s) / grew if grew > 0 else None
+
+
+def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSeparation | None:
+    """The fresh requests at the reached context against the main requests' two ends (None
+    without enough steps on each side: the experiment was not run or did not fit)."""
+    if table is None or mt is None or not mt.n:
+        return None
+    reached = float(mt.context.max())
+    early = mt.step_s[mt.pos < mt.pos.min() + EDGE_TOKENS]
+    late = mt.step_s[mt.context > reached - EDGE_TOKENS]
+    prompt = table.context - table.pos
+    fresh_rows = (
+        ~np.isin(table.rid, np.unique(mt.rid))
+        & (prompt >= FRESH_PROMPT_SHARE * reached)
+        & (table.pos < EDGE_TOKENS)
+    )
+    fresh = table.step_s[fresh_rows]
+    if min(early.size, late.size, fresh.size) < MIN_EDGE_STEPS:
+        return None
+    return DriftSeparation(
+        early_s=float(np.median(early)),
+        late_s=float(np.median(late)),
+        fresh_s=float(np.median(fresh)),
+        reached_context=int(reached),
+        fresh_prompt=int(prompt[fresh_rows].min()),
+        fresh_requests=int(np.unique(table.rid[fresh_rows]).size),
+    )
+
+
 @dataclass(frozen=True)
 class AcceptanceShape:
     """The decay / window model search and what each effect costs the main requests."""
@@ -340,6 +397,7 @@ class Facts:
     step_table: StepTable | None = None  # the steps of the step-time fit (concurrency 1)
     main_table: StepTable | None = None  # reliable steps of the main requests
     e2e_s: float | None = None  # median end-to-end time of the main requests
+    drift_separation: DriftSeparation | None = None  # fresh requests at the reached context
 
     @property
     def flavor(self) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specscope.analysis.diagnosis import advice
+from specscope.analysis.diagnosis import advice, causes
 from specscope.analysis.diagnosis.cards import BY_ID
 from specscope.analysis.diagnosis.facts import Facts, TwoPoint
 from specscope.analysis.fits import significance as sig
@@ -196,9 +196,44 @@ def _commit_below(f: Facts, threshold: float, what: str) -> sig.Test:
 # multiples; analysis/steps/reconstruct.py), not by sampling: reported whenever the reconstruction says so.
 
 
+# Plain decoding whose token chunks carry one same size k >= 2 this often streams k steps per
+# chunk by setting (a stream interval): the steps are real but their times are averages. A
+# consumer that fell behind (vLLM's output processor under load) or a late read merges
+# irregularly and is not this.
+REGULAR_CHUNK_SHARE = 0.8
+
+
+def _plain_merged_chunks(f: Facts) -> float | None:
+    """With speculation off, the tokens every chunk carries when chunks regularly merge steps."""
+    if not f.speculation.off:
+        return None
+    sizes = [c.n_tokens for r in f.measured.main for c in r.chunks if c.n_tokens > 0]
+    if len(sizes) < 8:
+        return None
+    values, counts = np.unique(sizes, return_counts=True)
+    k = int(values[counts.argmax()])
+    return float(k) if k >= 2 and counts.max() >= REGULAR_CHUNK_SHARE * len(sizes) else None
+
+
+def _plain_coalescing(f: Facts, per_chunk: float) -> Claim:
+    return Claim(
+        id="chunk_coalescing",
+        summary=f"Streamed chunks carry {per_chunk:.0f} tokens each while the server decodes "
+        "one token a step: each chunk merges several steps, so step times are averages over "
+        "them and per-step effects (drift, stalls) are seen blurred.",
+        evidence=[
+            _ev("median tokens per chunk", per_chunk, "tokens", "client chunks"),
+            _ev("speculation", f.speculation.reason, "", "speculation state"),
+        ],
+        next=advice.chunk_coalescing(f.flavor),
+        test=None,
+    )
+
+
 def chunk_coalescing(f: Facts) -> Claim | None:
     if f.measured.reliable is not False:
-        return None
+        per_chunk = _plain_merged_chunks(f)
+        return _plain_coalescing(f, per_chunk) if per_chunk is not None else None
     return Claim(
         id="chunk_coalescing",
         summary="Streamed chunks merge several verify steps, so client-side step times and "
@@ -597,18 +632,40 @@ def speculation_overhead(f: Facts) -> Claim | None:
         return _overhead_against_plain(f, h, split, split_ci)
     if L is None or L >= OVERHEAD_COMMIT or _plain_baseline(f):
         return None
+    if _nothing_accepted(f):
+        # certain without a baseline: a verify step runs the target at least as a plain step
+        # does, plus the drafting, and commits what a plain step commits
+        summary = (
+            f"Drafts are almost never accepted ({L:.2f} tokens per verify step): speculation "
+            "cannot pay here, every verify step costs a plain step plus the drafting."
+        )
+        cap = 0.99
+    else:
+        summary = (
+            f"Only {L:.2f} tokens per verify step: speculation probably costs more than it "
+            f"saves (a verify step must cost < {L:.2f} plain steps to break even)."
+        )
+        cap = 0.5
     return Claim(
         id="speculation_overhead",
-        summary=f"Only {L:.2f} tokens per verify step: speculation probably costs more than "
-        f"it saves (a verify step must cost < {L:.2f} plain steps to break even).",
+        summary=summary,
         evidence=[
             _ev("mean commit length", L, "tokens/step", f.measured.commit_len_source),
             _ev("mean step time", h.mean_step_s if h else None, "s", _src_steps(f)),
         ],
         next=advice.speculation_unmeasured(f.flavor),
         test=_commit_below(f, OVERHEAD_COMMIT, "break-even of a verify step"),
-        cap=0.5,
+        cap=cap,
     )
+
+
+NEVER_ACCEPTED = BY_ID["speculation_overhead"].thresholds["never accepted: tokens per drafted step"]
+
+
+def _nothing_accepted(f: Facts) -> bool:
+    """Speculation is on and its steps commit ~1 token: the drafter's work is all lost."""
+    h = f.measured.decomposition
+    return _spec_on(f) and h is not None and h.mean_commit_len < NEVER_ACCEPTED
 
 
 # --- acceptance_low ----------------------------------------------------------------------------
@@ -1255,7 +1312,7 @@ def decide(f: Facts) -> Decisions:
             )
         else:
             rejected.append(_why_not(c, q))
-    return Decisions(rank(found, f), rejected, records)
+    return Decisions(causes.assign(rank(found, f), f, records), rejected, records)
 
 
 def _importance(fd: Finding, f: Facts) -> float:
@@ -1287,5 +1344,13 @@ def _importance(fd: Finding, f: Facts) -> float:
 
 
 def rank(found: list[Finding], f: Facts) -> list[Finding]:
-    """Validity checks (the cards' `validity`) first, then by confidence x |log(cost)| x weight."""
-    return sorted(found, key=lambda x: (not BY_ID[x.id].validity, -_importance(x, f)))
+    """Validity checks (the cards' `validity`) first; then speculation that accepts nothing
+    (switching it off or fixing the drafter comes before any shape of the steps); then by
+    confidence x |log(cost)| x weight."""
+    wasted = _nothing_accepted(f)
+
+    def key(x: Finding) -> tuple[bool, bool, float]:
+        pointless = wasted and x.id == "speculation_overhead"
+        return (not BY_ID[x.id].validity, not pointless, -_importance(x, f))
+
+    return sorted(found, key=key)

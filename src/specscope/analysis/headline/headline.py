@@ -41,6 +41,7 @@ import numpy as np
 
 from specscope.analysis.fits.acceptance import ServerAcceptance, from_telemetry
 from specscope.analysis.headline.decompose import Decomposition
+from specscope.analysis.headline.loops import LoopReading, loop_reading
 from specscope.analysis.headline.uncertainty import (
     Interval95,
     median_interval,
@@ -89,6 +90,8 @@ class Headline:
     rows: np.ndarray | None = field(default=None, compare=False)
     unit: str = "request"
     notes: tuple[str, ...] = ()
+    # the requests behind the commit length that end in a repetition loop (None: none does)
+    loops: LoopReading | None = None
 
     @property
     def decomposition(self) -> Decomposition | None:
@@ -116,6 +119,7 @@ class Headline:
             "mean_step_s_ci": ci(self.mean_step_s_ci),
             "ttft_s_ci": ci(self.ttft_s_ci),
             "interval_method": self.interval_method,
+            "headline_loops": None if self.loops is None else self.loops.to_json(),
         }
 
     @property
@@ -279,6 +283,29 @@ def _commit_source(
     return L, source, detail, covered, timed
 
 
+def _own_commit(q: _Request) -> tuple[float, float] | None:
+    """(tokens, steps) of one request as the commit length counts it: its client steps where
+    reliable, else its server figure; None with neither."""
+    if q.client_ok:
+        return float(q.rec.total_commit), float(len(q.rec.steps))
+    if q.server is not None:
+        return float(q.server.tokens), float(q.server.steps)
+    return None
+
+
+def _loops(
+    reqs: Sequence[_Request], covered: Sequence[_Request], L: float | None, notes: list[str]
+) -> LoopReading | None:
+    """The loops among the requests behind the commit length (the covered ones, else all of
+    them for a run-level source, which has no per-request figure), its note onto `notes` when
+    loops dominate: the reader sees it beside the figure it qualifies."""
+    members = [(q.trace, _own_commit(q)) for q in covered] or [(q.trace, None) for q in reqs]
+    loops = loop_reading(members, L)
+    if loops is not None and loops.note:
+        notes.append(loops.note)
+    return loops
+
+
 def _covered_commit(
     covered: list[_Request], source: str | None, timed: bool, every: bool, seed: int
 ) -> tuple[float | None, np.ndarray, str, Interval95 | None, Interval95 | None]:
@@ -287,12 +314,9 @@ def _covered_commit(
     where the client timed the steps of every request (`every`): else it is derived."""
     c_tokens = c_steps = 0.0
     for q in covered:
-        if q.client_ok:
-            c_tokens += q.rec.total_commit
-            c_steps += len(q.rec.steps)
-        elif q.server is not None:
-            c_tokens += q.server.tokens
-            c_steps += q.server.steps
+        tokens, steps = _own_commit(q) or (0.0, 0.0)
+        c_tokens += tokens
+        c_steps += steps
     L = c_tokens / c_steps if c_steps else None
     if source == CLIENT and timed:
         rows, unit = _client_rows(covered)
@@ -371,7 +395,6 @@ def headline(
     records = list(telemetry or [])
     server_log = from_telemetry(records) if records else None
     notes: list[str] = []
-
     rows: np.ndarray | None = None
     unit = "request"
     prom = _prometheus(records)
@@ -384,9 +407,9 @@ def headline(
     if rows is None and L:
         rows, unit = _run_level_rows(reqs, L), "request"
     tps_ci, step_ci = _tps_and_step_ci(reqs, L, step_ci, seed)
-
     per_drafted, per_src, counts, share, share_src = _drafted_share(reqs, server_log, prom)
     notes += _cross_checks(L, source, label, reqs, server_log, prom)
+    loops = _loops(reqs, covered, L, notes)
     step = L / tps if L else None
     step_src = None if step is None else (CLIENT if every else "derived")
     return Headline(
@@ -412,6 +435,7 @@ def headline(
         rows=rows,
         unit=unit,
         notes=tuple(notes),
+        loops=loops,
     )
 
 

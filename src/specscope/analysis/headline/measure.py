@@ -16,6 +16,7 @@ from specscope.analysis.fits.acceptance import ServerAcceptance
 from specscope.analysis.headline import decompose as dec
 from specscope.analysis.headline.headline import Headline, headline
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
+from specscope.analysis.steps.repetition import loop_start_position
 from specscope.analysis.steps.speculation import (
     SpeculationState,
     as_stated,
@@ -98,6 +99,12 @@ class StepTable:
     @property
     def n(self) -> int:
         return int(self.commit.size)
+
+    def select(self, keep: np.ndarray) -> StepTable:
+        """The rows where `keep` is True."""
+        return StepTable(
+            self.commit[keep], self.step_s[keep], self.context[keep], self.pos[keep], self.rid[keep]
+        )
 
 
 @dataclass(frozen=True)
@@ -200,6 +207,35 @@ def step_tables(m: Measured) -> tuple[StepTable | None, StepTable | None]:
         StepTable.of(all_steps) if all_steps else None,
         StepTable.of(main_steps) if main_steps else None,
     )
+
+
+def without_loop_steps(m: Measured, table: StepTable | None) -> tuple[StepTable | None, str | None]:
+    """`table` without the steps inside a request's repetition loop (those that commit a token
+    at or past `loop_start_position`), and a note saying what was left out (None: nothing).
+
+    Why: the acceptance shape (decay with output position, the window cliff with context) reads
+    commit length along a generation, and a loop commits 7-8 tokens a step where the answer
+    committed 1-2. Pooled, short requests that loop make a "decay" (every late position
+    belongs to the long requests that did not loop) and looping short prompts a "window" (the
+    long prompts commit less from their first tokens on): the loop's shape, not the drafter's.
+    Only the shape fits take this table; the headline and step time keep every step."""
+    if table is None or not table.n:
+        return table, None
+    starts = {t.index: p for t in m.ok if (p := loop_start_position(t)) is not None}
+    if not starts:
+        return table, None
+    limit = np.asarray([starts.get(int(r), np.inf) for r in table.rid], dtype=float)
+    keep = table.pos + table.commit <= limit
+    left_out = int(table.n - keep.sum())
+    if not left_out:
+        return table, None
+    looping = len({int(r) for r in table.rid[~keep]})
+    note = (
+        f"{left_out} steps inside the repetition loops of {looping} request(s) left out of the "
+        "acceptance shape (decay and window): a loop is easy to draft, its steps describe the "
+        "loop, not the workload"
+    )
+    return table.select(keep), note
 
 
 def server_step_tables(

@@ -3,13 +3,20 @@ the prompt.
 
 Why it matters: a model caught in a loop ("island island island ...") is trivially easy to
 draft for, so acceptance and commit length soar. Numbers measured over such output describe the
-loop, not the workload; a report must say so. Pure: works on the streamed text only.
+loop, not the workload; a report must say so. Pure: works on the streamed text (and, to place a
+loop in tokens, its events' counts).
 
 Method: split the text into words; for each period p (1..MAX_PERIOD words), find the longest
 suffix of the word sequence in which word i equals word i - p, allowing a small share of
 mismatches (a digit that counts up, a varied word). The loop is the shortest period whose
 periodic suffix is longest; it is flagged when it spans at least MIN_REPEATS periods, at
 least MIN_LOOP_WORDS words, and at least MIN_SHARE of the generation.
+
+Where a loop starts in tokens (`loop_start_position`): steps carry no text, so the loop's first
+character is placed by the stream's own events (each chunk's `n_chars` and `n_tokens`): the
+output tokens before the event that carries it. A step that commits any token from there on is
+inside the loop; fits of commit length along a generation leave those steps out (a loop
+commits 7-8 tokens a step where the answer committed 1-2: its steps describe the loop).
 
 Copying (`copied_share`): the share of the output's word COPY_NGRAM-grams that occur in the
 prompt. Prompt-lookup drafters accept copied text almost entirely; for a code edit that is the
@@ -20,6 +27,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from specscope.trace.model import RequestTrace
 
 MAX_PERIOD = 200  # words
 COPY_NGRAM = 8  # words
@@ -86,6 +95,34 @@ def find_loop(text: str | None) -> Loop | None:
     start = tail[len(words) - best_len].start()
     unit_end = tail[len(words) - best_len + best_p - 1].end()
     return Loop(best_p, best_len, best_len / total, start, text[start:unit_end][:120])
+
+
+def loop_start_position(trace: RequestTrace) -> int | None:
+    """Output tokens before the request's repetition loop (the position, in `Step.output_pos`
+    units, of the loop's first token, to the event that carried it), or None without a loop.
+
+    Why by events: the loop is found in the text, the steps are counted in tokens, and only the
+    stream's events tie the two (characters and tokens per event). Where the events carry no
+    character counts, the loop's share of the characters is taken as its share of the tokens
+    (an approximation: tokens per character differ a little between the answer and the loop).
+    Scrubbing can lengthen the stored text (a lone surrogate becomes its 6-character escape),
+    so the loop's start is scaled to the characters the events carried."""
+    text = trace.text
+    loop = find_loop(text)
+    if loop is None or not text:
+        return None
+    streamed = sum(c.n_chars for c in trace.chunks)
+    tokens = sum(c.n_tokens for c in trace.chunks)
+    if streamed <= 0:
+        return int(tokens * loop.start_char / len(text))
+    at = loop.start_char * streamed / len(text) if streamed != len(text) else loop.start_char
+    chars = before = 0
+    for c in trace.chunks:
+        if chars + c.n_chars > at:
+            return before
+        chars += c.n_chars
+        before += c.n_tokens
+    return before
 
 
 def copied_share(prompt: str | None, text: str | None, n: int = COPY_NGRAM) -> float | None:

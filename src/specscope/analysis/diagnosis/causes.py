@@ -1,0 +1,297 @@
+"""The cause behind each reported finding: an id from the closed list (cards.Cause), or none with
+the candidates still possible, and the causes ruled out with the evidence why.
+
+A finding names an effect; several mechanisms produce the same effect (a step time that grows
+along a generation: a host loop re-reading the whole output, KV pages that scatter, the measuring
+client). Each finding's card lists its candidate causes; the functions below rule candidates out
+with what the run measured (the experiment the card names, the server's own statement of its
+configuration). A cause is named only when every other candidate is ruled out: the diagnosis
+never guesses between mechanisms it could not separate, it says which experiment would.
+
+Pure: reads Facts and the findings, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from specscope.analysis.diagnosis import advice
+from specscope.analysis.diagnosis.cards import BY_ID, Cause
+from specscope.analysis.diagnosis.facts import Facts
+from specscope.analysis.result import Finding, FindingTest, RuledOut
+from specscope.analysis.steps.speculation import stated_draft_window
+
+C = Cause
+Excluded = dict[Cause, str]  # cause -> why it is ruled out
+
+# The drift-separating experiment's reading (facts.DriftSeparation.share): the fresh request
+# shows at most this share of the generation's growth -> the growth goes with the output
+# generated (host side); at least DEVICE_SHARE -> it goes with the context held (device side).
+HOST_SHARE = BY_ID["step_time_drift"].thresholds["fresh request share: host side below"]
+DEVICE_SHARE = BY_ID["step_time_drift"].thresholds["fresh request share: device side above"]
+# Drafts proposed and (almost) never accepted: tokens committed per drafted step below this.
+NEVER_ACCEPTED = BY_ID["speculation_overhead"].thresholds["never accepted: tokens per drafted step"]
+
+CLIENT_CONSTANT = (
+    "specscope's client does constant work per streamed event (it appends the event and joins "
+    "the text once at the end): it adds no time that grows with the output"
+)
+
+
+def _backend(f: Facts) -> Mapping[str, Any]:
+    info = f.measured.run.info.server_info or {}
+    backend = info.get("backend")
+    return backend if isinstance(backend, Mapping) else {}
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.1f} ms"
+
+
+def _drift(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    """Host work per output token against the sequence's KV: the fresh request at the context
+    the generation reached (facts.drift_separation)."""
+    out: Excluded = {C.client: CLIENT_CONSTANT}
+    sep = f.drift_separation
+    share = sep.share if sep is not None else None
+    if sep is None or share is None:
+        return out
+    fresh = (
+        f"{sep.fresh_requests} fresh request(s) with a {sep.fresh_prompt}-token prompt (the "
+        f"generation reached {sep.reached_context} tokens of context) step at "
+        f"{_ms(sep.fresh_s)}, "
+    )
+    ends = f"the generation's first steps at {_ms(sep.early_s)}, its last at {_ms(sep.late_s)}"
+    contiguous = _kv_contiguous(f)
+    if share <= HOST_SHARE and contiguous:
+        # KV pages that scatter as decode allocates them one by one would not reappear in a
+        # fresh prompt (allocated at once) either: only pages that cannot scatter rule it out
+        out[C.kv_layout] = (
+            fresh + f"near the first steps ({share:.0%} of the growth; {ends}), and "
+            f"{contiguous}: the extra time goes with the output generated, not with the KV "
+            "the sequence holds"
+        )
+    elif share >= DEVICE_SHARE:
+        out[C.host_per_token] = (
+            fresh + f"near the last steps ({share:.0%} of the growth; {ends}): the extra time "
+            "comes with the context held, not with the output generated"
+        )
+    return out
+
+
+# KV pages of at least this many tokens keep attention's reads in long runs: the page layout
+# cannot cost what one-token pages scattered by tree acceptance do (the seed story's suspect).
+MIN_CONTIGUOUS_PAGE = 16
+
+
+def _kv_contiguous(f: Facts) -> str | None:
+    """Why the KV layout is not in question, from the server's statement (or None)."""
+    info = f.measured.run.info.server_info or {}
+    alloc, page = _backend(f).get("kv_alloc"), info.get("page_size")
+    if alloc == "scattered" or not isinstance(page, int) or page < MIN_CONTIGUOUS_PAGE:
+        return None
+    how = " allocated contiguously" if alloc == "contiguous" else ""
+    return f"the server states KV pages of {page} tokens{how}"
+
+
+def _context_scaling(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    why = _kv_contiguous(f)
+    return {C.kv_layout: why} if why else {}
+
+
+def _inherited(
+    found: Mapping[str, Finding], finding_id: str, causes: tuple[Cause, ...]
+) -> Excluded:
+    """The causes another reported finding ruled out, among `causes` (a consequence shares the
+    evidence of the effect it follows from)."""
+    other = found.get(finding_id)
+    if other is None:
+        return {}
+    return {C(r.id): r.reason for r in other.ruled_out if C(r.id) in causes}
+
+
+def _two_point(f: Facts, found: Mapping[str, Finding], _: str) -> Excluded:
+    """The window's bias follows from what changes along the generation: commit length
+    (acceptance_decay), step time (step_time_drift) or context (allowed for by the test)."""
+    out: Excluded = {}
+    if f.speculation.off:
+        out[C.acceptance_position] = "speculation is off: every step commits one token"
+    elif "acceptance_decay" not in found:
+        out[C.acceptance_position] = "commit length does not fall along the generation"
+    if "step_time_drift" not in found:
+        why = "step time does not drift along the generation"
+        out.update({C.host_per_token: why, C.kv_layout: why})
+    else:
+        out.update(_inherited(found, "step_time_drift", (C.host_per_token, C.kv_layout)))
+    if f.two_point.context_factor is not None:
+        out[C.attention_context] = (
+            f"the test allows for the context difference (x{f.two_point.context_factor:.3f})"
+        )
+    return out
+
+
+def _stated_window(f: Facts) -> int | None:
+    stated = stated_draft_window(f.measured.run.info.server_info or {})
+    return stated[0] if stated else None
+
+
+def _decay(f: Facts, found: Mapping[str, Finding], _: str) -> Excluded:
+    out: Excluded = {
+        C.drafter_quality: "the fall is within requests (request fixed effects): the same "
+        "prompt's drafts are accepted less later in its generation"
+    }
+    stated = _stated_window(f)
+    reached = f.span.context[1] if f.span.context else None
+    if "draft_window" not in found and (stated is None or (reached and stated >= reached)):
+        out[C.draft_window] = "no acceptance cliff at any context cut" + (
+            f", and the server's draft window ({stated} tokens) covers the context"
+            if stated
+            else ""
+        )
+    return out
+
+
+def _window(f: Facts, found: Mapping[str, Finding], method: str) -> Excluded:
+    stated = _stated_window(f)
+    finding = found["draft_window"]
+    if stated is not None and "not the window" in finding.summary:
+        return {
+            C.draft_window: f"the server's draft window is {stated} tokens, not where the drop is"
+        }
+    if stated is not None:
+        return {C.drafter_quality: f"the server states a {stated}-token draft window, at the drop"}
+    if method.startswith("OLS"):
+        return {
+            C.drafter_quality: "acceptance drops within the same requests once their context "
+            "passes the cut: the same text, a shorter view of it"
+        }
+    return {}
+
+
+def _graph_mode(f: Facts) -> str | None:
+    """Why CUDA graphs are not in question, from the server's statement (or None)."""
+    backend = _backend(f)
+    if backend.get("device") == "cpu":
+        return "the server runs on CPU (no CUDA graphs)"
+    fast = str(backend.get("fast_path") or "")
+    if "graph" in fast.lower():
+        return f"the server states its decode steps run on captured CUDA graphs ({fast})"
+    return None
+
+
+def _never_accepted(f: Facts) -> str | None:
+    """Why the drafter's guessing is not in question: with speculation on, steps commit ~1
+    token (per drafted step where the server says which steps drafted)."""
+    h = f.measured.headline
+    if h is None or f.speculation.on is not True:
+        return None
+    per = h.mean_commit_len_per_drafted_step
+    per = per if per is not None else h.mean_commit_len
+    if per is None or per >= NEVER_ACCEPTED:
+        return None
+    return (
+        f"drafts are almost never accepted ({per:.2f} tokens per verify step): not a drafter "
+        "that guesses this text poorly but one that never matches its target (a tokenizer or "
+        "vocabulary mismatch, a broken drafter)"
+    )
+
+
+def _overhead(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    out: Excluded = {}
+    if why := _graph_mode(f):
+        out[C.graph_mode] = why
+    if why := _never_accepted(f):
+        out[C.drafter_quality] = why
+    return out
+
+
+def _alone(f: Facts) -> str | None:
+    """Why concurrency is not in question: the main requests ran one at a time."""
+    if f.concurrency.points:
+        return None
+    return "the requests ran one at a time"
+
+
+def _acceptance_low(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    out: Excluded = {}
+    if why := _alone(f):
+        out[C.acceptance_concurrency] = why
+    return out
+
+
+def _coalescing(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    interval = (f.measured.run.info.server_info or {}).get("stream_interval")
+    if isinstance(interval, int) and interval > 1:
+        return {
+            C.client: f"the server states a stream interval of {interval}: it merges "
+            f"{interval} steps into each chunk itself"
+        }
+    return {}
+
+
+def _batching(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    out: Excluded = {}
+    if why := _graph_mode(f):
+        out[C.graph_mode] = why
+    return out
+
+
+def _prefill(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    return {}
+
+
+def _coverage(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+    return {}
+
+
+RULERS: Mapping[str, Callable[[Facts, Mapping[str, Finding], str], Excluded]] = {
+    "chunk_coalescing": _coalescing,
+    "acceptance_decay": _decay,
+    "draft_window": _window,
+    "speculation_overhead": _overhead,
+    "acceptance_low": _acceptance_low,
+    "step_time_drift": _drift,
+    "context_scaling": _context_scaling,
+    "two_point_bias": _two_point,
+    "prefill_bound": _prefill,
+    "batching_interference": _batching,
+    "draft_coverage": _coverage,
+}
+
+
+def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], flavor: str) -> str:
+    """The next step for the cause found; without one, the experiment that separates the
+    candidates left (the card's), then the finding's own advice."""
+    if cause is not None:
+        return advice.for_cause(cause, flavor) or finding.next
+    if len(candidates) > 1:
+        names = ", ".join(c.value for c in candidates)
+        return f"to tell {names} apart: {BY_ID[finding.id].separates}; {finding.next}"
+    return finding.next
+
+
+def assign(findings: list[Finding], f: Facts, tests: list[FindingTest]) -> list[Finding]:
+    """Each finding with `cause`, `candidates` and `ruled_out` set (and `next` for its cause)."""
+    found = {x.id: x for x in findings}
+    methods = {t.id: t.method for t in tests}
+    # the effects first, their consequences (two_point_bias) after: they inherit exclusions
+    for finding in sorted(findings, key=lambda x: x.id == "two_point_bias"):
+        excluded = RULERS[finding.id](f, found, methods.get(finding.id, ""))
+        card = BY_ID[finding.id]
+        candidates = [c for c in card.causes if c not in excluded]
+        cause = candidates[0] if len(candidates) == 1 else None
+        decided = finding.model_copy(
+            update={
+                "cause": cause.value if cause else None,
+                "candidates": [c.value for c in candidates],
+                "ruled_out": [
+                    RuledOut(id=c.value, reason=why)
+                    for c, why in excluded.items()
+                    if c in card.causes
+                ],
+                "next": _next(finding, cause, candidates, f.flavor),
+            }
+        )
+        found[finding.id] = decided
+    return [found[x.id] for x in findings]

@@ -1,0 +1,233 @@
+"""The cause behind each finding (analysis/diagnosis/causes.py), on hand-built facts: a cause is
+named only when the run's evidence rules every other candidate of the card out; otherwise the
+finding says which candidates remain and the experiment that separates them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specscope.analysis.diagnosis import causes, findings
+from specscope.analysis.diagnosis.cards import BY_ID
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.diagnosis.facts import (
+    AcceptanceShape,
+    Concurrency,
+    DriftSeparation,
+    Facts,
+    MainSpan,
+    StepTimeFacts,
+    TwoPointFacts,
+    drift_separation,
+)
+from specscope.analysis.headline.decompose import Decomposition
+from specscope.analysis.headline.measure import StepTable
+from specscope.analysis.result import Finding
+from specscope.analysis.steps.speculation import SpeculationState
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
+
+ENGINE_CPU = {"page_size": 16, "backend": {"kv_alloc": "contiguous", "device": "cpu"}}
+ENGINE_CUDA_EAGER = {"page_size": 16, "backend": {"device": "cuda", "fast_path": "EagerRunner"}}
+
+
+def _facts(
+    server_info=None,
+    *,
+    spec_on=True,
+    commit=2.0,
+    separation=None,
+    context_factor=None,
+) -> Facts:
+    tokens = 4000.0
+    measured = SimpleNamespace(
+        decomposition=Decomposition(tokens=tokens, steps=tokens / commit, seconds=40.0),
+        headline=SimpleNamespace(
+            mean_commit_len=commit, mean_commit_len_per_drafted_step=None, drafted_step_share=None
+        ),
+        run=SimpleNamespace(info=SimpleNamespace(flavor="", server_info=server_info or {})),
+    )
+    state = (
+        SpeculationState(True, "hand-built: drafts") if spec_on else SpeculationState(False, "off")
+    )
+    return Facts(
+        measured=measured,
+        speculation=state,
+        span=MainSpan(context=(256.0, 512.0)),
+        step_time=StepTimeFacts(),
+        shape=AcceptanceShape(),
+        two_point=TwoPointFacts(context_factor=context_factor),
+        concurrency=Concurrency(),
+        drift_separation=separation,
+    )
+
+
+def _finding(fid: str, summary: str = "hand-built") -> Finding:
+    return Finding(id=fid, summary=summary, confidence=0.9, next=f"{fid}'s own advice")
+
+
+def _sep(share: float) -> DriftSeparation:
+    early, late = 0.080, 0.120
+    return DriftSeparation(early, late, early + share * (late - early), 512, 512, 1)
+
+
+def _one(fid: str, f: Facts, *others: str) -> Finding:
+    found = [_finding(fid), *(_finding(o) for o in others)]
+    return next(x for x in causes.assign(found, f, []) if x.id == fid)
+
+
+def test_a_drift_that_a_fresh_request_does_not_show_is_host_work_per_output_token():
+    drift = _one("step_time_drift", _facts(ENGINE_CPU, spec_on=False, separation=_sep(0.1)))
+    assert drift.cause == "host_per_token" and drift.candidates == ["host_per_token"]
+    ruled = {r.id: r.reason for r in drift.ruled_out}
+    assert set(ruled) == {"client", "kv_layout"}
+    assert "fresh request" in ruled["kv_layout"] and "pages of 16 tokens" in ruled["kv_layout"]
+    assert "incremental" in drift.next  # the cause's own next step, not the KV advice
+
+
+def test_a_drift_that_a_fresh_request_shows_is_the_kv_layout():
+    drift = _one("step_time_drift", _facts(ENGINE_CPU, spec_on=False, separation=_sep(0.9)))
+    assert drift.cause == "kv_layout"
+    assert {r.id for r in drift.ruled_out} == {"client", "host_per_token"}
+
+
+@pytest.mark.parametrize(
+    ("server_info", "separation"),
+    [
+        ({"page_size": 1}, _sep(0.1)),  # one-token pages scatter as decode allocates them
+        (ENGINE_CPU, _sep(0.5)),  # halfway: the experiment does not decide
+        (ENGINE_CPU, None),  # no fresh request at the reached context
+    ],
+)
+def test_a_drift_the_evidence_cannot_separate_names_no_cause(server_info, separation):
+    drift = _one("step_time_drift", _facts(server_info, spec_on=False, separation=separation))
+    assert drift.cause is None
+    assert drift.candidates == ["host_per_token", "kv_layout"]
+    assert drift.next.startswith("to tell host_per_token, kv_layout apart: ")
+    assert BY_ID["step_time_drift"].separates in drift.next
+
+
+def test_drafts_never_accepted_on_cpu_are_speculation_overhead():
+    f = _facts(ENGINE_CPU, commit=1.0)
+    over = _one("speculation_overhead", f)
+    assert over.cause == "speculation_overhead"
+    assert {r.id for r in over.ruled_out} == {"graph_mode", "drafter_quality"}
+
+
+def test_on_cuda_without_a_graph_statement_graph_mode_stays_a_candidate():
+    over = _one("speculation_overhead", _facts(ENGINE_CUDA_EAGER, commit=1.0))
+    assert over.cause is None and over.candidates == ["speculation_overhead", "graph_mode"]
+
+
+def test_drafts_sometimes_accepted_leave_the_drafter_in_question():
+    over = _one("speculation_overhead", _facts(ENGINE_CPU, commit=1.3))
+    assert over.cause is None and "drafter_quality" in over.candidates
+
+
+def test_the_two_point_bias_follows_the_drift_it_comes_from():
+    f = _facts(ENGINE_CPU, spec_on=False, separation=_sep(0.05), context_factor=1.02)
+    found = causes.assign([_finding("step_time_drift"), _finding("two_point_bias")], f, [])
+    bias = next(x for x in found if x.id == "two_point_bias")
+    assert bias.cause == "host_per_token"
+    assert {r.id for r in bias.ruled_out} == {
+        "acceptance_position",
+        "attention_context",
+        "kv_layout",
+    }
+
+
+def test_coalescing_the_server_states_is_the_stream_interval():
+    stated = _one("chunk_coalescing", _facts({"stream_interval": 4}))
+    assert stated.cause == "stream_coalescing"
+    unstated = _one("chunk_coalescing", _facts({}))
+    assert unstated.cause is None and unstated.candidates == ["stream_coalescing", "client"]
+
+
+@pytest.mark.parametrize("fid", list(BY_ID))
+def test_candidates_and_ruled_out_split_the_cards_causes(fid):
+    """Whatever the evidence, every cause on the card is a candidate or ruled out (never both,
+    never one from outside the card), and a named cause is the only candidate left."""
+    for f in (
+        _facts(ENGINE_CPU, commit=1.0, separation=_sep(0.1), context_factor=1.0),
+        _facts({}, spec_on=False),
+    ):
+        x = _one(fid, f, *(o for o in BY_ID if o != fid))
+        card = [c.value for c in BY_ID[fid].causes]
+        ruled = [r.id for r in x.ruled_out]
+        assert sorted(x.candidates + ruled) == sorted(card)
+        assert not set(x.candidates) & set(ruled)
+        assert x.cause is None or x.candidates == [x.cause]
+
+
+def test_speculation_that_accepts_nothing_ranks_before_a_larger_step_time_effect():
+    f = _facts(ENGINE_CPU, commit=1.0)
+    big_drift = Finding(id="step_time_drift", summary="", confidence=0.99, factor=2.0)
+    over = Finding(id="speculation_overhead", summary="", confidence=0.99)
+    assert next(x.id for x in findings.rank([big_drift, over], f)) == "speculation_overhead"
+    f_some = _facts(ENGINE_CPU, commit=1.3)
+    assert next(x.id for x in findings.rank([big_drift, over], f_some)) == "step_time_drift"
+
+
+def _table(step_s, context, pos, rid) -> StepTable:
+    n = len(step_s)
+    return StepTable(np.ones(n), np.asarray(step_s), np.asarray(context), np.asarray(pos), rid)
+
+
+def test_drift_separation_reads_the_fresh_request_at_the_reached_context():
+    """A main generation from a 256-token prompt over 256 tokens whose steps grow 80 -> 120 ms,
+    and a fresh request with a 512-token prompt stepping at 85 ms: 12.5% of the growth."""
+    pos = np.arange(256.0)
+    main = _table(0.080 + 0.040 * pos / 255, 256 + pos, pos, np.zeros(256, dtype=int))
+    fpos = np.arange(64.0)
+    fresh = _table(np.full(64, 0.085), 512 + fpos, fpos, np.ones(64, dtype=int))
+    both = StepTable(
+        *(
+            np.concatenate([a, b])
+            for a, b in zip(main.__dict__.values(), fresh.__dict__.values(), strict=True)
+        )
+    )
+    sep = drift_separation(both, main)
+    assert sep is not None and sep.reached_context == 511 and sep.fresh_prompt == 512
+    assert sep.fresh_s == pytest.approx(0.085)
+    assert sep.share == pytest.approx((0.085 - sep.early_s) / (sep.late_s - sep.early_s))
+    assert 0.0 < sep.share < causes.HOST_SHARE
+    # without a fresh request long enough, the experiment was not run
+    short = _table(np.full(64, 0.085), 300 + fpos, fpos, np.ones(64, dtype=int))
+    mixed = StepTable(
+        *(
+            np.concatenate([a, b])
+            for a, b in zip(main.__dict__.values(), short.__dict__.values(), strict=True)
+        )
+    )
+    assert drift_separation(mixed, main) is None
+
+
+def _twin_drift_run(page_size: int, seed: int):
+    """The healthy twin with a drift of 0.06 ms per output token (the seed story's size), the
+    diagnose plan's requests (context sweep included), and the page size the server states."""
+    healthy = tw.load_scenario("healthy")
+    sc = healthy.model_copy(
+        update={"step": healthy.step.model_copy(update={"drift_per_output_token": 6e-5})}
+    )
+    return virtual.virtual_run(
+        lambda p, n, s: tw.simulate_request(sc, p, n, s),
+        virtual.story_plan(),
+        prefill=lambda p: tw.prefill_time(sc, p),
+        seed=seed,
+        server_info={"page_size": page_size},
+    ).run
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_outside_our_engine_a_drift_with_16_token_pages_is_host_work(seed):
+    """The twin's drift grows with the output generated and its fresh long-prompt requests do
+    not show it: with pages that cannot scatter the cause is host work; with the story's
+    one-token pages the KV layout stays a candidate."""
+    drift = next(
+        f for f in analyze(_twin_drift_run(16, seed)).findings if f.id == "step_time_drift"
+    )
+    assert drift.cause == "host_per_token", drift.ruled_out
+    story = next(f for f in analyze(_twin_drift_run(1, seed)).findings if f.id == "step_time_drift")
+    assert story.cause is None and story.candidates == ["host_per_token", "kv_layout"]

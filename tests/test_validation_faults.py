@@ -1,0 +1,273 @@
+"""The fault matrix's pure parts (validation/faults.py, bench/fault_matrix.py): the rows' expected
+causes, what counts as right, the confusion table, the argv of serve and diagnose, the cpu
+window against the quick plan's context sweep. No server, no torch: the matrix itself is run by
+hand (bench/fault_matrix.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specscope.analysis.diagnosis.cards import Cause
+from specscope.experiments.context_sweep import default_points
+from specscope.validation import faults as fm
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW = fm.ROWS_BY_NAME
+
+
+def _out(row: str, *causes: str | None, error: str | None = None, repeat: int = 0) -> fm.Outcome:
+    findings = [{"id": f"f{i}", "cause": c} for i, c in enumerate(causes)]
+    return fm.Outcome(
+        row,
+        repeat,
+        "cpu",
+        top_cause=causes[0] if causes else None,
+        findings=findings,
+        error=error,
+    )
+
+
+def test_expected_causes_are_members_of_the_closed_list():
+    members = {c.value for c in Cause}
+    for row in fm.ROWS:
+        assert row.expected, row.name
+        assert {c for c in row.expected if c is not None} <= members, row.name
+    assert members >= fm.FAULT_CAUSES
+    assert len(fm.ROWS_BY_NAME) == len(fm.ROWS)  # names are unique
+
+
+def test_faulted_rows_expect_the_documented_causes():
+    assert ROW["detok-full"].expected == {"host_per_token"}
+    assert ROW["host-work"].expected == {"host_per_token"}
+    assert ROW["no-accept"].expected == {"speculation_overhead"}
+    assert ROW["position"].expected == {"acceptance_position"}
+    assert ROW["window"].expected == {"draft_window"}
+    assert ROW["coalescing"].expected == {"stream_coalescing"}
+    assert ROW["scattered-kv"].expected == {"kv_layout", None, "attention_context"}
+
+
+def test_is_right_on_a_faulted_row():
+    row = ROW["detok-full"]
+    assert fm.is_right(row, _out("detok-full", "host_per_token", "attention_context"))
+    assert not fm.is_right(row, _out("detok-full", "kv_layout", "host_per_token"))
+    assert not fm.is_right(row, _out("detok-full"))  # no findings
+    assert not fm.is_right(row, _out("detok-full", None))  # a finding without a cause
+    assert not fm.is_right(row, _out("detok-full", "host_per_token", error="diagnose exit 1: x"))
+
+
+def test_is_right_on_the_clean_rows():
+    plain = ROW["clean-plain"]
+    assert fm.is_right(plain, _out("clean-plain"))
+    assert fm.is_right(plain, _out("clean-plain", None))
+    assert fm.is_right(plain, _out("clean-plain", "attention_context"))
+    # never any other cause, not even below the top
+    assert not fm.is_right(plain, _out("clean-plain", "attention_context", "host_per_token"))
+    assert not fm.is_right(plain, _out("clean-plain", "client"))
+    assert not fm.is_right(plain, _out("clean-plain", error="server exited (rc 2)"))
+    ngram = ROW["clean-ngram"]
+    assert fm.is_right(ngram, _out("clean-ngram"))
+    assert fm.is_right(ngram, _out("clean-ngram", "drafter_quality", "kv_layout"))
+    for cause in fm.FAULT_CAUSES:
+        assert not fm.is_right(ngram, _out("clean-ngram", cause))
+
+
+def test_scattered_kv_is_right_either_way_and_the_table_says_which():
+    row = ROW["scattered-kv"]
+    outs = [_out("scattered-kv", "kv_layout"), _out("scattered-kv"), _out("scattered-kv", "client")]
+    assert [fm.is_right(row, o) for o in outs] == [True, True, False]
+    table = fm.confusion_table(outs)
+    assert table.splitlines()[0].split() == [
+        "seeded",
+        "fault",
+        "(none)",
+        "client",
+        "kv_layout",
+        "right",
+    ]
+    assert table.splitlines()[1].split() == ["scattered-kv", "1", "1", "1", "2/3"]
+
+
+def test_confusion_table_content():
+    outs = [
+        _out("clean-plain", "attention_context"),
+        _out("clean-plain", repeat=1),
+        _out("host-work", "host_per_token"),
+        _out("host-work", "kv_layout", repeat=1),
+        _out("detok-full", error="diagnose did not finish within 900 s"),
+    ]
+    lines = fm.confusion_table(outs).splitlines()
+    header = lines[0].split()
+    assert header[2:] == [
+        "(none)",
+        "attention_context",
+        "host_per_token",
+        "kv_layout",
+        "error",
+        "right",
+    ]
+    body = {ln.split()[0]: ln.split()[1:] for ln in lines[1:]}
+    assert list(body) == ["clean-plain", "detok-full", "host-work"]  # the table's row order
+    assert body["clean-plain"] == ["1", "1", ".", ".", ".", "2/2"]
+    assert body["detok-full"] == [".", ".", ".", ".", "1", "0/1"]
+    assert body["host-work"] == [".", ".", "1", "1", ".", "1/2"]
+    text = fm.summary(outs, 125.4)
+    assert "clean-plain #0: f0 (attention_context)" in text
+    assert "clean-plain #1: no findings" in text
+    assert "detok-full #0: diagnose did not finish within 900 s" in text
+    assert "overall right: 3/5 (60%)" in text
+    assert "total wall time: 125 s" in text
+
+
+def test_outcomes_json_holds_every_run_and_its_verdict():
+    outs = [_out("host-work", "host_per_token"), _out("host-work", error="boom", repeat=1)]
+    data = json.loads(json.dumps(fm.outcomes_json(outs, fm.SIZES["cpu"], "cpu", 10.0)))
+    assert (data["right"], data["total"]) == (1, 2)
+    assert [o["right"] for o in data["outcomes"]] == [True, False]
+    assert data["outcomes"][0]["finding_ids"] == ["f0"]
+    assert data["outcomes"][1]["error"] == "boom"
+    assert list(data["rows"]) == ["host-work"]
+
+
+def test_read_diagnosis_tolerates_missing_cause_fields_and_bad_json():
+    text = json.dumps(
+        {
+            "findings": [
+                {
+                    "id": "step_time_drift",
+                    "cause": "host_per_token",
+                    "candidates": ["host_per_token", "kv_layout"],
+                    "ruled_out": [{"id": "kv_layout", "reason": "contiguous pages"}],
+                },
+                {"id": "context_scaling"},
+            ],
+            "speculation": "off",
+            "decode_tps": 12.5,
+        }
+    )
+    o = fm.read_diagnosis(text, fm.Outcome("host-work", 0, "cpu"))
+    assert (o.top_cause, o.finding_ids, o.speculation, o.decode_tps) == (
+        "host_per_token",
+        ["step_time_drift", "context_scaling"],
+        "off",
+        12.5,
+    )
+    assert o.findings[0]["ruled_out"] == [{"id": "kv_layout", "reason": "contiguous pages"}]
+    assert o.causes == ["host_per_token", None]
+    old = fm.read_diagnosis(json.dumps({"findings": [{"id": "x"}]}), fm.Outcome("r", 0, "cpu"))
+    assert old.top_cause is None and old.error is None
+    bad = fm.read_diagnosis("Traceback (most recent call last):", fm.Outcome("r", 0, "cpu"))
+    assert bad.error is not None and "no JSON" in bad.error
+    assert "\n" not in bad.error
+
+
+def test_unknown_row_is_one_clear_error():
+    assert [r.name for r in fm.select_rows("window, clean-plain")] == ["clean-plain", "window"]
+    assert fm.select_rows(None) == list(fm.ROWS)
+    with pytest.raises(fm.UnknownRow) as exc:
+        fm.select_rows("clean-plain,nope")
+    msg = str(exc.value)
+    assert "nope" in msg and "\n" not in msg
+    assert all(name in msg for name in fm.ROWS_BY_NAME)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_serve_and_diagnose_argv(device, tmp_path):
+    size = fm.SIZES[device]
+    argv = fm.serve_argv(ROW["host-work"], size, device, tmp_path / "server.log")
+    assert argv[:3] == [sys.executable, "-m", "specscope.cli"]
+    assert argv[3:] == [
+        "serve", "--backend", "engine", "--device", device, "--port", "0",
+        "--drafter", "none", "--fault", f"host-per-token={size.host_us:g}",
+        "--log-file", str(tmp_path / "server.log"),
+    ]  # fmt: skip
+    window = fm.serve_argv(ROW["window"], size, device)
+    assert window[-4:] == ["--drafter", "ngram", "--draft-window", str(size.window)]
+    kv = fm.serve_argv(ROW["scattered-kv"], size, device)
+    assert kv[-4:] == ["--page-size", "1", "--kv-alloc", "scattered"]
+    diag = fm.diagnose_argv(ROW["no-accept"], size, "http://127.0.0.1:5", tmp_path / "run")
+    assert diag[3:13] == [
+        "diagnose", "http://127.0.0.1:5", "--quick", "--no-ignore-eos",
+        "--workload", "code-edit", "--json", "--out", str(tmp_path / "run"),
+        "--prompt-tokens",
+    ]  # fmt: skip
+    assert diag[13:] == [str(size.prompt_tokens), "--max-tokens", str(size.max_tokens)] + (
+        ["--precision", "0", "--repeat", "2"] if device == "cpu" else []
+    )
+    assert all(isinstance(a, str) for a in argv + diag)
+
+
+def test_a_fault_below_the_noise_expects_the_clean_diagnosis():
+    """On a device where the fault costs less than the noise (its figure the reason), the
+    clean plain diagnosis is right and a claimed host_per_token is not."""
+    row = fm.ROWS_BY_NAME["detok-full"]
+    reason = fm.SIZES["cpu"].null_rows["detok-full"]
+    clean = fm.Outcome("detok-full", 0, "cpu", top_cause=None, null_reason=reason)
+    blamed = fm.Outcome(
+        "detok-full",
+        0,
+        "cpu",
+        top_cause="host_per_token",
+        findings=[{"id": "step_time_drift", "cause": "host_per_token"}],
+        null_reason=reason,
+    )
+    assert fm.is_right(row, clean) and not fm.is_right(row, blamed)
+    assert "detok-full" not in fm.SIZES["cuda"].null_rows  # it shows on the H200
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_window_lies_between_two_context_sweep_points(device):
+    size = fm.SIZES[device]
+    points = default_points(size.prompt_tokens, size.max_tokens, quick=True)
+    below = [p for p in points if p < size.window]
+    above = [p for p in points if p > size.window]
+    assert below and above
+    # the sweep requests below the window stay below it as they generate (the quick sweep's
+    # tokens, read from the plan), with margin on both sides
+    gap = fm.window_gap(size)
+    assert gap is not None and min(gap) >= 32
+    assert [s for s, _ in fm.sweep_spans(size)] == points
+
+
+def test_window_gap_is_none_when_the_window_falls_inside_a_span():
+    size = fm.SIZES["cpu"]
+    inside = fm.sweep_spans(size)[0][0] + 1
+    assert fm.window_gap(fm.Size(size.prompt_tokens, size.max_tokens, 1.0, inside)) is None
+
+
+def test_bench_dry_run_prints_the_two_commands():
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "fault_matrix.py"),
+            "--dry-run",
+            "--faults",
+            "clean-plain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    cmds = [ln for ln in done.stdout.splitlines() if not ln.startswith("#")]
+    assert len(cmds) == 2
+    assert " serve --backend engine --device cpu --port 0 --drafter none " in cmds[0]
+    assert " diagnose URL --quick --no-ignore-eos --workload long-writing --json " in cmds[1]
+
+
+def test_bench_unknown_row_exits_2_with_one_line():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fault_matrix.py"), "--dry-run", "--faults", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "nope" in done.stderr
