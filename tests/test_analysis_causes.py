@@ -231,3 +231,17 @@ def test_outside_our_engine_a_drift_with_16_token_pages_is_host_work(seed):
     assert drift.cause == "host_per_token", drift.ruled_out
     story = next(f for f in analyze(_twin_drift_run(1, seed)).findings if f.id == "step_time_drift")
     assert story.cause is None and story.candidates == ["host_per_token", "kv_layout"]
+
+
+def test_a_cliff_on_a_drafter_the_server_says_has_no_window_is_the_text():
+    """Our engine and SGLang state `speculative_draft_window_size: null` for a drafter that sees
+    the whole context: a drop across prompt lengths is then the text, not a window."""
+    windowless = {"speculative_draft_window_size": None, **ENGINE_CPU}
+    cliff = _one("draft_window", _facts(windowless))
+    assert cliff.cause == "drafter_quality"
+    assert "no window" in cliff.ruled_out[0].reason
+    assert "window" not in cliff.next.split(":")[0]  # not "raise the drafter's window"
+    unstated = _one("draft_window", _facts(ENGINE_CPU))
+    assert unstated.cause is None and unstated.candidates == ["draft_window", "drafter_quality"]
+    stated = _one("draft_window", _facts({"speculative_draft_window_size": 1024, **ENGINE_CPU}))
+    assert stated.cause == "draft_window"

@@ -168,6 +168,15 @@ def test_llamacpp_per_token_bursts(tmp_path):
     assert body["n_predict"] == 64 and body["ignore_eos"] is True and body["stream"] is True
     assert s["token_count_sources"] == {"events": 1}
     assert s["steps"]["methods"] == {"burst": 1}
+    if s["steps"]["reliable_requests"] == 0:
+        # a read more than a step late merged two steps' bursts (a loaded machine: three
+        # workers and the fault lab's engine servers on two cores): the client says why it
+        # cannot trust its bursts and takes the server's all-steps figure, the truth here
+        [why] = s["steps"]["unreliable_reasons"]
+        assert "burst" in why["reason"], why
+        assert s["mean_commit_len_source"] != "client"
+        assert s["mean_commit_len"] == pytest.approx(sched.mean_commit, rel=1e-6)
+        return
     # timings give predicted_n and draft_n_accepted: the server's all-steps commit length
     # ((predicted_n - 1) / (predicted_n - 1 - accepted)), which the bursts must agree with;
     # the agreeing bursts are the client's all-steps reconstruction, which comes first

@@ -271,3 +271,15 @@ def test_bench_unknown_row_exits_2_with_one_line():
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "nope" in done.stderr
+
+
+def test_a_null_row_with_a_drafter_is_held_to_the_clean_ngram_diagnosis():
+    """Where an acceptance-shape fault cannot show (loops on this CPU), the drafter's server may
+    still be blamed on its drafter's quality, never on a seeded fault's cause."""
+    row = fm.ROWS_BY_NAME["position"]
+    assert fm.clean_row(row).name == "clean-ngram"
+    assert fm.clean_row(fm.ROWS_BY_NAME["host-work"]).name == "clean-plain"
+    reason = fm.SIZES["cpu"].null_rows["position"]
+    quality = fm.Outcome("position", 0, "cpu", top_cause="drafter_quality", null_reason=reason)
+    blamed = fm.Outcome("position", 0, "cpu", top_cause="host_per_token", null_reason=reason)
+    assert fm.is_right(row, quality) and not fm.is_right(row, blamed)

@@ -5,14 +5,13 @@ a cause known in advance (docs/faults.md says what each does and what a right di
 - `detok-full`: the whole output re-detokenized at every step (`formatting.FullTextStream`), the
   cost that once made specscope's own server drift.
 - `host-per-token=US`: the whole generated text scanned for stop strings at every step, as a
-  server does that checks stops on the full text, repeated so that the scan costs about US µs per
-  token generated so far (calibrated once per process on this machine): host work that grows
-  with the output and that no engine counter sees.
+  server does that checks stops on the full text, repeated until the step's scans have cost US µs
+  per token generated so far (timed, so the cost is that on any machine and at any text length):
+  host work that grows with the output and that no engine counter sees.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,17 +77,6 @@ def parse_host_faults(specs: list[str]) -> tuple[HostFaults, list[str]]:
     return HostFaults(detok_full, per_token), rest
 
 
-@functools.cache
-def scan_seconds_per_char() -> float:
-    """What one stop-string scan costs per character of text on this machine (measured once)."""
-    text = "the step time of a speculative server, " * 2000
-    reps = 20
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        _found_stop(text)
-    return (time.perf_counter() - t0) / (reps * len(text))
-
-
 def _found_stop(text: str) -> bool:
     return any(s in text for s in STOP_STRINGS)
 
@@ -106,9 +94,10 @@ class StopScanStream:
         delta = self._inner.add(ids, final)
         self._tokens += len(ids)
         text = self._inner.text
-        chars = max(len(text), 1)
-        budget = self._per_token_s * self._tokens  # what this step's scan should cost
-        for _ in range(max(1, round(budget / (scan_seconds_per_char() * chars)))):
+        budget = self._per_token_s * self._tokens  # what this step's scans should cost
+        t0 = time.perf_counter()
+        _found_stop(text)
+        while time.perf_counter() - t0 < budget:  # the scan, repeated until it costs that
             _found_stop(text)
         return delta
 

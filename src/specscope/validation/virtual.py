@@ -130,6 +130,20 @@ class VirtualRun:
         return tok, n, sec
 
 
+def _run(requests: list[RequestTrace], run_id: str, server_info: dict[str, Any] | None) -> Run:
+    """The run of a virtual plan: virtual runs replay the twin, which serves the SGLang flavor
+    (meta_info fields); `server_info` is what the server states of itself."""
+    info = RunInfo(
+        run_id=run_id,
+        kind="diagnose",
+        status="complete",
+        started_perf_ns=0,
+        flavor="sglang",
+        server_info=server_info or {},
+    )
+    return Run(info=info, requests=requests)
+
+
 def virtual_run(
     simulate: StepSimulator,
     plan: list[PlanItem],
@@ -170,16 +184,7 @@ def virtual_run(
             true_steps[index] = steps
             t_ns = (tr.t_end_ns or t_ns) + 5_000_000
             index += 1
-    # virtual runs replay the twin, which serves the SGLang flavor (meta_info fields)
-    info = RunInfo(
-        run_id=run_id,
-        kind="diagnose",
-        status="complete",
-        started_perf_ns=0,
-        flavor="sglang",
-        server_info=server_info or {},
-    )
-    return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)
+    return VirtualRun(run=_run(requests, run_id, server_info), true_steps=true_steps)
 
 
 def sweep_plan(
@@ -236,12 +241,4 @@ def virtual_batched_run(
                 end = max(end, tr.t_end_ns or t_ns)
                 index += 1
             t_ns = end + 5_000_000
-    info = RunInfo(
-        run_id=run_id,
-        kind="diagnose",
-        status="complete",
-        started_perf_ns=0,
-        flavor="sglang",
-        server_info=server_info or {},
-    )
-    return VirtualRun(run=Run(info=info, requests=requests), true_steps=true_steps)
+    return VirtualRun(run=_run(requests, run_id, server_info), true_steps=true_steps)

@@ -159,6 +159,14 @@ def graph_mode(flavor: str | None = None) -> str:
     )
 
 
+def drafter_quality(flavor: str | None = None) -> str:
+    return (
+        "the drafter guesses this text poorly: compare commit length by prompt category "
+        "(--workload mixed) and by prompt length; a drafter trained on this kind of text (for "
+        "n-gram lookup, text that repeats its prompt) accepts more"
+    )
+
+
 def for_cause(cause: str, flavor: str | None = None) -> str | None:
     """The next step once a finding's cause is known, where it differs from the finding's own
     advice (None: the finding's advice already is the cause's)."""
@@ -169,6 +177,7 @@ def for_cause(cause: str, flavor: str | None = None) -> str | None:
         "graph_mode": graph_mode,
         "attention_context": context_scaling,
         "acceptance_position": acceptance_decay,
+        "drafter_quality": drafter_quality,
     }
     text = texts.get(cause)
     return text(flavor) if text else None

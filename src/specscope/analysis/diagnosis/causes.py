@@ -20,7 +20,7 @@ from specscope.analysis.diagnosis import advice
 from specscope.analysis.diagnosis.cards import BY_ID, Cause
 from specscope.analysis.diagnosis.facts import Facts
 from specscope.analysis.result import Finding, FindingTest, RuledOut
-from specscope.analysis.steps.speculation import stated_draft_window
+from specscope.analysis.steps.speculation import DRAFT_WINDOW_KEYS, stated_draft_window
 
 C = Cause
 Excluded = dict[Cause, str]  # cause -> why it is ruled out
@@ -143,7 +143,9 @@ def _decay(f: Facts, found: Mapping[str, Finding], _: str) -> Excluded:
     }
     stated = _stated_window(f)
     reached = f.span.context[1] if f.span.context else None
-    if "draft_window" not in found and (stated is None or (reached and stated >= reached)):
+    if stated is None and (key := _states_no_window(f)):
+        out[C.draft_window] = f"the server states its drafter has no window ({key}: null)"
+    elif "draft_window" not in found and (stated is None or (reached and stated >= reached)):
         out[C.draft_window] = "no acceptance cliff at any context cut" + (
             f", and the server's draft window ({stated} tokens) covers the context"
             if stated
@@ -152,9 +154,20 @@ def _decay(f: Facts, found: Mapping[str, Finding], _: str) -> Excluded:
     return out
 
 
+def _states_no_window(f: Facts) -> str | None:
+    """The key that says the drafter has no window (present, null), or None."""
+    info = f.measured.run.info.server_info or {}
+    return next((k for k in DRAFT_WINDOW_KEYS if k in info and info[k] is None), None)
+
+
 def _window(f: Facts, found: Mapping[str, Finding], method: str) -> Excluded:
     stated = _stated_window(f)
     finding = found["draft_window"]
+    if stated is None and (key := _states_no_window(f)):
+        return {
+            C.draft_window: f"the server states its drafter has no window ({key}: null): it "
+            "sees the whole context"
+        }
     if stated is not None and "not the window" in finding.summary:
         return {
             C.draft_window: f"the server's draft window is {stated} tokens, not where the drop is"
@@ -263,6 +276,8 @@ RULERS: Mapping[str, Callable[[Facts, Mapping[str, Finding], str], Excluded]] = 
 def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], flavor: str) -> str:
     """The next step for the cause found; without one, the experiment that separates the
     candidates left (the card's), then the finding's own advice."""
+    if cause is not None and "not the window" in finding.summary:
+        return finding.next  # the rule's own advice for a cliff the stated window does not explain
     if cause is not None:
         return advice.for_cause(cause, flavor) or finding.next
     if len(candidates) > 1:

@@ -83,7 +83,8 @@ def analyze(
         out.notes.append(f"{speculation.reason}: no drafter, so acceptance findings do not apply")
     table, mt = step_tables(m)
     span = fx.main_span(mt)
-    st = fx.step_time_facts(table, mt, span)
+    timed, timed_main = _step_time_tables(m, table, mt, out.notes)
+    st = fx.step_time_facts(timed, timed_main, span)
     server = acc.from_telemetry(telemetry) if telemetry else None
     shape = _acceptance_shape(m, table, mt, server, out.notes)
     tp = fx.two_point_facts(m, st.fit, mt)
@@ -110,10 +111,11 @@ def analyze(
         two_point=tp,
         concurrency=conc,
         baseline=base,
-        step_table=table,
+        step_table=timed,
         main_table=mt,
+        timed_main_table=timed_main,
         e2e_s=out.e2e_s,
-        drift_separation=fx.drift_separation(table, mt),
+        drift_separation=fx.drift_separation(timed, timed_main),
     )
     _decide_onto(out, facts)
     return out
@@ -157,6 +159,22 @@ def _measured_analysis(run: Run, m: Measured) -> Analysis:
         m.headline.requests if m.headline is not None else 0,
     )
     return out
+
+
+def _step_time_tables(
+    m: Measured, table: StepTable | None, mt: StepTable | None, notes: list[str]
+) -> tuple[StepTable | None, StepTable | None]:
+    """The steps the step-time fit reads: with speculation on, none inside a repetition loop
+    (a loop gives the drafter something to copy at every step, so its verify steps check more
+    drafted tokens and cost more: step time would grow along a generation that enters a loop,
+    by the loop, not by the server)."""
+    if m.speculation.on is not True:
+        return table, mt
+    kept, note = without_loop_steps(m, table)
+    kept_main, _ = without_loop_steps(m, mt)
+    if note:
+        notes.append(note.replace("acceptance shape (decay and window)", "step-time fit"))
+    return kept, kept_main
 
 
 def _acceptance_shape(

@@ -398,6 +398,7 @@ class Facts:
     main_table: StepTable | None = None  # reliable steps of the main requests
     e2e_s: float | None = None  # median end-to-end time of the main requests
     drift_separation: DriftSeparation | None = None  # fresh requests at the reached context
+    timed_main_table: StepTable | None = None  # the main requests' steps in the step-time fit
 
     @property
     def flavor(self) -> str:

