@@ -195,7 +195,7 @@ def test_step_time_drift_around_its_minimum(share, reported):
     assert _decided(claim) is reported
 
 
-LOADED_CLEAN_RUN = Path(__file__).resolve().parent / "fixtures" / "runs" / "clean-plain-loaded"
+LOADED_CLEAN_RUN = Path(__file__).resolve().parent / "fixtures" / "recorded" / "clean-plain-loaded"
 
 
 def test_a_drift_in_one_request_only_is_not_a_drift_of_the_server():
