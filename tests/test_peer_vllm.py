@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from conftest import VLLM_CPU_BIND, metric_delta, peer_unavailable, scrape_prometheus
+from specscope.analysis.steps.reconstruct import reconstruct_steps
 from specscope.peers.launcher import PeerServerError
 from specscope.peers.vllm import SPECS, VllmServer
 from specscope.trace import load_run
@@ -362,9 +363,16 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
         )
         assert t.tpot_count == run["ok"] == PROBE_REPEAT
         assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
-        assert run["requests_with_timed_steps"] == PROBE_REPEAT
-        # a step whose event came in the same read as the first token cannot be timed
         traces = load_run(p.out).requests
+        if run["requests_with_timed_steps"] < PROBE_REPEAT:
+            # on a loaded machine a request's events could not be trusted as its steps (a late
+            # read, a merged event): it says why and times none of them; vLLM's step count
+            # covers every request, so only the step latency is compared
+            untrusted = [r for r in map(reconstruct_steps, traces) if not r.reliable]
+            assert untrusted and all(r.reason for r in untrusted), untrusted
+            assert _rel(run["inter_step_latency_s"]["mean"], t.step_s) <= SERVING_TOLERANCE
+            continue
+        # a step whose event came in the same read as the first token cannot be timed
         untimed = sum(len(tr.reads()[0]) - 1 for tr in traces if tr.reads())
         # vLLM's API server merges the outputs of steps its stream has not sent yet into one
         # event (seen on a busy machine: one 2-token event in a plain run, 125 timed steps for

@@ -5,13 +5,15 @@ a cause known in advance (docs/faults.md says what each does and what a right di
 - `detok-full`: the whole output re-detokenized at every step (`formatting.FullTextStream`), the
   cost that once made specscope's own server drift.
 - `host-per-token=US`: the whole generated text scanned for stop strings at every step, as a
-  server does that checks stops on the full text, repeated until the step's scans have cost US µs
-  per token generated so far (timed, so the cost is that on any machine and at any text length):
-  host work that grows with the output and that no engine counter sees.
+  server does that checks stops on the full text, repeated so that the step's scans cost about US µs
+  per token generated so far on an idle core (the cost of one scan, per call and per character,
+  measured once per process): host work that grows with the output, that no engine counter sees,
+  and that a loaded machine slows down as it slows the engine.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +79,28 @@ def parse_host_faults(specs: list[str]) -> tuple[HostFaults, list[str]]:
     return HostFaults(detok_full, per_token), rest
 
 
+@functools.cache
+def scan_cost() -> tuple[float, float]:
+    """(seconds per scan, seconds per character scanned) of one stop-string scan on this
+    machine, measured once per process (the fastest of several tries: a busy moment while
+    measuring must not shrink the fault). The fault is an amount of work, not of time: on a
+    loaded machine it slows down as the server's own steps do, so it shows as much."""
+
+    def fastest(text: str, reps: int) -> float:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                _found_stop(text)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        return best
+
+    short, long = "word " * 8, "the step time of a speculative server, " * 2000
+    t_short, t_long = fastest(short, 2000), fastest(long, 20)
+    per_char = max((t_long - t_short) / (len(long) - len(short)), 0.0)
+    return max(t_short - per_char * len(short), 1e-9), per_char
+
+
 def _found_stop(text: str) -> bool:
     return any(s in text for s in STOP_STRINGS)
 
@@ -94,10 +118,9 @@ class StopScanStream:
         delta = self._inner.add(ids, final)
         self._tokens += len(ids)
         text = self._inner.text
-        budget = self._per_token_s * self._tokens  # what this step's scans should cost
-        t0 = time.perf_counter()
-        _found_stop(text)
-        while time.perf_counter() - t0 < budget:  # the scan, repeated until it costs that
+        budget = self._per_token_s * self._tokens  # what this step's scans cost on an idle core
+        per_call, per_char = scan_cost()
+        for _ in range(max(1, round(budget / (per_call + per_char * len(text))))):
             _found_stop(text)
         return delta
 
