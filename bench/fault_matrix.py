@@ -10,7 +10,7 @@ faults.SIZES (overridable below). Goal (issue #35): the top cause right on every
 no fault's cause on the clean rows, on this CPU and on the H200.
 
     .venv/bin/python bench/fault_matrix.py [--device cpu|cuda] [--faults a,b] [--repeats N]
-        [--out FILE.json] [--timeout S] [--dry-run]
+        [--out FILE.json [--resume]] [--budget-s S] [--timeout S] [--dry-run]
         [--prompt-tokens P] [--max-tokens N] [--host-us US] [--window W]
 """
 
@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -45,6 +46,17 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--host-us", type=float, help="override host-per-token=US")
     ap.add_argument("--window", type=int, help="override --draft-window W")
     ap.add_argument("--work-dir", type=Path, help="server logs and run dirs (default: a temp dir)")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in --out and run only the missing (row, repeat) pairs",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no run that would end past this many seconds (by the longest run so far)",
+    )
     return ap.parse_args(argv)
 
 
@@ -69,29 +81,69 @@ def _dry_run(rows: list[fm.Row], size: fm.Size, device: str, work: Path, repeats
         print(shlex.join(fm.diagnose_argv(row, size, "URL", run / "diagnose")))
 
 
-def _run(rows: list[fm.Row], size: fm.Size, args: argparse.Namespace, work: Path) -> int:
-    outcomes: list[fm.Outcome] = []
-    t0 = time.perf_counter()
-    interrupted = False
-    try:
-        for rep in range(args.repeats):
-            for row in rows:
-                print(f"{row.name} #{rep}: serving and diagnosing ...", file=sys.stderr, flush=True)
-                o = fm.run_row(row, size, args.device, work, args.timeout, repeat=rep)
-                verdict = "right" if fm.is_right(row, o) else "wrong"
-                said = o.error or f"top cause {o.top_cause}, findings {o.finding_ids}"
-                print(f"  {verdict} ({o.wall_s:.0f} s): {said}", file=sys.stderr, flush=True)
-                outcomes.append(o)
-    except KeyboardInterrupt:  # run_row has stopped its server; report what finished
-        interrupted = True
-        print("interrupted: reporting the runs that finished", file=sys.stderr)
-    wall = time.perf_counter() - t0
-    print(fm.summary(outcomes, wall))
+def _resumed(args: argparse.Namespace) -> tuple[list[fm.Outcome], float]:
+    """The runs an earlier invocation wrote to --out (with --resume), and their wall time."""
+    if not (args.resume and args.out is not None and args.out.exists()):
+        return [], 0.0
+    data = json.loads(args.out.read_text(encoding="utf-8"))
+    done = [fm.outcome_from_json(d) for d in data.get("outcomes", [])]
+    print(f"resuming: {len(done)} runs already in {args.out}", file=sys.stderr)
+    return done, float(data.get("wall_s") or 0.0)
+
+
+def _write(
+    args: argparse.Namespace, outcomes: list[fm.Outcome], size: fm.Size, wall: float
+) -> None:
     if args.out is not None:
         data = fm.outcomes_json(outcomes, size, args.device, wall)
         args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def _stop_on_sigterm() -> None:
+    """`timeout` and a device call's limit send SIGTERM: stop like Ctrl-C (the server is
+    stopped, the finished runs reported), not mid-write."""
+
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
+def _run(rows: list[fm.Row], size: fm.Size, args: argparse.Namespace, work: Path) -> int:
+    outcomes, earlier_wall = _resumed(args)
+    done = {(o.row, o.repeat) for o in outcomes}
+    todo = [
+        (rep, row) for rep in range(args.repeats) for row in rows if (row.name, rep) not in done
+    ]
+    t0 = time.perf_counter()
+    longest = 0.0
+    stopped = ""
+    _stop_on_sigterm()
+    try:
+        for rep, row in todo:
+            elapsed = time.perf_counter() - t0
+            if args.budget_s and elapsed + 1.2 * longest > args.budget_s:
+                stopped = f"stopped before {row.name} #{rep}: it would end past --budget-s {args.budget_s:g}"
+                break
+            print(f"{row.name} #{rep}: serving and diagnosing ...", file=sys.stderr, flush=True)
+            o = fm.run_row(row, size, args.device, work, args.timeout, repeat=rep)
+            longest = max(longest, o.wall_s)
+            verdict = "right" if fm.is_right(row, o) else "wrong"
+            said = o.error or f"top cause {o.top_cause}, findings {o.finding_ids}"
+            print(f"  {verdict} ({o.wall_s:.0f} s): {said}", file=sys.stderr, flush=True)
+            outcomes.append(o)
+            _write(args, outcomes, size, earlier_wall + time.perf_counter() - t0)
+    except KeyboardInterrupt:  # run_row has stopped its server; report what finished
+        stopped = "interrupted: reporting the runs that finished"
+    wall = earlier_wall + time.perf_counter() - t0
+    left = len(todo) - (len(outcomes) - len(done))
+    if stopped:
+        print(f"{stopped} ({left} runs left; --resume goes on)", file=sys.stderr)
+    print(fm.summary(outcomes, wall))
+    _write(args, outcomes, size, wall)
+    if args.out is not None:
         print(f"wrote {args.out}", file=sys.stderr)
-    return 130 if interrupted else 0
+    return 130 if stopped.startswith("interrupted") else 0
 
 
 def main(argv: list[str] | None = None) -> int:

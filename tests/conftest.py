@@ -89,11 +89,13 @@ def metric_delta(before: dict[str, float], after: dict[str, float], name: str) -
 
 # The modules whose verdicts rest on timing a niced, starved process cannot give: those that
 # compare our client's timing with a real server's own counts (one burst of events per verify
-# step, TPOT within a few %; on two cores, two of them side by side merge events and fail), and
-# the diagnosis against a baseline run (a tps ratio between two runs, one after the other). Under
-# xdist they share one lane, one module after another.
+# step, TPOT within a few %; on two cores, two of them side by side merge events and fail), the
+# diagnosis against a baseline run (a tps ratio between two runs, one after the other), and the
+# fault lab (a diagnosis of our engine as a user runs it: niced beside two busy processes, its
+# diagnoses outlasted 25 minutes). Under xdist they share one lane, one module after another.
 TIMED_MODULES = frozenset(
     {
+        "tests/test_fault_lab.py",
         "tests/test_peer_cli.py",
         "tests/test_peer_serving.py",
         "tests/test_peer_vllm.py",
@@ -102,9 +104,6 @@ TIMED_MODULES = frozenset(
     }
 )
 TIMED_LANE = "timed"
-# Modules whose tests are each a unit of work of their own (xdist): long CPU-bound runs that
-# start at once, beside the timed lane, instead of one after another on one worker.
-SPLIT_MODULES = frozenset({"tests/test_fault_lab.py"})
 # How much lower the rest of the suite runs beside that lane (a nice level).
 OTHER_LANES_NICE = 10
 REPO = Path(__file__).resolve().parents[1]
@@ -125,14 +124,8 @@ def _module(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The timed modules first (the order inside a module kept), so that under xdist one
-    worker takes their lane before it runs anything else, then the split modules' long runs:
-    the longest work starts at once."""
-    items.sort(  # stable
-        key=lambda item: (
-            _module(item.nodeid) not in TIMED_MODULES,
-            _module(item.nodeid) not in SPLIT_MODULES,
-        )
-    )
+    worker takes their lane before it runs anything else: the longest work starts at once."""
+    items.sort(key=lambda item: _module(item.nodeid) not in TIMED_MODULES)  # stable
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist leaves it unknown
@@ -146,8 +139,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class TimedLaneScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
-            if module in SPLIT_MODULES:
-                return nodeid
             return TIMED_LANE if module in TIMED_MODULES else module
 
     config.option.loadscopereorder = False  # keep the collection order: the lane first

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specscope.analysis.diagnosis import causes, findings
+from specscope.analysis.diagnosis import causes, findings, verdict
 from specscope.analysis.diagnosis.cards import BY_ID
 from specscope.analysis.diagnosis.diagnose import analyze
 from specscope.analysis.diagnosis.facts import (
@@ -96,7 +96,6 @@ def test_a_drift_that_a_fresh_request_shows_is_the_kv_layout():
 @pytest.mark.parametrize(
     ("server_info", "separation"),
     [
-        ({"page_size": 1}, _sep(0.1)),  # one-token pages scatter as decode allocates them
         (ENGINE_CPU, _sep(0.5)),  # halfway: the experiment does not decide
         (ENGINE_CPU, None),  # no fresh request at the reached context
     ],
@@ -107,6 +106,24 @@ def test_a_drift_the_evidence_cannot_separate_names_no_cause(server_info, separa
     assert drift.candidates == ["host_per_token", "kv_layout"]
     assert drift.next.startswith("to tell host_per_token, kv_layout apart: ")
     assert BY_ID["step_time_drift"].separates in drift.next
+
+
+@pytest.mark.parametrize(
+    ("server_info", "kv_check"),
+    [
+        ({"page_size": 1}, "pages of 1 token(s) can scatter"),  # decode allocates them one by one
+        ({}, "does not state its KV layout"),  # the twin, a server that says nothing of its KV
+    ],
+)
+def test_a_host_side_drift_with_the_kv_layout_open_asks_for_the_checks_left(server_info, kv_check):
+    """The separating experiment ran and pointed to the output generated: the next step is not
+    that experiment again but the KV check the server's statement leaves, then the host path."""
+    drift = _one("step_time_drift", _facts(server_info, spec_on=False, separation=_sep(0.1)))
+    assert drift.cause is None and drift.candidates == ["host_per_token", "kv_layout"]
+    assert kv_check in drift.next and "10% of the growth came back" in drift.next
+    assert "re-reads the whole output" in drift.next  # then the host path
+    assert BY_ID["step_time_drift"].separates not in drift.next
+    assert verdict.next_step(drift) == drift.next
 
 
 def test_drafts_never_accepted_on_cpu_are_speculation_overhead():

@@ -180,6 +180,29 @@ def test_prometheus_all_steps_counters_come_before_server_fields():
     assert h.mean_commit_len != pytest.approx(prom.commit_len)
 
 
+def _late_first_read(trace: RequestTrace, steps: int) -> RequestTrace:
+    """The same stream read late at the start: its first read holds the prefill token and the
+    next `steps` steps' events (one timestamp: the read's)."""
+    first, rest = trace.chunks[: steps + 1], trace.chunks[steps + 1 :]
+    t = first[-1].t_ns
+    return trace.model_copy(
+        update={"chunks": [Chunk(t_ns=t, n_tokens=c.n_tokens) for c in first] + rest}
+    )
+
+
+def test_a_late_first_read_is_measured_and_said():
+    on_time = [vllm_trace(i) for i in range(2)]
+    h = headline(on_time, [reconstruct_steps(t) for t in on_time])
+    assert h.first_read_share == 0.0 and not any("first read" in n for n in h.notes)
+    late = [_late_first_read(t, 6) for t in on_time]
+    h = headline(late, [reconstruct_steps(t) for t in late])
+    unseen = sum(vllm_steps()[0][:6])
+    assert h.first_read_share == pytest.approx(unseen / 255)
+    assert h.json_fields()["first_read_share"] == h.first_read_share
+    note = next(n for n in h.notes if "first read" in n)
+    assert f"held {2 * unseen} tokens beside the first" in note and "2 of 2 request(s)" in note
+
+
 def test_diagnose_agrees_with_probe_and_names_draft_coverage():
     traces = [vllm_trace(i) for i in range(3)]
     run = Run(info=RunInfo(flavor="vllm", status="complete"), requests=traces)
@@ -251,3 +274,117 @@ def test_prefill_read_holding_a_step_does_not_blame_either_side():
     merged = [*client[: i - 1], 10, *client[i + 1 :]]
     bad = check_server_steps(accepted, 255, merged, cut_by_max_tokens=True)
     assert not bad.client_agrees and "chunks merge steps" in bad.verdict
+
+
+def _short_request(index: int, merged_pairs: int) -> RequestTrace:
+    """64 tokens: the prefill token, then 40 verify steps committing 63 (23 accepted drafts,
+    the rest one-token steps), 20 ms apart; `merged_pairs` events each carry
+    two steps (the later one's time), as vLLM's stream does now and then when it falls behind.
+    The server's counts (drafted steps only, vLLM's) say 63 - 23 = 40 steps."""
+    commits = [2, 1, 3, 1, 2, 1, 1, 2] * 5  # 20 drafted steps (23 accepted drafts), 20 not
+    commits[2::8] = [3, 3, 3, 2, 2]
+    assert sum(commits) == 63 and len(commits) == 40
+    t0 = index * 10_000.0
+    chunks = [Chunk(t_ns=int((t0 + 100.0) * MS), n_tokens=1)]
+    t, carry = t0 + 100.0, 0
+    for i, c in enumerate(commits):
+        t += 20.0
+        if i % 9 == 4 and i // 9 < merged_pairs:
+            carry = c
+            continue
+        chunks.append(Chunk(t_ns=int(t * MS), n_tokens=c + carry))
+        carry = 0
+    fields = ServerSpecFields(
+        verify_ct=sum(c > 1 for c in commits), accepted_drafts=63 - 40, source="vllm.metrics"
+    )
+    return RequestTrace(
+        index=index,
+        request_id=f"cmpl-{index}",
+        spec=RequestSpec(prompt="The lighthouse", prompt_tokens=60, max_tokens=64),
+        t_send_ns=int(t0 * MS),
+        chunks=chunks,
+        token_count_source="usage",
+        completion_tokens=64,
+        finish_reason="length",
+        server_spec=fields,
+        t_end_ns=chunks[-1].t_ns,
+    )
+
+
+def _merged_now_and_then(trace: RequestTrace, every: int = 7) -> RequestTrace:
+    """The trace with every `every`-th event folded into the next one, as vLLM's API server
+    does now and then when its stream falls behind (the later event's time, both steps'
+    tokens): no regular coalescing, every event still looks like one step."""
+    chunks = list(trace.chunks)
+    out = [chunks[0]]
+    carry = 0
+    for i, c in enumerate(chunks[1:-1], start=1):
+        if i % every == 0:
+            carry += c.n_tokens
+            continue
+        out.append(c.model_copy(update={"n_tokens": c.n_tokens + carry}))
+        carry = 0
+    out.append(chunks[-1].model_copy(update={"n_tokens": chunks[-1].n_tokens + carry}))
+    return trace.model_copy(update={"chunks": out})
+
+
+def _counts_only(trace: RequestTrace) -> RequestTrace:
+    """vLLM's per-request counts without the per-step list (its drafted steps and accepted
+    drafts only): nothing to align the client's steps with, step by step."""
+    fields = trace.server_spec.model_copy(
+        update={"per_step_accepted": None, "per_step_drafted": None}
+    )
+    return trace.model_copy(update={"server_spec": fields})
+
+
+def test_events_that_merge_steps_now_and_then_take_the_servers_step_count():
+    """Two merged events in a 64-token request: 38 client steps for the server's 40, a commit
+    length 5% high, which the per-request mean check lets pass (it must allow for the prefill
+    token's convention). The step count decides: the server's figure, and a note says why."""
+    traces = [_short_request(i, merged_pairs=2) for i in range(3)]
+    recs = [reconstruct_steps(t) for t in traces]
+    assert all(r.reliable and len(r.steps) == 38 for r in recs)  # nothing else flags it
+    h = headline(traces, recs)
+    assert h.mean_commit_len == pytest.approx(63 / 40, rel=1e-9)
+    assert h.mean_commit_len_source == "server"
+    assert any("merged verify steps" in n for n in h.notes), h.notes
+    # the same events unmerged: the client's own steps, no note
+    whole = [_short_request(i, merged_pairs=0) for i in range(3)]
+    h1 = headline(whole, [reconstruct_steps(t) for t in whole])
+    assert h1.mean_commit_len_source == "client"
+    assert h1.mean_commit_len == pytest.approx(63 / 40, rel=1e-9)
+    assert not any("merged verify steps" in n for n in h1.notes)
+
+
+def _vllm_run_delta(requests: int, steps: int, step_s: float) -> SpecRecord:
+    """vLLM's Prometheus run delta as probe --metrics-url keeps it (plain decoding counters)."""
+    delta = {
+        "itl_count": float(steps),
+        "itl_sum": steps * step_s,
+        "generation_tokens": 256.0 * requests,
+        "finished_requests": float(requests),
+    }
+    return SpecRecord(format="prometheus", scope="run_delta", fields={"delta": delta})
+
+
+def test_a_stream_slower_than_the_engine_is_measured_and_said():
+    """vLLM times its steps at the engine; the client at the socket. When the API server (or
+    the client) falls behind, each step arrives a little later than the last and no event
+    merges: the client's step time is the delivery's, and the headline says by how much."""
+    traces = [vllm_trace(i) for i in range(2)]
+    recs = [reconstruct_steps(t) for t in traces]
+    engine_s = STEP_MS / 1e3
+    on_pace = headline(traces, recs, telemetry=[_vllm_run_delta(2, 202, engine_s)])
+    assert on_pace.server_step_s == pytest.approx(engine_s)
+    assert on_pace.delivery_lag_share == pytest.approx(0.0, abs=1e-6)
+    assert not any("delivered a step" in n for n in on_pace.notes)
+    late = headline(traces, recs, telemetry=[_vllm_run_delta(2, 202, engine_s / 1.08)])
+    assert late.delivery_lag_share == pytest.approx(0.08, rel=1e-6)
+    assert late.mean_step_s == pytest.approx(engine_s, rel=1e-6)  # the delivered step, kept
+    note = next(n for n in late.notes if "delivered a step" in n)
+    assert f"every {STEP_MS:.1f} ms" in note and "8% slower" in note
+    assert late.json_fields()["delivery_lag_share"] == late.delivery_lag_share
+    # counters that hold other requests than these time other steps: no comparison
+    shared = headline(traces, recs, telemetry=[_vllm_run_delta(3, 303, engine_s / 1.08)])
+    assert shared.server_step_s is None and shared.delivery_lag_share is None
+    assert not any("delivered a step" in n for n in shared.notes)

@@ -20,7 +20,7 @@ UNLIMITED = pr.Budget(seconds=None, tokens=None, max_requests=1000)
 def _traces(n: int, *, request_sigma: float = 0.0, seed: int = 0, tokens: int = 300):
     sc = pw.with_tables(tw.load_scenario("healthy"), acceptance={"request_sigma": request_sigma})
     plan = [virtual.PlanItem(tags.FULL_GENERATION, 256, tokens, n)]
-    return pw._virtual(sc, plan, seed, "precision-test").run.requests
+    return virtual.scenario_run(sc, plan, seed=seed, run_id="precision-test").run.requests
 
 
 def _reading(requests: int, hw: float, *, over: bool | None = None, cv: float | None = None):

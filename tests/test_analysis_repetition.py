@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 from types import SimpleNamespace
 
 from rich.console import Console
@@ -48,6 +49,8 @@ def _request(
     prompt_tokens: int = 400,
     ignore_eos: bool = True,
     tag: str = "full_generation",
+    answer_commits: tuple[int, ...] = ANSWER_COMMITS,
+    loop_commits: tuple[int, ...] = LOOP_COMMITS,
 ) -> RequestTrace:
     """Request `i`: `answer` words of prose (its own stretch), then, up to `total` tokens, the
     loop sentence again and again (none when answer >= total). One event per step, 20 ms apart,
@@ -57,10 +60,10 @@ def _request(
         itertools.islice(itertools.cycle(UNIT), total - answer)
     )
     chunks = [Chunk(t_ns=i * 10**11 + 10**8, n_tokens=1, n_chars=len(words[0]) + 1)]
-    pos, commits = 1, itertools.cycle(ANSWER_COMMITS)
-    loop_commits = itertools.cycle(LOOP_COMMITS)
+    pos, commits = 1, itertools.cycle(answer_commits)
+    in_loop = itertools.cycle(loop_commits)
     while pos < total:
-        k = min(next(commits) if pos < answer else next(loop_commits), total - pos)
+        k = min(next(commits) if pos < answer else next(in_loop), total - pos)
         chunks.append(
             Chunk(
                 t_ns=chunks[-1].t_ns + 20 * 10**6,
@@ -164,6 +167,40 @@ def test_short_prompts_that_loop_make_a_window_that_the_exclusion_removes():
     assert not clean.fit.window_present and not clean.fit.decay_present
 
 
+def test_loops_a_drafter_cannot_draft_stay_in_the_acceptance_shape_and_show_its_fall():
+    # An n-gram index built from the prompt alone (the prompt-only-ngram fault; measured on the
+    # H200: 1.0-1.5 tokens a step inside SmolLM2's loops, 1.2-3.4 before them): the drafts match
+    # while the answer follows the prompt, never inside the loop, though the loop repeats text
+    # already generated. The loop is where its acceptance falls: kept, the fall is found.
+    traces = [
+        _request(i, answer=150, total=700, answer_commits=(3, 2, 3), loop_commits=(1,))
+        for i in range(6)
+    ]
+    m = measure(_run(traces), None)
+    table, mt = step_tables(m)
+    kept, note = without_loop_steps(m, table, checked=True)
+    assert kept is table and note is not None
+    assert "no more than" in note and "does not draft from the text" in note
+    shape = fx.acceptance_shape(kept, mt, source="client steps")
+    assert shape.fit is not None and shape.fit.decay_present
+    # the step-time fit leaves them out all the same (unchecked): more drafted, dearer steps
+    cut, cut_note = without_loop_steps(m, table)
+    assert cut is not None and cut.n < table.n and cut_note and "left out" in cut_note
+
+
+def test_loops_easy_to_draft_are_left_out_when_checked_and_the_note_gives_the_figures():
+    traces = [_request(i, answer=150, total=700) for i in range(4)]
+    m = measure(_run(traces), None)
+    table, _ = step_tables(m)
+    cut, note = without_loop_steps(m, table, checked=True)
+    assert cut is not None and table is not None and cut.n < table.n
+    assert note is not None
+    figures = re.search(r"easy to draft \(([\d.]+) tokens a step inside, ([\d.]+) before\)", note)
+    assert figures is not None, note
+    inside, before = map(float, figures.groups())
+    assert 7.0 < inside <= 7.5 and 1.4 < before <= 1.6  # the loop's 7-8 (cut at the end), 1-2
+
+
 def test_without_loops_keeps_a_run_without_loops_as_it_is():
     m = measure(_run([_request(i, answer=300, total=300) for i in range(4)]), None)
     table, _ = step_tables(m)
@@ -254,13 +291,22 @@ def test_diagnose_shows_the_note_in_its_headline_panel_once():
     run = _run(_mixed(11))
     an = analyze(run)
     note = next(n for n in an.notes if n.startswith("11 of 16 requests end in repetition loops"))
-    out = _printed(lambda c: render_terminal(context_from_run(run, an), c))
-    panel, _, rest = out.partition("╰")
-    assert "loops dominate" in panel and "11 of 16 requests" in panel
-    assert note[:60] not in rest  # not printed again among the notes
+    # the verdict says it first (it changes how the commit length reads), the panel beside
+    # the figure; --verbose's notes do not print it a third time
+    assert f"Repetition loops: {note}." in an.verdict
+    for verbose in (False, True):
+        out = _printed(
+            lambda c, v=verbose: render_terminal(context_from_run(run, an), c, verbose=v)
+        )
+        verdict, _, after = out.partition("╭")
+        panel, _, rest = after.partition("╰")
+        assert "Repetition loops: 11 of 16 requests" in verdict
+        assert "loops dominate" in panel and "11 of 16 requests" in panel
+        assert note[:60] not in rest  # not printed again among the notes
     few_run = _run(_mixed(8))
     few = analyze(few_run)
     assert not any("repetition loops (" in n for n in few.notes)
+    assert not any("Repetition loops" in s for s in few.verdict)
     assert "loops dominate" not in _printed(
         lambda c: render_terminal(context_from_run(few_run, few), c)
     )

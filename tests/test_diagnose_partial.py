@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 
+from specscope.analysis.diagnosis.verdict import PARTIAL
 from specscope.twin.scenario import load_scenario
 from support.cli import start_cli
 from support.diagnose import WAIT_S, cli, specscope, wait_for_requests
@@ -42,8 +43,10 @@ def test_ctrl_c_keeps_what_was_measured_and_reports_partial(twin_server, tmp_pat
     assert len(kept) >= 2
     analysis = json.loads((run_dir / "analysis.json").read_text())
     assert analysis["partial"] is True and analysis["requests"] == len(kept)
+    assert analysis["verdict"][0] == PARTIAL  # the verdict says it first, as the report does
     assert "Partial run." in (run_dir / "report.html").read_text()
     assert "PARTIAL RUN" in out
+    assert out.index("PARTIAL RUN") < out.index("Decode runs at")
 
 
 def test_server_dying_mid_run_reports_what_was_measured_plus_errors(twin_server, tmp_path):

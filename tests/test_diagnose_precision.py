@@ -75,7 +75,7 @@ def test_terminal_report_and_budget_stop(tmp_path):
     "flag,value", [("--precision", "1.5"), ("--budget-s", "inf"), ("--budget-tokens", "-5")]
 )
 def test_bad_values_are_one_line_and_exit_2(tmp_path, flag, value):
-    proc = specscope("diagnose", "http://127.0.0.1:9", flag, value, home=tmp_path, timeout=60)
+    proc = specscope("diagnose", "http://127.0.0.1:9", flag, value, home=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and flag in proc.stderr
 

@@ -2,8 +2,9 @@
 fault seeded or none, diagnosed as a user would (`specscope diagnose URL --quick
 --no-ignore-eos`, validation/faults.py's cpu size), and the top cause must be the seeded one.
 Two rows: the clean plain server (no cause but attention's) and drafts never accepted
-(speculation_overhead). Each row is its own unit of work under xdist (tests/conftest.py), so
-they run beside the rest of the suite; bench/fault_matrix.py runs every row, repeated.
+(speculation_overhead). They run in the suite's timed lane (tests/conftest.py), not niced: a
+diagnosis times the server, and a niced one beside two busy processes outlasted 25 minutes;
+bench/fault_matrix.py runs every row, repeated.
 
 Not here yet (issue #35): host work that grows with the output (host_per_token). In a fresh
 clone's suite its drift was found every time but its cause once left undecided: the fresh

@@ -77,9 +77,10 @@ ANALYSIS_ALLOWED: dict[str, frozenset[str]] = {
         "fits": set(),
         "headline": {"steps", "fits"},
         "workload": {"headline", "steps"},
-        "diagnosis": {"headline", "fits", "steps", "workload", "serving"},
+        "diagnosis": {"headline", "fits", "steps", "workload", "serving", "client_health"},
         "serving": {"headline", "steps"},
-        "summary": {"headline", "steps", "workload"},
+        "summary": {"headline", "steps", "workload", "client_health"},
+        "client_health": set(),
         "result": set(),
     }.items()
 }

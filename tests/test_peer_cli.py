@@ -136,9 +136,17 @@ def test_client_commit_length_agrees_with_server_counters(
     )
     assert client == pytest.approx(server, rel=COMMIT_LEN_TOLERANCE)
     # Where a request's timings give the server's all-steps figure, the client's burst
-    # clustering was checked against it request by request.
+    # clustering was checked against it request by request: it agrees, or (a loaded machine,
+    # seen beside two busy processes: a late read splits one step's burst, or merges two
+    # steps' bursts) the check names which and the figure above is the server's, still right.
+    flagged = (
+        "(disagree: the client's bursts may split steps)",
+        "(disagree: the client's bursts merge steps)",
+    )
     for check in summary["steps"]["cross_checks"]:
-        assert check["result"].endswith("(agree)"), check
+        assert check["result"].endswith(("(agree)", *flagged)), check
+        if check["result"].endswith(flagged):
+            assert summary["mean_commit_len_source"] != "client", summary
     if mode == "draft":  # a draft model drafts at every step: both server formulas coincide
         assert client == pytest.approx(1 + accepted / drafts, rel=COMMIT_LEN_TOLERANCE)
         assert client > 2  # SmolLM2 Q4_1 predicts its F16 self well (85-96 % acceptance)

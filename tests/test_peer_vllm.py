@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from conftest import VLLM_CPU_BIND, metric_delta, peer_unavailable, scrape_prometheus
+from specscope.analysis.headline.headline import DELIVERY_NOTE_SHARE, FIRST_READ_NOTE_SHARE
 from specscope.analysis.steps.reconstruct import reconstruct_steps
 from specscope.peers.launcher import PeerServerError
 from specscope.peers.vllm import SPECS, VllmServer
@@ -54,6 +55,7 @@ DIAGNOSE_ARGS = [
 CLI_TIMEOUT_S = 480
 # The issue's bar: specscope's headline within 2 % of vLLM's own all-steps counts.
 HEADLINE_TOLERANCE = 0.02
+NGRAM_DRAFTS = 4  # the served n-gram drafter's num_speculative_tokens (test_peer_vllm_setup)
 # One run, one number: every command that prints a run's decode tok/s agrees to 0.1 %.
 SAME_RUN_TOLERANCE = 0.001
 SPECULATION_FINDINGS = {
@@ -170,7 +172,8 @@ def probes(server: VllmServer, tmp_path_factory) -> dict[str, ProbeRun]:
         proc = run_specscope(
             "probe", server.url, "--flavor", "vllm", "--prompt-file", str(prompt),
             "--max-tokens", str(PROBE_MAX_TOKENS), "--repeat", str(PROBE_REPEAT),
-            "--out", str(out), "--json", timeout_s=CLI_TIMEOUT_S,
+            "--metrics-url", f"{server.url}/metrics", "--out", str(out), "--json",
+            timeout_s=CLI_TIMEOUT_S,
         )  # fmt: skip
         after = scrape_prometheus(server.url)
         runs[name] = ProbeRun(name, out, _json_of(proc, "probe"), Truth.between(before, after))
@@ -216,14 +219,19 @@ def test_probe_headline_is_vllms_all_steps_truth(
         "truth_drafted_share": round(t.drafts / t.steps, 4),
         "step_ms": s.get("mean_step_s") and round(1e3 * s["mean_step_s"], 2),
         "truth_step_ms": round(1e3 * t.step_s, 2),
+        "engine_step_ms": s.get("server_step_s") and round(1e3 * s["server_step_s"], 2),
+        "delivery_lag": s.get("delivery_lag_share"),
         "decode_tps": s.get("decode_tps") and round(s["decode_tps"], 2),
         "truth_tps": round(t.commit_len / t.step_s, 2),
     }  # fmt: skip
     _show(f"vllm {server.spec} probe {prompt}", figures)
     if server.spec == "none":
         assert t.drafts == 0 and abs(t.commit_len - 1.0) < 1e-9
-    assert _rel(s["mean_commit_len"], t.commit_len) <= HEADLINE_TOLERANCE, figures
-    assert _rel(s["mean_step_s"], t.step_s) <= HEADLINE_TOLERANCE, figures
+    if s["first_read_share"] > FIRST_READ_NOTE_SHARE:
+        _late_start_is_said_and_bounds_the_truth(s, t)
+    else:
+        assert _rel(s["mean_commit_len"], t.commit_len) <= HEADLINE_TOLERANCE, figures
+        _step_time_is_the_engines_or_the_delivery_is_said(s, t, figures)
     # vLLM's drafted-steps-only figure is shown beside the all-steps one, never instead of it.
     assert "mean_commit_len_per_drafted_step" in s, figures
     if server.spec == "ngram":
@@ -233,6 +241,45 @@ def test_probe_headline_is_vllms_all_steps_truth(
         assert _rel(s["mean_commit_len_per_drafted_step"], t.per_drafted_step) <= HEADLINE_TOLERANCE
     else:
         assert s["mean_commit_len_per_drafted_step"] is None
+
+
+def _step_time_is_the_engines_or_the_delivery_is_said(
+    summary: dict[str, Any], t: Truth, figures: dict[str, Any]
+) -> None:
+    """The probe read vLLM's engine-timed step (--metrics-url) as vLLM counts it, and the
+    client's step time is that one within 2 %, unless the stream delivered steps more slowly
+    than the engine ran them (a starved API server on a loaded machine: every step 8 % late,
+    none merged): then the headline says so, with both figures."""
+    engine, lag = summary["server_step_s"], summary["delivery_lag_share"]
+    assert engine is not None and _rel(engine, t.step_s) <= HEADLINE_TOLERANCE, figures
+    assert lag == pytest.approx(summary["mean_step_s"] / engine - 1, abs=1e-3), figures
+    if lag > DELIVERY_NOTE_SHARE:
+        assert any("delivered a step every" in n for n in summary["headline_notes"]), summary
+    else:
+        assert _rel(summary["mean_step_s"], t.step_s) <= HEADLINE_TOLERANCE, figures
+
+
+def _delivered(summary: dict[str, Any]) -> float:
+    """How much longer the stream took a step than vLLM's engine, where the headline said so
+    (1 otherwise): the client's serving figures are the delivered ones."""
+    lag = summary["delivery_lag_share"]
+    return 1 + lag if lag is not None and lag > DELIVERY_NOTE_SHARE else 1.0
+
+
+def _late_start_is_said_and_bounds_the_truth(summary: dict[str, Any], t: Truth) -> None:
+    """On a loaded machine the first read can hold several tokens (the server or the client was
+    late at the start): their steps are unseen, and the start of a generation is where an
+    n-gram drafter has nothing to copy yet (12 such tokens moved the commit length from vLLM's
+    1.80 to 1.97). The headline then says so, and vLLM's step count lies between the client's
+    steps plus one step per (K + 1) unseen tokens and plus one per unseen token."""
+    assert any("first read" in n for n in summary["headline_notes"]), summary["headline_notes"]
+    decode_tokens = t.generated - t.requests
+    unseen = round(summary["first_read_share"] * decode_tokens)
+    client_steps = (decode_tokens - unseen) / summary["mean_commit_len"]
+    most_per_step = 1 + NGRAM_DRAFTS
+    slack = max(1.0, 0.02 * t.steps)
+    low, high = client_steps + unseen / most_per_step - slack, client_steps + unseen + slack
+    assert low <= t.steps <= high, (low, t.steps, high, summary)
 
 
 def test_per_request_spec_fields_sum_to_vllms_counters(
@@ -345,24 +392,33 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
     """TPOT (decode time per output token, TTFT excluded) against vLLM's
     request_time_per_output_token, and the inter-step latency against its inter_token_latency,
     which vLLM observes once per engine step, however many tokens the step committed. The
-    client's timed steps are the stream's events: one per step unless vLLM merged some."""
+    client's timed steps are the stream's events: one per step unless vLLM merged some. Where
+    the stream fell behind the engine and the headline said so, at the delivered pace: TPOT
+    (vLLM's from its engine's first and last token) then checks the lag the headline read from
+    another histogram."""
     for name, p in probes.items():
         run = p.result["serving"]["run"]
         t = p.truth
-        vllm_tpot = t.tpot_sum_s / t.tpot_count
+        delivered = _delivered(p.result["summary"])
+        vllm_tpot = delivered * t.tpot_sum_s / t.tpot_count
+        vllm_step_s = delivered * t.step_s
         _show(
             f"serving {name}",
             {
                 "tpot_ms": run["tpot_s"]["mean"] * 1e3,
                 "vllm_tpot_ms": vllm_tpot * 1e3,
                 "step_ms": run["inter_step_latency_s"]["mean"] * 1e3,
-                "vllm_step_ms": t.step_s * 1e3,
+                "vllm_step_ms": vllm_step_s * 1e3,
                 "steps": run["inter_step_latency_s"]["n"],
                 "vllm_steps": t.steps,
             },
         )
         assert t.tpot_count == run["ok"] == PROBE_REPEAT
-        assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
+        if p.result["summary"]["first_read_share"] <= FIRST_READ_NOTE_SHARE:
+            assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
+        # else the first reads held the start of the generations (a loaded machine): the client's
+        # TPOT is over the rest, vLLM's over all of it (engine timestamps); the headline test
+        # checks that this is said, and the step latency below is compared all the same
         traces = load_run(p.out).requests
         if run["requests_with_timed_steps"] < PROBE_REPEAT:
             # on a loaded machine a request's events could not be trusted as its steps (a late
@@ -370,7 +426,7 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
             # covers every request, so only the step latency is compared
             untrusted = [r for r in map(reconstruct_steps, traces) if not r.reliable]
             assert untrusted and all(r.reason for r in untrusted), untrusted
-            assert _rel(run["inter_step_latency_s"]["mean"], t.step_s) <= SERVING_TOLERANCE
+            assert _rel(run["inter_step_latency_s"]["mean"], vllm_step_s) <= SERVING_TOLERANCE
             continue
         # a step whose event came in the same read as the first token cannot be timed
         untimed = sum(len(tr.reads()[0]) - 1 for tr in traces if tr.reads())
@@ -385,4 +441,4 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
             assert n == t.steps - untimed - hidden, (n, t.steps, untimed, hidden)
         else:
             assert t.steps - untimed - hidden <= n <= t.steps - untimed, (n, t.steps, untimed)
-        assert _rel(run["inter_step_latency_s"]["mean"], t.step_s) <= SERVING_TOLERANCE
+        assert _rel(run["inter_step_latency_s"]["mean"], vllm_step_s) <= SERVING_TOLERANCE

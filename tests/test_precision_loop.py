@@ -64,14 +64,24 @@ def _scenario(request_sigma: float, step_s: float = 0.01) -> tw.Scenario:
 
 
 def test_stops_when_narrow_enough(twin_server):
-    srv = twin_server(_scenario(0.0))
+    # 30 ms steps keep a loaded machine's jitter small beside them; the minimum is then enough
+    # on an idle machine. Where the machine's own noise made the first requests wider than
+    # asked, the loop must have gone on for that reason, and only for it.
+    srv = twin_server(_scenario(0.0, step_s=0.03))
     out, result = asyncio.run(_loop(srv.url, _plan(0.25)))
     assert out.stopped_by == pr.PRECISION, out
-    assert out.requests == MIN_REQ == len(result.traces)  # the minimum was enough
+    assert out.requests == len(result.traces) >= MIN_REQ
     assert out.over_requests and out.reached is not None and out.reached <= 0.25
-    assert out.added_requests == MIN_REQ - 1 and out.rounds == 1
     # what the outcome says it reached is the interval the analysis prints
     assert out.reached == pr.reading(result.traces).relative_half_width
+    if out.requests == MIN_REQ:
+        assert out.added_requests == MIN_REQ - 1 and out.rounds == 1
+    else:
+        # the minimum was not narrow enough by the stop rule's two widths (the bootstrap's and
+        # Student's t over the requests: with 8 requests the t interval can be the wider one)
+        first = pr.reading(result.traces[:MIN_REQ])
+        widths = (first.relative_half_width, first.t_half_width)
+        assert any(w is not None and w > 0.25 for w in widths), (widths, out)
 
 
 def test_stops_on_the_budget(twin_server):

@@ -59,7 +59,7 @@ def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, a
     assert acc == head
     assert rec.method == "chunk" and rec.reliable, rec.reason
     assert [st.commit_len for st in rec.steps] == commits[k:]
-    truth_step = sum(st["step_s"] for st in truth["steps"][k:]) / (len(commits) - k)
+    truth_step = sum(st["wall_s"] for st in truth["steps"][k:]) / (len(commits) - k)
     assert truth_step * 0.8 <= rec.mean_step_s <= truth_step * 1.5
     # The client's reliable steps come first (ARCHITECTURE §4): exactly the twin's verify steps
     # after the prefill read.
@@ -109,3 +109,28 @@ def test_probe_twin_stream_interval_is_flagged_as_coalescing(twin_server, fast_s
     assert s["mean_commit_len_source"] == "server"
     assert s["mean_commit_len"] == pytest.approx(truth["mean_commit_len"], rel=1e-6)
     assert s["mean_step_s_source"] == "derived"
+
+
+def test_probe_metrics_url_keeps_the_servers_run_delta(twin_server, fast_scenario, tmp_path):
+    """`probe --metrics-url`: the server's counters are scraped around the requests and their
+    run delta kept in the run's telemetry (what the headline reads the engine's steps from); a
+    URL that does not answer is a note in the run, not an error."""
+    srv = twin_server(fast_scenario)
+    args = ["probe", srv.url, "--json", "--prompt-tokens", "16", "--max-tokens", "48"]
+    res = CliRunner().invoke(
+        app, [*args, "--metrics-url", f"{srv.url}/metrics", "--out", str(tmp_path / "run")]
+    )
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    deltas = [r for r in run.telemetry if r.get("scope") == "run_delta"]
+    assert len(deltas) == 1 and deltas[0]["fields"]["delta"]["verify_steps"] > 0, run.telemetry
+    assert any("run-scoped delta record" in n for n in run.info.notes), run.info.notes
+    assert run.info.args["metrics_url"] == f"{srv.url}/metrics"
+    # the twin is SGLang-like: no per-step engine timing, so no delivery comparison
+    s = json.loads(res.stdout)["summary"]
+    assert s["server_step_s"] is None and s["delivery_lag_share"] is None
+    gone = "http://127.0.0.1:9/metrics"
+    res = CliRunner().invoke(app, [*args, "--metrics-url", gone, "--out", str(tmp_path / "r2")])
+    assert res.exit_code == 0, res.output
+    notes = load_run(tmp_path / "r2").info.notes
+    assert any(gone in n and "no scrape before the run" in n for n in notes), notes

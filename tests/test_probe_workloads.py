@@ -213,3 +213,25 @@ def test_unknown_name_and_binary_file(tmp_path):
         resolve_workload(str(p))
     with pytest.raises(WorkloadError, match="is a directory"):
         resolve_workload(str(tmp_path))
+
+
+@pytest.mark.parametrize("n", [256, 2700])
+def test_prose_edit_answers_with_the_texts_opening_and_is_exact(smollm2_count, n):
+    src = PromptSource(smollm2_count, resolve_workload("prose-edit"), unique=False)
+    b = asyncio.run(src.prompt(n, 3))
+    assert b.exact and b.tokens == n == len(smollm2_count.codec.encode(b.text))
+    body, _, answer = b.text.partition("\n\nCorrected text:\n\n")
+    assert answer and not answer[-1].isspace()  # the prompt ends inside the text, no space
+    # the answer starts where the text given starts (its first sentence, again)
+    given = body.split("changing nothing else.\n\n", 1)[1]
+    assert given.startswith(answer), (given[:80], answer)
+    assert "prose-edit" not in MIXED_ORDER and "prose-edit" in CATEGORIES
+
+
+def test_an_echoing_frame_repeats_the_cuts_first_unit_after_the_tail():
+    from specscope.probe.prompts import Cut, render
+
+    frame = Frame("H: ", ["One. ", "Two. ", "Three. "], "\nA: ", unit_kind="sentence", echo=True)
+    assert render(frame, Cut(2)) == "H: One. Two.\nA: One."
+    assert render(frame, Cut(3, start=1)) == "H: Two. Three.\nA: Two."
+    assert render(frame, Cut(0)) == "H: \nA: "  # no text, nothing to echo

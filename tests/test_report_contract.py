@@ -19,9 +19,7 @@ from specscope.report.contract import (
 )
 from specscope.store.analyses import analyze_run
 from specscope.store.compare import compare_analyses
-from specscope.trace import Run
-from specscope.twin import scenario as tw
-from specscope.validation import virtual
+from support.reports import story_run
 
 # §4.1's labels and intervals: probe `summary.*` and diagnose's top level
 HEADLINE_DETAIL = (
@@ -38,6 +36,7 @@ HEADLINE_DETAIL = (
 )
 WORKLOAD = ("by_category", "repetition_loops", "prefix_cache", "delta_fields")
 DIAGNOSE = (
+    "verdict",
     "decode_tps",
     "ttft_s",
     "mean_commit_len",
@@ -98,6 +97,7 @@ PROBE_SUMMARY = (
     *WORKLOAD,
 )
 COMPARE = (
+    "verdict",
     "tps_ratio",
     "acceptance_factor",
     "step_time_factor",
@@ -117,22 +117,9 @@ def _missing(obj: dict, keys: tuple[str, ...]) -> list[str]:
     return [k for k in keys if k not in obj]
 
 
-def _run(scenario: str, seed: int) -> Run:
-    """The story's plan (short) replayed through the twin's step model on a virtual clock."""
-    sc = tw.load_scenario(scenario)
-    plan = virtual.story_plan(full_prompt=1024, full_tokens=400, sweep=(256, 1024), repeats=1)
-    return virtual.virtual_run(
-        lambda p, n, s: tw.simulate_request(sc, p, n, s),
-        plan,
-        prefill=lambda p: tw.prefill_time(sc, p),
-        seed=seed,
-        stream_interval=sc.streaming.stream_interval,
-    ).run
-
-
 @pytest.fixture(scope="module")
 def story() -> dict:
-    base, obs = _run("healthy", 1), _run("seed-regression", 2)
+    base, obs = story_run("healthy", 1), story_run("seed-regression", 2)
     return {
         "base": base,
         "obs": obs,
@@ -159,6 +146,9 @@ def test_diagnose_json_has_the_contract_keys(story):
     for t in obj["finding_tests"]:
         assert not _missing(t, FINDING_TEST), t.get("id")
     assert obj["attribution"] is not None and not _missing(obj["attribution"], ATTRIBUTION)
+    # the verdict is read first: the first key, short sentences, the baseline's split in them
+    assert next(iter(obj)) == "verdict" and all(isinstance(s, str) for s in obj["verdict"])
+    assert any(s.startswith("Against the baseline: ") for s in obj["verdict"])
 
 
 def test_diagnose_failure_json_keeps_the_contract_keys():
@@ -166,6 +156,7 @@ def test_diagnose_failure_json_keeps_the_contract_keys():
     keys = ("decode_tps", "ttft_s", "mean_commit_len", "mean_step_s", "findings", "attribution")
     assert not _missing(obj, (*keys, "run_dir", "speculation", "speculation_reason", "serving"))
     assert obj["error"] == "not reachable" and obj["findings"] == []
+    assert obj["verdict"] == ["Nothing was measured: not reachable."]
 
 
 def test_probe_json_has_the_contract_keys(story):
@@ -188,6 +179,7 @@ def test_compare_json_has_the_contract_keys(story):
     obj = compare_json(cmp, Path("/tmp/a"), Path("/tmp/b"), 0.1, failed=True)
     assert not _missing(obj, COMPARE)
     assert obj["attribution"] is not None and not _missing(obj["attribution"], ATTRIBUTION)
+    assert obj["verdict"] == story["b_vs_a"].verdict  # B against A, as diagnose --baseline
     assert (obj["run_a"], obj["run_b"], obj["fail_if_slower"], obj["failed"]) == (
         "/tmp/a",
         "/tmp/b",

@@ -91,6 +91,19 @@ def test_server_strings_are_escaped_everywhere():
     assert HOSTILE_ERROR in text
 
 
+def test_the_verdict_comes_first_and_the_statistics_fold_into_details():
+    page = render_html(_ctx())
+    assert page.index("<h2>Verdict</h2>") < page.index("<h2>Headline</h2>")
+    assert "Decode runs at 32.7 tokens/s" in page
+    # each finding shows its sentence and next step; its evidence table sits in a <details>
+    finding = page[page.index('<div class="finding">') :]
+    assert finding.index("<details>") < finding.index("<th>evidence</th>")
+    assert finding.index("Next:") < finding.index("<details>")
+    md = render_markdown(_ctx())
+    assert md.index("## Verdict") < md.index("## Headline")
+    assert "<details>" in md and "- first 200 tokens: 5" in md  # the evidence, folded
+
+
 def test_partial_run_says_so():
     page = render_html(_ctx(partial=True))
     assert "Partial run." in page and "Ctrl-C" in page

@@ -35,13 +35,18 @@ def test_terminal_report_prints_rich_markup_literally():
     info.model = "[bold red]pwn[/] <x>"
     a = full_analysis(partial=True)
     a.findings[0].summary = "[link=http://evil]click[/link]"
-    console = Console(record=True, width=120, color_system=None)
-    render_terminal(ReportContext(analysis=a, info=info), console)
-    out = console.export_text()
-    assert "[bold red]pwn[/] <x>" in out
-    assert "[link=http://evil]click[/link]" in out
-    assert "PARTIAL RUN" in out
-    assert "acceptance 1.72 × step time 2.44" in out
+    a.verdict.append("Client and server disagree: [red]model said[/red]")
+    for verbose in (False, True):
+        console = Console(record=True, width=120, color_system=None)
+        render_terminal(ReportContext(analysis=a, info=info), console, verbose=verbose)
+        out = console.export_text()
+        assert "[bold red]pwn[/] <x>" in out
+        assert "[link=http://evil]click[/link]" in out
+        assert "[red]model said[/red]" in out
+        assert "PARTIAL RUN" in out
+        assert "acceptance 1.72 × step time 2.44" in out
+        # the partial warning, then the verdict, before the figures
+        assert out.index("PARTIAL RUN") < out.index("Decode runs at") < out.index("╭")
 
 
 def test_plan_rendering_groups_rounds_and_states_skips():

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from specscope.cli import app
 from specscope.store import RunIndex
 from specscope.store.compare import parse_threshold
+from specscope.store.index import row_from_dir
 from specscope.trace import RunDirWriter, RunInfo
 
 
@@ -24,6 +25,18 @@ def _run_dir(path, tps, commit, step, status="complete", findings=()):
     )
     w.close(status)
     return path
+
+
+def test_a_run_whose_every_request_failed_is_listed_failed(tmp_path):
+    """It ran to its end (status complete in run.json), but nothing was measured."""
+    failed = RunDirWriter(tmp_path / "all-failed", RunInfo(kind="diagnose"))
+    failed.write_analysis({"requests": 3, "errors": 3, "decode_tps": None})
+    failed.close("complete")
+    some = RunDirWriter(tmp_path / "one-failed", RunInfo(kind="diagnose"))
+    some.write_analysis({"requests": 3, "errors": 1, "decode_tps": 20.0})
+    some.close("complete")
+    assert row_from_dir(tmp_path / "all-failed").status == "failed"
+    assert row_from_dir(tmp_path / "one-failed").status == "complete"
 
 
 def test_rescan_indexes_run_dirs_and_drops_deleted_ones(tmp_path):

@@ -45,8 +45,9 @@ def test_probe_recovers_true_commit_length_and_step_time(twin_server, fast_scena
     steps = [st for t in truths for st in t["steps"]]
     true_commit = sum(st["commit_len"] for st in steps) / len(steps)
     # The client sees step i end at chunk i; the first chunk's gap is TTFT, so the decode steps
-    # are every step after each request's first.
-    decode = [st["step_s"] for t in truths for st in t["steps"][1:]]
+    # are every step after each request's first; what they took is wall_s (late on a loaded
+    # machine), not the scheduled step_s.
+    decode = [st["wall_s"] for t in truths for st in t["steps"][1:]]
     true_step = sum(decode) / len(decode)
     assert s["mean_commit_len"] == pytest.approx(true_commit, rel=0.05)
     assert s["mean_step_s"] == pytest.approx(true_step, rel=0.05)
@@ -165,7 +166,7 @@ async def test_per_token_events_burst_each_step(twin_server):
     steps = srv.backend.truth(rid)["steps"]
     gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
     # Within a step the tokens leave together: the smallest gaps are far below a step.
-    step_s = sum(st["step_s"] for st in steps) / len(steps)
+    step_s = sum(st["wall_s"] for st in steps) / len(steps)
     n_within = 80 - len(steps)
     assert n_within > 0 and gaps[n_within // 2] < step_s / 4
 
@@ -229,6 +230,8 @@ def test_probe_reads_the_seed_story_close_to_truth(twin_server, tmp_path):
     assert s["mean_commit_len"] == pytest.approx(truth["mean_commit_len"], rel=0.05)
     assert 2.6 <= s["mean_commit_len"] <= 3.2
     decode = truth["steps"][1:]
-    true_tps = sum(st["commit_len"] for st in decode) / sum(st["step_s"] for st in decode)
-    assert s["decode_tps"] == pytest.approx(true_tps, rel=0.05)
-    assert 28 <= s["decode_tps"] * scale <= 38  # near the story's 33 tok/s at time_scale 1
+    tokens = sum(st["commit_len"] for st in decode)
+    # What the client can see is the time the steps took (wall_s: a loaded machine runs late),
+    # while the story's 33 tok/s is the scenario's schedule (step_s).
+    assert s["decode_tps"] == pytest.approx(tokens / sum(st["wall_s"] for st in decode), rel=0.05)
+    assert 28 <= tokens / sum(st["step_s"] for st in decode) * scale <= 38

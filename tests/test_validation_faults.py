@@ -1,7 +1,8 @@
 """The fault matrix's pure parts (validation/faults.py, bench/fault_matrix.py): the rows' expected
 causes, what counts as right, the confusion table, the argv of serve and diagnose, the cpu
-window against the quick plan's context sweep. No server, no torch: the matrix itself is run by
-hand (bench/fault_matrix.py)."""
+window against the quick plan's context sweep, and the H200 matrix's recorded runs re-analysed
+(bench/fault_matrix_reanalyze.py). No server, no torch: the matrix itself is run by hand
+(bench/fault_matrix.py)."""
 
 from __future__ import annotations
 
@@ -283,3 +284,93 @@ def test_a_null_row_with_a_drafter_is_held_to_the_clean_ngram_diagnosis():
     quality = fm.Outcome("position", 0, "cpu", top_cause="drafter_quality", null_reason=reason)
     blamed = fm.Outcome("position", 0, "cpu", top_cause="host_per_token", null_reason=reason)
     assert fm.is_right(row, quality) and not fm.is_right(row, blamed)
+
+
+def _bench_module():
+    """bench/fault_matrix.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "fault_matrix", ROOT / "bench" / "fault_matrix.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_resume_runs_only_the_missing_runs_and_budget_stops_before_a_late_one(
+    tmp_path, monkeypatch, capsys
+):
+    """A device call's matrix goes on where the last call stopped (--resume), writes every run
+    as it finishes, and starts no run that would end past --budget-s (by the longest so far)."""
+    bench = _bench_module()
+    ran: list[tuple[str, int]] = []
+    now = [0.0]  # each run takes 50 s of this clock
+
+    def fake_run_row(row, size, device, work, timeout_s, repeat=0):
+        ran.append((row.name, repeat))
+        now[0] += 50.0
+        return fm.Outcome(row.name, repeat, device, top_cause="host_per_token", wall_s=50.0)
+
+    monkeypatch.setattr(bench.fm, "run_row", fake_run_row)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
+    out = tmp_path / "fm.json"
+    common = ["--faults", "host-work,detok-full", "--repeats", "2", "--out", str(out)]
+    assert bench.main([*common, "--work-dir", str(tmp_path), "--budget-s", "150"]) == 0
+    first = json.loads(out.read_text())
+    assert ran == [("detok-full", 0), ("host-work", 0)]  # a third would end at 160 s > 150
+    assert first["total"] == 2 and first["right"] == 2
+    assert "runs left; --resume goes on" in capsys.readouterr().err
+    ran.clear()
+    assert bench.main([*common, "--work-dir", str(tmp_path), "--resume"]) == 0
+    assert ran == [("detok-full", 1), ("host-work", 1)]
+    both = json.loads(out.read_text())
+    assert both["total"] == 4 and both["right"] == 4
+    assert {(o["row"], o["repeat"]) for o in both["outcomes"]} == {
+        (r, k) for r in ("detok-full", "host-work") for k in (0, 1)
+    }
+    assert both["wall_s"] > first["wall_s"]
+
+
+@pytest.mark.slow
+def test_recorded_h200_runs_keep_their_verdicts(tmp_path):
+    """The H200 matrix's recorded runs (bench/results/fault_matrix_h200_runs.tgz, real weights,
+    real faults), re-analysed with this checkout's analysis: a change to the diagnosis that
+    turns one of them wrong fails here. A regression guard, not a validation: the position
+    row's early decay cuts were chosen after these runs (docs/faults.md)."""
+    out = tmp_path / "reanalysed.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "fault_matrix_reanalyze.py"),
+            str(ROOT / "bench" / "results" / "fault_matrix_h200_runs.tgz"),
+            "--device",
+            "cuda",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    obj = json.loads(out.read_text())
+    wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
+    assert obj["total"] == 18 and not wrong, (wrong, done.stdout)
+    # the rows whose fault shows name it; only the window is null on this model (its figure)
+    tops = {o["row"]: o["top_cause"] for o in obj["outcomes"]}
+    assert tops["detok-full"] == tops["host-work"] == "host_per_token"
+    assert tops["position"] == "acceptance_position"
+    assert {o["row"] for o in obj["outcomes"] if o["null_reason"]} == {"window"}
+
+
+def test_reanalysis_of_a_missing_file_is_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fault_matrix_reanalyze.py"), str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "no such file" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

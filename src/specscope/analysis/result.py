@@ -22,6 +22,7 @@ FindingId = Literal[
     "speculation_overhead",
     "batching_interference",
     "draft_coverage",
+    "client_limited",
 ]
 
 FINDING_IDS: tuple[str, ...] = FindingId.__args__  # type: ignore[attr-defined]
@@ -109,6 +110,9 @@ HEADLINE_DETAIL_KEYS = (
     "ttft_s_ci",
     "interval_method",
     "headline_loops",
+    "first_read_share",
+    "server_step_s",
+    "delivery_lag_share",
 )
 
 
@@ -135,6 +139,8 @@ class Analysis(BaseModel):
     """
 
     schema_: int = Field(default=1, alias="schema")
+    # the diagnosis in a few short sentences, read first (analysis.diagnosis.verdict)
+    verdict: list[str] = Field(default_factory=list)
     run_dir: str | None = None
     partial: bool = False
     decode_tps: float | None = None
@@ -155,6 +161,16 @@ class Analysis(BaseModel):
     interval_method: str | None = None  # how the intervals were obtained
     # requests ending in repetition loops behind the commit length (null: none loop)
     headline_loops: dict[str, Any] | None = None
+    # whether the client kept up: its loop lag against the median step (client_health; null
+    # for a run without the client's samples)
+    client: dict[str, Any] | None = None
+    # share of the decode tokens that came in a first read with the first token (their steps
+    # unseen: the headline is over the rest of each generation)
+    first_read_share: float | None = None
+    # the engine's own mean step time over the same requests (vLLM's inter-token latency
+    # histogram, engine timestamps) and the stream's lag behind it as a share (null without it)
+    server_step_s: float | None = None
+    delivery_lag_share: float | None = None
     # diagnose --precision: target, reached (relative half-width of decode_tps_ci), requests,
     # stopped_by, ... (analysis.precision.summary); None when the run had no target
     precision: dict[str, Any] | None = None

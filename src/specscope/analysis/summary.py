@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from specscope.analysis.client_health import client_health, median_step_s
 from specscope.analysis.headline.headline import Headline, headline
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
 from specscope.analysis.steps.speculation import as_stated, state_of_requests
 from specscope.analysis.workload.keys import workload_keys
+from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace
 
 
@@ -80,16 +82,33 @@ def _steps_block(ok_recs: Sequence[StepReconstruction], head: Headline) -> dict[
     }
 
 
+def _client_block(
+    client: Sequence[dict[str, Any]],
+    ok: Sequence[RequestTrace],
+    ok_recs: Sequence[StepReconstruction],
+    head: Headline,
+) -> dict[str, Any] | None:
+    """The client's health (analysis.client_health) against the run's median step."""
+    timed = [st.step_s for r in ok_recs if r.reliable for st in r.steps if st.step_s > 0]
+    health = client_health(client, ok, median_step_s(timed, head.mean_step_s))
+    return None if health is None else health.to_json()
+
+
 def summarize(
     traces: Sequence[RequestTrace],
     *,
     max_commit_len: int | None = None,
     reconstructions: Sequence[StepReconstruction] | None = None,
     server_info: dict[str, Any] | None = None,
+    client: Sequence[dict[str, Any]] = (),
+    telemetry: Sequence[SpecRecord] = (),
 ) -> dict[str, Any]:
     """Summary of a probe run. `reconstructions` (aligned with `traces`) may be passed in when
     the caller already computed them; `server_info` (the server's info endpoint) is evidence for
-    the speculation state."""
+    the speculation state; `client` the client's loop-lag samples (client.jsonl), for its
+    health (`client`, null without samples); `telemetry` the server's records about the run
+    (probe --metrics-url: the Prometheus run delta, whose engine-timed steps the headline holds
+    the stream's against)."""
     ok = [t for t in traces if t.ok]
     failed = [t for t in traces if not t.ok]
     recs = (
@@ -105,7 +124,7 @@ def summarize(
     e2es = [v for t in ok if (v := t.e2e_s) is not None]
     windows = [w for t in ok if (w := t.decode_window()) is not None]
     per_req_tps = [w[0] / w[1] for w in windows]
-    head = headline(ok, ok_recs)
+    head = headline(ok, ok_recs, telemetry=telemetry)
 
     gaps, chunk_sizes = _chunks(ok)
     server_block = _server_block(ok)
@@ -138,4 +157,5 @@ def summarize(
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,
         **workload_keys(traces, recs),
+        "client": _client_block(client, ok, ok_recs, head),
     }

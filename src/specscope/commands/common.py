@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -27,9 +27,22 @@ def warn(message: object) -> None:
     err_console.print(labelled("warning:", "yellow", message), highlight=False)
 
 
+# The console script (cli.main) sets this when its command line asks for `--json`: errors then
+# also leave one JSON object on stdout.
+JSON_ERRORS = {"on": False}
+
+
+def say_error(message: object, exit_code: int = EXIT_BAD_INPUT) -> None:
+    """An error as one line on stderr (`error: ...`); with `--json`, also one JSON object on
+    stdout ({"error", "exit_code"})."""
+    err_console.print(labelled("error:", "bold red", message), highlight=False)
+    if JSON_ERRORS["on"]:
+        print_json({"error": str(message), "exit_code": exit_code})
+
+
 def fail_usage(message: object) -> NoReturn:
     """Bad usage or bad input: one clear line naming the input, exit 2, no traceback."""
-    err_console.print(labelled("error:", "bold red", message), highlight=False)
+    say_error(message)
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -49,6 +62,19 @@ SLO_HELP = (
     "Latency SLOs for goodput, e.g. ttft=2s,tpot=50ms (also itl, step, e2e; units s, ms, "
     "us): the share and rate of requests meeting all of them"
 )
+
+
+# The diagnosis' report folds its statistics (report.terminal): this shows them all, in
+# `diagnose` and in `report` alike.
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Show every finding's evidence and test (method, p, q), the notes and how the "
+        "intervals were obtained",
+    ),
+]
 
 
 def print_json(obj: Any) -> None:

@@ -6,7 +6,8 @@ analysis explains the number; the report is printed and written (analysis.json, 
 Without URL the embedded default server is started on loopback, diagnosed, and stopped.
 
 Exit codes: 0 ok; 1 the target misbehaved (failed requests, server died; what was measured is
-still reported); 2 bad usage/input. Ctrl-C stops cleanly and reports a partial run (exit 130).
+still reported); 2 bad usage/input, a URL whose server answers but is not an OpenAI-compatible
+one included (probe.preflight; no run directory). Ctrl-C stops cleanly and reports a partial run (exit 130).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from specscope.commands.common import (
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
     SLO_HELP,
+    Verbose,
     err_console,
     fail_usage,
     out_console,
@@ -62,6 +64,7 @@ from specscope.experiments import diagnosis_plan
 from specscope.experiments.probe_target import ProbeInputs, TargetError
 from specscope.probe.client import Timeouts, resolve_api_key
 from specscope.probe.endpoint import Endpoint, redact_url
+from specscope.probe.preflight import NotOpenAIServer
 from specscope.report import context_from_run, render_plan, render_terminal
 from specscope.report.contract import diagnose_failure_json, diagnose_json
 from specscope.report.notices import (
@@ -144,6 +147,7 @@ def diagnose(
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+    verbose: Verbose = False,
     flavor: Annotated[str, typer.Option(help="auto|openai|sglang|vllm|llamacpp")] = "auto",
     api: Annotated[str | None, typer.Option(help="completions|chat|native")] = None,
     repeat: Annotated[int, typer.Option(help="Repeat each measurement K times")] = 1,
@@ -272,7 +276,7 @@ def diagnose(
     except OptionError as e:
         fail_usage(str(e))
     started = time.monotonic()
-    _print_outcome(_run(options, json_), json_, started)
+    _print_outcome(_run(options, json_), json_, started, verbose)
 
 
 def _probe_inputs(
@@ -340,6 +344,10 @@ def _run(options: DiagnoseOptions, json_: bool) -> Diagnosis:
         _fail_target(f"could not start the embedded server: {e}", json_)
     except DiagnoseInputError as e:
         fail_usage(str(e))
+    except NotOpenAIServer as e:  # the preflight: the URL is not an LLM server (exit 2)
+        if json_:
+            print_json(diagnose_failure_json(str(e)))
+        fail_usage(str(e))
     except NothingMeasured as e:
         err_console.print(f"error: {e}", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED if e.interrupted else EXIT_TARGET_MISBEHAVED) from None
@@ -349,15 +357,16 @@ def _run(options: DiagnoseOptions, json_: bool) -> Diagnosis:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def _print_outcome(done: Diagnosis, json_: bool, started: float) -> NoReturn:
+def _print_outcome(done: Diagnosis, json_: bool, started: float, verbose: bool) -> NoReturn:
     """The report (or the JSON object) on stdout, where it was written on stderr, and the exit
     code: 130 after Ctrl-C, 1 when the target misbehaved, else 0."""
     run, analysis, html_path, run_path = done.run, done.analysis, done.report_html, done.run_dir
     if json_:
         print_json(diagnose_json(analysis, run, html_path))
     else:
-        render_terminal(context_from_run(run, analysis, str(run_path)), out_console)
-        render_workload(diagnosis_workload_keys(run.requests), out_console)
+        ctx = context_from_run(run, analysis, str(run_path))
+        render_terminal(ctx, out_console, verbose=verbose)
+        render_workload(diagnosis_workload_keys(run.requests), out_console, verbose=verbose)
     render_run_written(run_path, html_path, time.monotonic() - started, err_console)
     if done.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)

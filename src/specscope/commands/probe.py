@@ -7,7 +7,8 @@ and prints a summary (a table, or one JSON object with `--json`).
 Exit codes: 0 all requests succeeded; 1 the target misbehaved: at least one request failed
 (each failure is recorded in requests.jsonl), or the server could not be reached at all (then
 the failed detection request is recorded as request 0 with kind `connection`/`timeout_*`);
-2 bad usage or bad input (malformed URL, bad flag values, no way to count prompt tokens,
+2 bad usage or bad input (malformed URL, a server that answers but is not an OpenAI-compatible
+one: probe.preflight, no run directory then; bad flag values, no way to count prompt tokens,
 unreadable --prompt-file / --tokenizer, unwritable --out).
 """
 
@@ -56,6 +57,8 @@ from specscope.entrypoints.probe import (
     probe_run,
 )
 from specscope.probe.client import Timeouts, resolve_api_key
+from specscope.probe.endpoint import redact_url
+from specscope.probe.preflight import NotOpenAIServer
 from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
 from specscope.probe.workloads import Workload
 from specscope.report.contract import probe_json
@@ -94,9 +97,9 @@ def probe(
     workload: Annotated[
         str | None,
         typer.Option(
-            help="Prompts: mixed (default), code-completion, code-edit, chat, summarisation, "
-            "reasoning, long-writing, multi-turn, synthetic, or a JSONL FILE of prompts, "
-            "OpenAI messages or ShareGPT conversations"
+            help="Prompts: mixed (default), code-completion, code-edit, prose-edit, chat, "
+            "summarisation, reasoning, long-writing, multi-turn, synthetic, or a JSONL FILE of "
+            "prompts, OpenAI messages or ShareGPT conversations"
         ),
     ] = None,
     vary_prompts: Annotated[
@@ -140,6 +143,13 @@ def probe(
         ),
     ] = None,
     budget_tokens: BudgetTokens = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The server's Prometheus /metrics URL: scraped before and after the requests "
+            "(vLLM's engine-timed steps, against which the stream's are held)"
+        ),
+    ] = None,
 ) -> None:
     """Parse and check the flags, run the probe, print its summary (or --json's object)."""
     endpoint = endpoint_or_fail(url)
@@ -171,6 +181,7 @@ def probe(
             precision=precision,
             budget_s=budget_s,
             budget_tokens=budget_tokens,
+            metrics_url=redact_url(metrics_url) if metrics_url else None,
         )
     except OptionError as e:
         fail_usage(str(e))
@@ -214,6 +225,7 @@ def _recorded(
         "precision": o.precision,
         "budget_s": o.budget_s,
         "budget_tokens": o.budget_tokens,
+        "metrics_url": o.metrics_url,
         "timeouts": {
             "connect": o.timeouts.connect,
             "first_byte": o.timeouts.first_byte,
@@ -231,7 +243,7 @@ def _run(options: ProbeOptions) -> ProbeOutcome:
     except TokenizeError as e:  # the server misbehaved: one line, exit 1
         err_console.print(labelled("error:", "bold red", e), highlight=False)
         raise typer.Exit(EXIT_TARGET_MISBEHAVED) from None
-    except (ProbeInputError, PromptError) as e:
+    except (ProbeInputError, PromptError, NotOpenAIServer) as e:
         fail_usage(str(e))
 
 

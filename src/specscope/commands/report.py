@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from specscope.analysis.serving import serving_of_run
-from specscope.commands.common import err_console, fail_usage, out_console
+from specscope.commands.common import Verbose, err_console, fail_usage, out_console
 from specscope.report import context_from_run, render_terminal, write_html, write_markdown
 from specscope.report.csv_export import write_csv
 from specscope.report.notices import render_written
@@ -25,6 +25,7 @@ def report(
     reanalyze: Annotated[
         bool, typer.Option("--reanalyze", help="Analyse again even if analysis.json exists")
     ] = False,
+    verbose: Verbose = False,
     csv_dir: Annotated[
         Path | None,
         typer.Option(
@@ -42,7 +43,7 @@ def report(
     if analysis.serving is None:  # an analysis.json written before serving metrics existed
         analysis.serving = serving_of_run(run, max_commit_len=max_commit)
     ctx = context_from_run(run, analysis, str(run_dir))
-    render_terminal(ctx, out_console)
+    render_terminal(ctx, out_console, verbose=verbose)
     if html is None and markdown is None:
         html = run_dir / REPORT_HTML
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specscope.analysis.diagnosis.verdict import with_partial
 from specscope.analysis.result import Analysis
 from specscope.embedded import EmbeddedServer, embedded_server
 from specscope.entrypoints.options import OptionError, precision_problem
@@ -25,6 +26,7 @@ from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_pla
 from specscope.experiments import Progress as StepProgress
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
 from specscope.experiments.probe_target import ProbeInputs, TargetError, open_target
+from specscope.probe.health import LoopLagMonitor
 from specscope.probe.prompts import prompt_length_problem
 from specscope.probe.workloads import resolve_workload
 from specscope.report import context_from_run, write_html, write_markdown
@@ -247,6 +249,7 @@ class _Measured:
     writer: RunDirWriter | None = None
     metrics_before: MetricsBefore = None
     precision: PrecisionOutcome | None = None  # the repeat loop's record, when the plan has one
+    lag: LoopLagMonitor | None = None  # the client's loop lag, sampled while it measures
 
 
 def _run_info(
@@ -324,31 +327,42 @@ async def _measure(
         state.writer = writer
         executor = Executor(target, writer, max_consecutive_errors=3, ignore_eos=options.ignore_eos)
         state.metrics_before = await scrape_before(evidence.metrics_url)
-        calib: list[RequestTrace] = []
-        step = diagnosis_plan.calibration_step(prompt_tokens, max_context)
-        for _ in range(CALIBRATION_ATTEMPTS):
-            calib += await executor.run_step(step)
-            last = calib[-1].error
-            if last is None or last.kind.startswith("timeout"):
-                break  # a request that ran out of time would only run out of time again
-        state.result.traces.extend(calib)
-        plan.calibrate(*rates_from(calib))
-        info.args["plan"] = plan.to_dict()
-        writer.write_info()
-        hooks.on_plan(plan, url)
-        if calib and all(t.error is not None for t in calib):
-            e = calib[0].error
-            state.result.stopped_reason = (
-                f"the server did not answer a first request ({e.kind}: {e.message})"  # type: ignore[union-attr]
-            )
-            return
-        if plan.precision is not None:
-            state.precision = PrecisionOutcome(plan.precision.target)
-        with hooks.progress() as on_progress:
-            executor.on_progress = on_progress
-            await executor.run(plan, state.result)
-            if state.precision is not None and state.result.complete:
-                await repeat_until_precise(executor, plan, state.result, state.precision)
+        state.lag = LoopLagMonitor()
+        async with state.lag:
+            calib = await _calibrate(executor, prompt_tokens, max_context)
+            state.result.traces.extend(calib)
+            plan.calibrate(*rates_from(calib))
+            info.args["plan"] = plan.to_dict()
+            writer.write_info()
+            hooks.on_plan(plan, url)
+            if calib and all(t.error is not None for t in calib):
+                e = calib[0].error
+                state.result.stopped_reason = (
+                    f"the server did not answer a first request ({e.kind}: {e.message})"  # type: ignore[union-attr]
+                )
+                return
+            if plan.precision is not None:
+                state.precision = PrecisionOutcome(plan.precision.target)
+            with hooks.progress() as on_progress:
+                executor.on_progress = on_progress
+                await executor.run(plan, state.result)
+                if state.precision is not None and state.result.complete:
+                    await repeat_until_precise(executor, plan, state.result, state.precision)
+
+
+async def _calibrate(
+    executor: Executor, prompt_tokens: int, max_context: int | None
+) -> list[RequestTrace]:
+    """The calibration request, tried again where it failed for another reason than time (a
+    request that ran out of time would only run out of time again)."""
+    calib: list[RequestTrace] = []
+    step = diagnosis_plan.calibration_step(prompt_tokens, max_context)
+    for _ in range(CALIBRATION_ATTEMPTS):
+        calib += await executor.run_step(step)
+        last = calib[-1].error
+        if last is None or last.kind.startswith("timeout"):
+            break
+    return calib
 
 
 def _finish(
@@ -363,6 +377,9 @@ def _finish(
     if found.records:
         writer.append_telemetry(r.model_dump(mode="json") for r in found.records)
     writer.info.notes.extend(found.notes)
+    if state.lag is not None:
+        state.lag.stop()
+        writer.append_client(state.lag.record())
     if state.precision is not None:
         writer.info.precision = state.precision.closed(
             interrupted=interrupted, stopped_reason=state.result.stopped_reason
@@ -381,9 +398,11 @@ def _finish(
             requests=len(run.requests),
             errors=len(run.errors),
             notes=[f"analysis failed: {e.__class__.__name__}: {e}"],
+            verdict=[f"The analysis failed ({e.__class__.__name__}); the measurements are kept."],
         )
     analysis.run_dir = str(writer.path)
     analysis.partial = run.info.status != "complete"
+    analysis.verdict = with_partial(analysis.verdict, analysis.partial)
     writer.write_analysis(analysis_json(analysis))
     html_path = writer.path / REPORT_HTML
     ctx = context_from_run(run, analysis, str(writer.path))
@@ -432,7 +451,9 @@ def diagnose_run(options: DiagnoseOptions, hooks: DiagnoseHooks | None = None) -
 
     Ctrl-C while measuring keeps what was measured (the Diagnosis says `interrupted`).
     Raises TargetError (nothing could be measured), ServerStartError (the embedded server did
-    not come up), DiagnoseInputError, NothingMeasured, DiagnoseInterrupted."""
+    not come up), probe.preflight.NotOpenAIServer (the URL's server answers but is not an
+    OpenAI-compatible one; nothing written), DiagnoseInputError, NothingMeasured,
+    DiagnoseInterrupted."""
     hooks = hooks or DiagnoseHooks()
     args = options.run_args()
     state = _Measured()

@@ -28,9 +28,17 @@ from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
 from specscope.probe.client import Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
 from specscope.probe.flavors import FLAVORS
+from specscope.probe.health import LoopLagMonitor
 from specscope.probe.prompts import BuiltPrompt, prompt_length_problem
 from specscope.probe.workload import MAX_CONCURRENCY, run_workload
 from specscope.probe.workloads import PromptSource, Workload, resolve_workload
+from specscope.telemetry.evidence import (
+    EvidenceSources,
+    MetricsBefore,
+    collect_evidence,
+    scrape_before,
+)
+from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
 from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace, RunInfo
@@ -86,6 +94,9 @@ class ProbeOptions:
     budget_s: float | None = None  # None: PRECISION_BUDGET_S
     budget_tokens: int | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
+    # the server's Prometheus /metrics: scraped before and after the requests, its run delta
+    # kept in the run's telemetry and read by the headline (None: not scraped)
+    metrics_url: str | None = None
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -226,8 +237,10 @@ def _unreachable(o: ProbeOptions, info: RunInfo, error: str | None, evidence: st
 
 
 async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> ProbeOutcome:
-    """Probe the server at `o.url`. Raises ProbeInputError (exit 2), TokenizeError (the
-    server's tokenizer misbehaved) and PromptError (a prompt could not be built)."""
+    """Probe the server at `o.url`. Raises ProbeInputError (exit 2), NotOpenAIServer (the
+    preflight: the server answers but is not an OpenAI-compatible one; nothing written),
+    TokenizeError (the server's tokenizer misbehaved) and PromptError (a prompt could not be
+    built)."""
     async with new_session(o.timeouts, o.api_key, o.auth) as session:
         det = await detect_server(session, o.url, o.flavor, o.timeouts)
         info = RunInfo(
@@ -296,8 +309,10 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         measured: list[RequestTrace] = []  # every finished request, in the order they ended
         repeats = PrecisionOutcome(o.precision) if o.precision > 0 else None
         status, reason, interrupted = "partial", "interrupted", True
+        lag = LoopLagMonitor()
+        metrics_before = await scrape_before(o.metrics_url)
         try:
-            async with conn.client(session, o.timeouts) as client:
+            async with lag, conn.client(session, o.timeouts) as client:
 
                 async def send(specs: list[RequestSpec]) -> None:
                     with progress(len(specs)) as on_progress:
@@ -318,11 +333,21 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             status, interrupted = "complete", False
             reason = f"{failed} of {len(measured)} requests failed" if failed else ""
         finally:
+            lag.stop()
+            client_samples = lag.record()
+            writer.append_client(client_samples)
+            telemetry = _server_metrics(o.metrics_url, writer, metrics_before)
             if repeats is not None:
                 info.precision = repeats.closed(interrupted=interrupted, stopped_reason=None)
             writer.close(status, reason)  # type: ignore[arg-type]
         traces = sorted(measured, key=lambda t: t.index)
-        summary = summarize(traces, max_commit_len=max_commit_len, server_info=info.server_info)
+        summary = summarize(
+            traces,
+            max_commit_len=max_commit_len,
+            server_info=info.server_info,
+            client=[client_samples],
+            telemetry=telemetry,
+        )
         serving = serving_metrics(
             traces, run_concurrency=o.concurrency, slo=o.slo, max_commit_len=max_commit_len
         )
@@ -341,6 +366,21 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         return ProbeOutcome(
             writer.path, info, traces, summary, det.evidence, notes, serving, reached
         )
+
+
+def _server_metrics(
+    url: str | None, writer: RunDirWriter, before: MetricsBefore
+) -> list[SpecRecord]:
+    """The server's Prometheus run delta (`--metrics-url`), kept in the run's telemetry, its
+    note in run.json's notes; nothing without a URL. A failed scrape is a note, not an error:
+    the requests are measured and saved already."""
+    if not url:
+        return []
+    found = collect_evidence(EvidenceSources(metrics_url=url), writer.info.started_unix, before)
+    if found.records:
+        writer.append_telemetry(r.model_dump(mode="json") for r in found.records)
+    writer.info.notes.extend(found.notes)
+    return list(found.records)
 
 
 async def _repeat_until_precise(

@@ -1,9 +1,9 @@
 """From a URL to a ready client: detect the server, pick its flavor, find a token counter.
 
-`probe` and `diagnose` both start this way; they differ only in what they do with a server
-that does not answer (probe records a failed request, diagnose stops), so detection and the
-rest are two steps. Bounded in time: every look-up has its own timeout, derived from the
-user's `Timeouts`.
+`probe` and `diagnose` both start this way, the preflight first (probe.preflight); they differ
+only in what they do with a server that does not answer (probe records a failed request,
+diagnose stops), so detection and the rest are two steps. Bounded in time: every look-up has
+its own timeout, derived from the user's `Timeouts`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import aiohttp
 from specscope.probe.client import ProbeClient, Timeouts
 from specscope.probe.detect import Detection, detect
 from specscope.probe.flavors import Flavor, make_flavor
+from specscope.probe.preflight import preflight
 from specscope.probe.prompts import AsyncCounter, delta_counter, local_async, server_counter
 
 # A tokenize look-up waits at most this long (also bounded by the first-byte timeout).
@@ -34,8 +35,17 @@ def detection_timeout_s(timeouts: Timeouts) -> float:
 async def detect_server(
     session: aiohttp.ClientSession, url: str, flavor: str, timeouts: Timeouts
 ) -> Detection:
-    """Which server answers at `url` (`flavor` other than "auto" skips the guess)."""
-    return await detect(session, url, flavor=flavor, timeout_s=detection_timeout_s(timeouts))
+    """Which server answers at `url` (`flavor` other than "auto" skips the guess).
+
+    The preflight comes first: it raises `preflight.NotOpenAIServer` for a server that answers
+    but is not an OpenAI-compatible one; one that does not answer is `reachable` False."""
+    timeout_s = detection_timeout_s(timeouts)
+    checked = await preflight(session, url, timeout_s=timeout_s)
+    if not checked.reachable:
+        return Detection(
+            flavor=flavor if flavor != "auto" else "openai", reachable=False, error=checked.error
+        )
+    return await detect(session, url, flavor=flavor, timeout_s=timeout_s)
 
 
 @dataclass(frozen=True)

@@ -31,24 +31,28 @@ class Detection:
     max_context: int | None = None  # the server's context length in tokens, when it says
 
 
-async def _get_json(
+async def get_json(
     session: aiohttp.ClientSession, url: str, timeout_s: float
-) -> tuple[int | None, Any, str | None]:
-    """(status, parsed JSON or None, connection error text or None)."""
+) -> tuple[int | None, Any, str | None, str | None]:
+    """(status, parsed JSON or None, connection error text or None, content type or None): one
+    bounded GET, never raising for a server that misbehaves (the preflight and detection both
+    ask through it)."""
     try:
         async with asyncio.timeout(timeout_s):
             async with session.get(url) as resp:
                 raw = await resp.content.read(1 << 20)
                 try:
-                    return resp.status, scrub_tree(json.loads(raw)), None
+                    body = scrub_tree(json.loads(raw))
                 except (ValueError, RecursionError):
-                    return resp.status, None, None
+                    body = None
+                return resp.status, body, None, resp.content_type
     except TimeoutError:
-        return None, None, f"timed out after {timeout_s:g} s"
+        return None, None, f"timed out after {timeout_s:g} s", None
     except aiohttp.ClientConnectorError as e:
-        return None, None, (e.os_error.strerror if e.os_error else str(e)) or type(e).__name__
+        text = (e.os_error.strerror if e.os_error else str(e)) or type(e).__name__
+        return None, None, text, None
     except aiohttp.ClientError as e:
-        return None, None, f"{type(e).__name__}: {e}"
+        return None, None, f"{type(e).__name__}: {e}", None
 
 
 def _first_model(models: Any) -> tuple[str | None, str | None]:
@@ -67,7 +71,7 @@ async def detect(
 ) -> Detection:
     """Detect the flavor (unless given), look up the served model and the context length."""
     base = base_url.rstrip("/")
-    status, models, err = await _get_json(session, base + "/v1/models", timeout_s)
+    status, models, err, _ = await get_json(session, base + "/v1/models", timeout_s)
     det = await _detect(session, base, timeout_s, flavor, status, models, err)
     det.max_context = max_context_from(det.server_info, models)
     return det
@@ -91,19 +95,19 @@ async def _detect(
         return Detection(flavor=flavor, model=model, evidence="--flavor given")
 
     for path in ("/get_server_info", "/server_info"):
-        st, info, _ = await _get_json(session, base + path, timeout_s)
+        st, info, _, _ = await get_json(session, base + path, timeout_s)
         if st == 200 and isinstance(info, dict):
             if "vllm_config" in info or owner == "vllm":
                 return Detection("vllm", model, info, f"{path} looks like vLLM's")
             return Detection("sglang", model, info, f"{path} answered (SGLang)")
-    st, info, _ = await _get_json(session, base + "/props", timeout_s)
+    st, info, _, _ = await get_json(session, base + "/props", timeout_s)
     if (
         st == 200
         and isinstance(info, dict)
         and ("default_generation_settings" in info or "build_info" in info or "total_slots" in info)
     ):
         return Detection("llamacpp", model, info, "/props answered (llama.cpp)")
-    st, info, _ = await _get_json(session, base + "/version", timeout_s)
+    st, info, _, _ = await get_json(session, base + "/version", timeout_s)
     if st == 200 and isinstance(info, dict) and "version" in info and owner in (None, "vllm"):
         return Detection("vllm", model, info, "/version answered (vLLM)")
     if owner == "vllm":

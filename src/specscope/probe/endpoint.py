@@ -20,7 +20,7 @@ class EndpointError(ValueError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    url: str  # scheme://host[:port][/path], no userinfo, no trailing slash
+    url: str  # scheme://host[:port][/path], no userinfo, no trailing slash or `/v1`
     auth: aiohttp.BasicAuth | None = field(default=None, repr=False)  # never printed
 
 
@@ -36,8 +36,18 @@ def redact_url(text: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
+def strip_api_suffix(url: str) -> str:
+    """`url` without trailing slashes and a trailing `/v1` (the usual OpenAI base URL), so
+    `http://h:p`, `http://h:p/` and `http://h:p/v1/` all name the same server."""
+    url = url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")].rstrip("/")
+    return url
+
+
 def parse_endpoint(text: str) -> Endpoint:
-    """The base URL of a server: http(s), a host, a valid port; userinfo split off."""
+    """The base URL of a server: http(s), a host, a valid port; userinfo split off; a trailing
+    `/v1` dropped (`strip_api_suffix`: paths such as `/v1/models` are added to it)."""
     shown = redact_url(text)
     try:
         parts = urlsplit(text.strip())
@@ -53,5 +63,5 @@ def parse_endpoint(text: str) -> Endpoint:
     if parts.username is not None or parts.password is not None:
         auth = aiohttp.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")).rstrip("/")
-    return Endpoint(url=url, auth=auth)
+    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return Endpoint(url=strip_api_suffix(url), auth=auth)

@@ -254,6 +254,10 @@ class Frame:
     tail: str = ""
     unit_kind: str = "line"
     strip: bool = True
+    # The answer starts with the cut's first unit again, after the tail: a request to return a
+    # text edited gets it back from its start (an editor, an "apply" tool), and a model that
+    # is shown the opening goes on re-emitting the text rather than commenting on it.
+    echo: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,7 +287,8 @@ def render(frame: Frame, cut: Cut, prefix: str = "") -> str:
             body += pieces[cut.words][: cut.chars]
     if frame.strip:
         body = body.rstrip()
-    return prefix + frame.head + body + frame.tail
+    opening = frame.units[cut.start].rstrip() if frame.echo and cut.units > cut.start else ""
+    return prefix + frame.head + body + frame.tail + opening
 
 
 def normalized(frame: Frame) -> Frame:
@@ -295,7 +300,7 @@ def normalized(frame: Frame) -> Frame:
             out[-1] += u
         else:
             out.append(u)
-    return Frame(frame.head, out, frame.tail, frame.unit_kind, frame.strip)
+    return Frame(frame.head, out, frame.tail, frame.unit_kind, frame.strip, frame.echo)
 
 
 async def _largest_at_most(

@@ -16,7 +16,10 @@ from specscope.store.compare import Comparison
 def render_compare(
     cmp: Comparison, run_a: Path, run_b: Path, slower: float | None, console: Console
 ) -> None:
-    """Lines of plain text (run dirs and finding summaries are never markup)."""
+    """Lines of plain text (run dirs and finding summaries are never markup): B's verdict
+    against A first, then both rates and the split."""
+    for sentence in cmp.verdict:
+        console.print(Text(f"• {sentence}"))
     console.print(
         Text(f"A {run_a}: {fmt(cmp.tps_a, 1)} tok/s   B {run_b}: {fmt(cmp.tps_b, 1)} tok/s")
     )

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from specscope.analysis.diagnosis.findings import COST_LABEL, TEST_SOURCE
+from specscope.analysis.diagnosis.verdict import PARTIAL, factor_of, ms, next_step, times
 from specscope.analysis.headline.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP
-from specscope.analysis.result import Analysis
+from specscope.analysis.result import Analysis, Evidence, Finding, FindingTest
 from specscope.trace import RequestTrace, Run, RunInfo
 
 
@@ -173,9 +175,10 @@ _STOPPED_BY = {
 }
 
 
-def precision_line(p: dict[str, Any] | None) -> str | None:
-    """What the --precision repeats reached, against what they aimed for and why they stopped;
-    None for a run without a precision target."""
+def precision_line(p: dict[str, Any] | None, method: bool = True) -> str | None:
+    """What the --precision repeats reached, against what they aimed for and why they stopped
+    (`method`: and what the interval leaves out); None for a run without a precision
+    target."""
     if not p:
         return None
     reached = p.get("reached")
@@ -190,7 +193,7 @@ def precision_line(p: dict[str, Any] | None) -> str | None:
         text += f"; {p['added_requests']} repeat(s) added"
         if p.get("spent_s") is not None:
             text += f" in {p['spent_s']:.0f} s"
-    if reached is not None and not p.get("over_requests"):
+    if method and reached is not None and not p.get("over_requests"):
         text += (
             "; the interval is over blocks of steps, so it leaves out how much the rate "
             "moves from one prompt to the next "
@@ -215,3 +218,117 @@ def plan_precision_line(pp: dict[str, Any]) -> str:
         f"over requests ({MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP} or more) is within ±{pp['target']:.1%}, or the budget "
         f"({budget}, at most {pp.get('max_requests')} requests) is spent"
     )
+
+
+# --- the folded view: the verdict first, each finding by the few numbers that carry it --------
+
+FOLDED_HINT = "--verbose, --json, report.html"
+
+
+def verdict_lines(a: Analysis) -> list[str]:
+    """The verdict's sentences without the partial-run warning: each renderer states that its
+    own way, with the run's status (ReportContext.status_line)."""
+    return [s for s in a.verdict if s != PARTIAL]
+
+
+def is_test_evidence(e: Evidence) -> bool:
+    """An evidence line that restates the finding's test (method, effect, interval, p, q):
+    folded away from the default view."""
+    return e.source == TEST_SOURCE
+
+
+def test_of(a: Analysis, finding_id: str) -> FindingTest | None:
+    """The test that decided this finding (None for a validity check decided by counting)."""
+    return next((t for t in a.finding_tests if t.id == finding_id), None)
+
+
+def folded_next(f: Finding) -> str:
+    """The finding's one next step as the folded view shows it (verdict.next_step): with its
+    cause open, the experiment that separates the causes; `--verbose` shows all its advice."""
+    return next_step(f)
+
+
+def finding_heading(f: Finding) -> str:
+    """What follows a finding's id: its factor (or cost) as a multiple and its cause, or the
+    causes still open."""
+    parts = []
+    if (size := factor_of(f)) is not None:
+        parts.append(f"{size[0]} {times(size[1])}")
+    if f.cause:
+        parts.append(f"cause {f.cause}")
+    elif f.candidates:
+        parts.append(f"cause undecided: {' or '.join(f.candidates)}")
+    return " · ".join(parts)
+
+
+def finding_numbers(f: Finding, test: FindingTest | None) -> list[str]:
+    """The numbers that carry a finding beside its factor (finding_heading), three in all, in
+    human units with their intervals: the tested effect, then the first measured figures of
+    its evidence (two where there is no factor)."""
+    out = [f"effect {_effect(test)}"] if test is not None and test.effect is not None else []
+    values = {e.label: e.value for e in f.evidence}
+    limit = len(out) + (1 if factor_of(f) is not None else 2)
+    for e in f.evidence:
+        if len(out) >= limit:
+            break
+        text = _figure(e, values)
+        if text is not None:
+            out.append(f"{e.label} {text}")
+    return out
+
+
+_PERCENT_UNITS = ("", "fraction", "fraction of the mean step", "share of steps")
+
+
+def _effect(t: FindingTest) -> str:
+    """A test's effect with its 95% interval, in the unit a reader thinks in: a multiple for
+    ratios (effect = ratio - 1), a percentage for shares and fractions."""
+    lo, hi = t.ci if len(t.ci) == 2 else (None, None)
+    effect = t.effect or 0.0
+    if t.unit == "x":
+        ci = f" (95% CI {1 + lo:.2f}–{times(1 + hi)})" if lo is not None and hi is not None else ""
+        return times(1 + effect) + ci
+    shift = 0.5 if t.unit == "share above 0.5" else 0.0  # the share itself, not its excess
+    ci = (
+        f" (95% CI {lo + shift:.0%} to {hi + shift:.0%})"
+        if lo is not None and hi is not None
+        else ""
+    )
+    return f"{effect + shift:.0%}" + ci
+
+
+# evidence units shown in the folded view, each to human units: (scale, format, unit shown)
+_HUMAN = {
+    "s/token": (1e6, "{:.2f}", " ms per 1000 tokens"),
+    "tokens/step": (1.0, "{:.2f}", " tokens/step"),
+    "tok/s": (1.0, "{:.1f}", " tok/s"),
+    "tokens": (1.0, "{:.0f}", " tokens"),
+}
+
+
+def _figure(e: Evidence, values: dict[str, object]) -> str | None:
+    """One measured figure of a finding in human units with its interval when the evidence
+    has one (`<label> 95% CI low/high`); None for what the folded view leaves out (the test's
+    lines, the cost, the interval ends themselves, text and counts)."""
+    if is_test_evidence(e) or e.label == COST_LABEL or " 95% CI " in e.label:
+        return None
+    if isinstance(e.value, bool) or not isinstance(e.value, int | float):
+        return None
+    lo, hi = values.get(f"{e.label} 95% CI low"), values.get(f"{e.label} 95% CI high")
+    has_ci = isinstance(lo, int | float) and isinstance(hi, int | float)
+    if e.unit == "s":
+        return _seconds(e.value) + (f" (95% CI {_seconds(lo)} to {_seconds(hi)})" if has_ci else "")
+    if e.unit == "x":
+        return times(e.value)
+    if e.unit not in _HUMAN:
+        return None
+    scale, form, unit = _HUMAN[e.unit]
+    text = form.format(e.value * scale) + unit
+    if has_ci:
+        text += f" (95% CI {form.format(lo * scale)}–{form.format(hi * scale)})"
+    return text
+
+
+def _seconds(v: float) -> str:
+    """A time in ms below a second (step times, TTFT), in seconds above."""
+    return ms(v) if abs(v) < 1 else f"{v:.2f} s"

@@ -86,8 +86,10 @@ def _request_errors(run: Run) -> list[dict[str, Any]]:
 
 
 def diagnose_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, Any]:
-    """`diagnose --json`: the §8 keys, plus status/partial/errors/report_html."""
+    """`diagnose --json`: the verdict first (short sentences: the rate, its split, what moved,
+    the top cause, the next step), the §8 keys, plus status/partial/errors/report_html."""
     return {
+        "verdict": list(analysis.verdict),
         "decode_tps": analysis.decode_tps,
         "ttft_s": analysis.ttft_s,
         "mean_commit_len": analysis.mean_commit_len,
@@ -110,6 +112,7 @@ def diagnose_json(analysis: Analysis, run: Run, html_path: Path) -> dict[str, An
         "precision": analysis.precision,
         "report_html": str(html_path),
         "serving": analysis.serving,
+        "client": analysis.client,
         **diagnosis_workload_keys(run.requests),
     }
 
@@ -118,6 +121,7 @@ def diagnose_failure_json(message: str) -> dict[str, Any]:
     """`diagnose --json` when nothing could be measured: the contract's keys, null numbers, no
     finding, and the error."""
     return {
+        "verdict": [f"Nothing was measured: {message.strip().rstrip('.')}."],
         **dict.fromkeys(_DIAGNOSE_NULLS),
         "findings": [],
         "speculation": "unknown",
@@ -158,6 +162,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
     reads): rates, the split, both sides' speculation, the findings, attribution, breakeven."""
     a, b = cmp.a, cmp.b
     return {
+        "verdict": list(cmp.verdict),  # B against A, as diagnose --baseline says it
         "tps_a": cmp.tps_a,
         "tps_b": cmp.tps_b,
         "tps_ratio": cmp.tps_ratio,

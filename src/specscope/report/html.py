@@ -14,15 +14,21 @@ from pathlib import Path
 
 import plotly.offline
 
+from specscope.analysis.result import Analysis, Finding
 from specscope.report.context import (
     ReportContext,
     drafted_line,
+    finding_heading,
+    finding_numbers,
     fmt,
     fmt_ci,
     fmt_interval,
     fmt_ms,
     fmt_value,
+    folded_next,
     precision_line,
+    test_of,
+    verdict_lines,
 )
 from specscope.report.figures import build_figures
 from specscope.report.serving import (
@@ -47,6 +53,7 @@ h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px so
 table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #dde;padding:.3rem .6rem;text-align:left}
 .finding{border-left:4px solid #3b6ea5;padding:.3rem 1rem;margin:1rem 0;background:#f7f9fc}
 .finding .id{font-family:monospace;color:#3b6ea5} .next{margin-top:.4rem}
+.verdict li{margin:.25rem 0} .numbers{color:#334} details{margin:.4rem 0} summary{cursor:pointer;color:#556}
 .plot{margin:1.5rem 0} .explains{color:#556;font-size:.9rem} .nodata{color:#889;font-style:italic}
 code{background:#f0f2f5;padding:0 .2rem}
 .glossary{margin-top:2.5rem;font-size:.85rem;color:#334}
@@ -92,7 +99,9 @@ def _headline(ctx: ReportContext) -> str:
             f"<p>Speculation {_e(a.speculation)}: {_e(a.speculation_reason or '')}.</p>"
         )
     if a.interval_method:
-        decomposition += f"<p>Intervals: {_e(a.interval_method)}.</p>"
+        decomposition += _details(
+            "How the intervals were obtained", f"<p>{_e(a.interval_method)}.</p>"
+        )
     if (reached := precision_line(a.precision)) is not None:
         decomposition += f"<p>Precision: {_e(reached)}.</p>"
     return f'<div class="headline">{"".join(cards)}</div>{decomposition}'
@@ -118,32 +127,48 @@ def _attribution(ctx: ReportContext) -> str:
     return f"<table>{body}</table>"
 
 
+def _details(summary: str, body: str) -> str:
+    """A folded block: the statistics a reader opens on demand (`summary` is our own text)."""
+    return f"<details><summary>{_e(summary)}</summary>{body}</details>"
+
+
+def _verdict(ctx: ReportContext) -> str:
+    """The verdict's sentences, first: the rate, what moved, the cause, the next step."""
+    lines = verdict_lines(ctx.analysis)
+    items = "".join(f"<li>{_e(s)}</li>" for s in lines)
+    return f'<h2>Verdict</h2><ul class="verdict">{items}</ul>' if lines else ""
+
+
+def _finding(a: Analysis, rank: int, f: Finding) -> str:
+    """One finding: heading (factor, cause), its sentence, the numbers that carry it and its
+    next step; every evidence line, the test and the confidence in a <details>."""
+    ev = "".join(
+        f"<tr><td>{_e(e.label)}</td><td>{_e(fmt_value(e.value))} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
+        for e in f.evidence
+    )
+    heading = finding_heading(f)
+    numbers = finding_numbers(f, test_of(a, f.id))
+    table = f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>"
+    return (
+        f'<div class="finding"><div><b>{rank}.</b> <span class="id">{_e(f.id)}</span>'
+        + (f" &middot; {_e(heading)}" if heading else "")
+        + f"</div><p>{_e(f.summary)}</p>"
+        + (f'<p class="numbers">{_e(" · ".join(numbers))}</p>' if numbers else "")
+        + f'<div class="next"><b>Next:</b> {_e(folded_next(f))}</div>'
+        + _details(
+            f"evidence and test (confidence {fmt(f.confidence, 2)})",
+            (table if ev else "")
+            + (f"<p><b>Next, all of it:</b> {_e(f.next)}</p>" if f.next else ""),
+        )
+        + "</div>"
+    )
+
+
 def _findings(ctx: ReportContext) -> str:
     a = ctx.analysis
     if not a.findings:
         return f"<p>No finding: {_e(a.no_finding_reason or '')}</p>"
-    parts = []
-    for rank, f in enumerate(a.findings, start=1):
-        ev = "".join(
-            f"<tr><td>{_e(e.label)}</td><td>{_e(fmt_value(e.value))} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
-            for e in f.evidence
-        )
-        factor = (
-            f" &middot; explains a factor of {_e(fmt(f.factor, 2))}" if f.factor is not None else ""
-        )
-        parts.append(
-            f'<div class="finding"><div><b>{rank}.</b> <span class="id">{_e(f.id)}</span> '
-            f"&middot; confidence {_e(fmt(f.confidence, 2))}{factor}</div>"
-            f"<p>{_e(f.summary)}</p>"
-            + (
-                f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>"
-                if ev
-                else ""
-            )
-            + (f'<div class="next"><b>Next:</b> {_e(f.next)}</div>' if f.next else "")
-            + "</div>"
-        )
-    return "".join(parts)
+    return "".join(_finding(a, rank, f) for rank, f in enumerate(a.findings, start=1))
 
 
 def _rows_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -274,11 +299,16 @@ def render_html(ctx: ReportContext) -> str:
         f"<title>{_e(title)}</title><style>{_CSS}</style>"
         f'<script type="text/javascript">{plotly_js}</script></head><body>'
         f'<h1>{_e(title)}</h1><div class="meta">{meta}</div>{partial}'
-        f"<h2>Headline</h2>{_headline(ctx)}"
+        + _verdict(ctx)
+        + f"<h2>Headline</h2>{_headline(ctx)}"
         f"<h2>Attribution</h2>{_attribution(ctx)}"
         + _serving(ctx)
         + f"<h2>Findings</h2>{_findings(ctx)}"
-        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
+        + (
+            f"<h2>Notes</h2>{_details('Claims tested and not reported, and notes', f'<ul>{notes}</ul>')}"
+            if notes
+            else ""
+        )
         + f"<h2>Plots</h2>{_plots(ctx)}"
         + _plan(ctx)
         + _errors(ctx)

@@ -13,12 +13,17 @@ from specscope.report.context import (
     ReportContext,
     breakeven_lines,
     drafted_line,
+    finding_heading,
+    finding_numbers,
     fmt,
     fmt_ci,
     fmt_interval,
     fmt_ms,
     fmt_value,
+    folded_next,
     precision_line,
+    test_of,
+    verdict_lines,
 )
 from specscope.report.serving import (
     LEVEL_HEADER,
@@ -37,10 +42,11 @@ def md_escape(value: object) -> str:
 
 
 def render_markdown(ctx: ReportContext) -> str:
-    """Title and status, the headline, the baseline split, serving metrics, breakeven, the
-    findings, then notes, skipped experiments and failed requests."""
+    """Title and status, the verdict, the headline, the baseline split, serving metrics,
+    breakeven, the findings (each folded to the numbers that carry it, its evidence and test in
+    a <details>), then notes, skipped experiments and failed requests."""
     a = ctx.analysis
-    out = _title(ctx) + _headline(a)
+    out = _title(ctx) + _verdict(a) + _headline(a)
     if a.attribution is not None:
         out += _attribution(a.attribution)
     if a.serving:
@@ -73,6 +79,12 @@ def _title(ctx: ReportContext) -> list[str]:
     return out
 
 
+def _verdict(a: Analysis) -> list[str]:
+    """The verdict's sentences, first: the rate, what moved, the cause, the next step."""
+    lines = verdict_lines(a)
+    return ["## Verdict", "", *[f"- {md_escape(s)}" for s in lines], ""] if lines else []
+
+
 def _headline(a: Analysis) -> list[str]:
     """The headline table, its interval method, precision reached and the decomposition."""
     out = [
@@ -93,8 +105,6 @@ def _headline(a: Analysis) -> list[str]:
         f"| requests (errors) | {a.requests} ({a.errors}) |",
         "",
     ]
-    if a.interval_method:
-        out += [f"Intervals: {md_escape(a.interval_method)}.", ""]
     if (reached := precision_line(a.precision)) is not None:
         out += [f"Precision: {md_escape(reached)}.", ""]
     if a.mean_commit_len and a.mean_step_s:
@@ -103,7 +113,14 @@ def _headline(a: Analysis) -> list[str]:
             f"= {fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s",
             "",
         ]
+    if a.interval_method:
+        out += _details("How the intervals were obtained", [md_escape(a.interval_method)])
     return out
+
+
+def _details(summary: str, lines: list[str]) -> list[str]:
+    """A folded block (GitHub renders <details>): the statistics a reader opens on demand."""
+    return ["<details>", f"<summary>{summary}</summary>", "", *lines, "", "</details>", ""]
 
 
 def _attribution(at: Attribution) -> list[str]:
@@ -127,22 +144,30 @@ def _attribution(at: Attribution) -> list[str]:
 
 
 def _findings(a: Analysis) -> list[str]:
-    """The findings ranked, each with its evidence and next step (or why there is none)."""
+    """The findings ranked, each with its factor and cause, the numbers that carry it and its
+    next step; its every evidence line and test folded in a <details> (or why there is none)."""
     out = ["## Findings", ""]
     if not a.findings:
         out += [f"No finding: {md_escape(a.no_finding_reason or '')}", ""]
     for rank, f in enumerate(a.findings, start=1):
-        factor = f", factor {fmt(f.factor, 2)}" if f.factor is not None else ""
+        heading = finding_heading(f)
         out.append(
-            f"{rank}. **{f.id}** (confidence {fmt(f.confidence, 2)}{factor}): {md_escape(f.summary)}"
+            f"{rank}. **{f.id}**{' (' + md_escape(heading) + ')' if heading else ''}: "
+            f"{md_escape(f.summary)}"
         )
-        for e in f.evidence:
-            out.append(
-                f"   - {md_escape(e.label)}: {md_escape(fmt_value(e.value))} {md_escape(e.unit)} "
+        if numbers := finding_numbers(f, test_of(a, f.id)):
+            out.append(f"   - {md_escape(' · '.join(numbers))}")
+        out.append(f"   - next: {md_escape(folded_next(f))}")
+        out.append("")
+        out += _details(
+            f"{f.id}: evidence and test (confidence {fmt(f.confidence, 2)})",
+            [
+                f"- {md_escape(e.label)}: {md_escape(fmt_value(e.value))} {md_escape(e.unit)} "
                 f"({md_escape(e.source)})"
-            )
-        if f.next:
-            out.append(f"   - next: {md_escape(f.next)}")
+                for e in f.evidence
+            ]
+            + ([f"- next (all of it): {md_escape(f.next)}"] if f.next else []),
+        )
     out.append("")
     return out
 
@@ -153,7 +178,8 @@ def _appendix(ctx: ReportContext) -> list[str]:
     a, info = ctx.analysis, ctx.info
     out: list[str] = []
     if a.notes or info.notes:
-        out += ["## Notes", ""] + [f"- {md_escape(n)}" for n in [*a.notes, *info.notes]] + [""]
+        notes = [f"- {md_escape(n)}" for n in [*a.notes, *info.notes]]
+        out += ["## Notes", "", *_details("Claims tested and not reported, and notes", notes)]
     if ctx.plan and ctx.plan.get("skipped"):
         out += (
             ["## Skipped", ""]

@@ -70,11 +70,14 @@ def category_rich_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def render_workload(keys: dict[str, Any], console: Console) -> None:
-    """Diagnose's workload keys after its report: commit length per category, loops and
-    prefix-cache evidence."""
+def render_workload(keys: dict[str, Any], console: Console, verbose: bool = True) -> None:
+    """Diagnose's workload keys after its report: commit length per category (the table, or
+    folded to its range in one line), loops and prefix-cache evidence (folded: only hits)."""
     if keys["by_category"]:
-        console.print(category_rich_table(keys["by_category"]))
+        if verbose:
+            console.print(category_rich_table(keys["by_category"]))
+        else:
+            console.print(Text(_category_range(keys["by_category"])))
     if keys["repetition_loops"]:
         console.print(
             f"repetition loops: {len(keys['repetition_loops'])} request(s) end in a "
@@ -82,13 +85,26 @@ def render_workload(keys: dict[str, Any], console: Console) -> None:
             markup=False,
             highlight=False,
         )
-    if keys["prefix_cache"]:
+    if keys["prefix_cache"] and (verbose or keys["prefix_cache"].get("hits")):
         pc = keys["prefix_cache"]
         console.print(
             f"prefix cache: {pc['hits']} hit(s) of {pc['requests']}: {pc['evidence']}",
             markup=False,
             highlight=False,
         )
+
+
+def _category_range(rows: list[dict[str, Any]]) -> str:
+    """The per-category table in one line: the lowest and highest commit length and where."""
+    known = [r for r in rows if isinstance(r.get("mean_commit_len"), float | int)]
+    if not known:
+        return f"by category: {len(rows)} categories, commit length unknown (--verbose)"
+    lo = min(known, key=lambda r: r["mean_commit_len"])
+    hi = max(known, key=lambda r: r["mean_commit_len"])
+    return (
+        f"by category ({len(rows)}): commit length {lo['mean_commit_len']:.2f} "
+        f"({lo['category']}) to {hi['mean_commit_len']:.2f} ({hi['category']}); --verbose: table"
+    )
 
 
 def _headline_rows(t: Table, o: ProbeResult) -> None:
@@ -126,6 +142,9 @@ def _headline_rows(t: Table, o: ProbeResult) -> None:
         + fmt_ci(s.get("mean_step_s_ci"), 2, 1e3, "ms")
         + (f" ({s['mean_step_s_source']})" if s["mean_step_s_source"] else ""),
     )
+    client = s.get("client") or {}
+    if client.get("limits_step_time"):  # beside the step time it qualifies
+        t.add_row(Text("client was the limit", style="bold yellow"), client["reason"])
     if s.get("speculation"):
         t.add_row("speculation", untrusted(f"{s['speculation']}: {s['speculation_reason']}"))
     t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")

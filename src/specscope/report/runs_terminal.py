@@ -24,6 +24,9 @@ def _short(path: str, home: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+WIDE_COLUMNS = 110  # room for the endpoint beside a full run path
+
+
 def render_runs(home: Path, rows: list[RunRow], console: Console) -> None:
     """The runs under `home` as a table, or one line saying there are none."""
     if not rows:
@@ -37,22 +40,30 @@ def render_runs(home: Path, rows: list[RunRow], console: Console) -> None:
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
-    t.add_column("started", no_wrap=True)
-    t.add_column("status", no_wrap=True)
-    t.add_column("tok/s", justify="right", no_wrap=True)
-    t.add_column("commit", justify="right", no_wrap=True)
-    t.add_column("step", justify="right", no_wrap=True)
-    t.add_column("run", no_wrap=True)
-    t.add_column("endpoint", no_wrap=True, overflow="ellipsis")
+    # The short columns keep their width at 80 columns (a figure cut to "…" says nothing) and
+    # the run's path folds rather than lose its end; the endpoint is left out where the
+    # terminal has no room for it (`runs --json` has it).
+    wide = console.width >= WIDE_COLUMNS
+    t.add_column("started", no_wrap=True, min_width=11)
+    t.add_column("status", no_wrap=True, min_width=8)
+    t.add_column("tok/s", justify="right", no_wrap=True, min_width=7)
+    t.add_column("commit", justify="right", no_wrap=True, min_width=6)
+    t.add_column("step", justify="right", no_wrap=True, min_width=9)
+    t.add_column("run", overflow="fold")
+    if wide:
+        t.add_column("endpoint", no_wrap=True, overflow="ellipsis")
     for r in rows:
         started = time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-"
-        t.add_row(
+        # where the run is, then what it is: its kind and the served model (or twin scenario)
+        run = Text(_short(r.path, str(home)))
+        run.append("\n" + " · ".join(x for x in (r.kind, r.model) if x), style="dim")
+        cells = [
             started,
-            Text(r.status),
+            Text(r.status, style="bold red" if r.status == "failed" else ""),
             fmt(r.decode_tps, 1),
             fmt(r.mean_commit_len, 2),
             fmt_ms(r.mean_step_s),
-            Text(_short(r.path, str(home))),
-            Text(r.endpoint),
-        )
+            run,
+        ]
+        t.add_row(*cells, *([Text(r.endpoint)] if wide else []))
     console.print(t)

@@ -1,10 +1,11 @@
-"""The terminal report (rich): headline, decomposition, ranked findings with evidence and next
-steps. Server text is printed with markup disabled so `[red]` in a model name stays literal."""
+"""The terminal report (rich): the verdict, the figures, the ranked findings folded to the
+numbers that carry them (`verbose`: every evidence line, test and note). Server text is printed
+as rich `Text` (markup off) so `[red]` in a model name stays literal."""
 
 from __future__ import annotations
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -12,16 +13,22 @@ from rich.text import Text
 from specscope.analysis.result import Analysis
 from specscope.experiments.plan import Plan
 from specscope.report.context import (
+    FOLDED_HINT,
     ReportContext,
     breakeven_lines,
     drafted_line,
+    finding_heading,
+    finding_numbers,
     fmt,
     fmt_ci,
     fmt_interval,
     fmt_ms,
     fmt_value,
+    folded_next,
     plan_precision_line,
     precision_line,
+    test_of,
+    verdict_lines,
 )
 from specscope.report.serving import (
     LEVEL_HEADER,
@@ -32,26 +39,21 @@ from specscope.report.serving import (
 )
 
 
-def render_terminal(ctx: ReportContext, console: Console) -> None:
-    """The diagnosis: the headline panel, a partial run's warning, serving metrics, the ranked
-    findings, notes and the first failed request."""
+def render_terminal(ctx: ReportContext, console: Console, verbose: bool = False) -> None:
+    """The diagnosis: the verdict first, the figures' panel, serving metrics, the findings and
+    the first failed request. By default each finding shows its sentence, its factor, the few
+    numbers that carry it and its next step; `verbose` adds every evidence line, the tests
+    (method, p, q), the notes and the interval method (today's JSON holds them all)."""
     a = ctx.analysis
-    console.print(_headline_panel(ctx))
-    if ctx.partial:
-        console.print(
-            Text(
-                f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
-                style="bold yellow",
-            )
-        )
-
+    _render_verdict(ctx, console)
+    console.print(_headline_panel(ctx, verbose))
     if a.serving:
-        render_serving(a.serving, console)
-    _render_findings(a, console)
-    shown = _loops_note(a)  # in the panel already, beside the commit length
-    for n in a.notes:
-        if n != shown:
-            console.print(Text(f"note: {n}", style="dim"))
+        render_serving(a.serving, console, prose=verbose)
+    if verbose:
+        _render_findings(a, console)
+        _render_notes(a, console)
+    else:
+        _render_folded_findings(a, console)
     if ctx.errors:
         console.print(
             Text(
@@ -62,16 +64,50 @@ def render_terminal(ctx: ReportContext, console: Console) -> None:
         )
 
 
+def _render_verdict(ctx: ReportContext, console: Console) -> None:
+    """The title, a partial run's warning and the verdict's sentences, one bullet each (wrapped
+    lines hang under their sentence)."""
+    info = ctx.info
+    console.print(
+        Text.assemble(
+            ("specscope diagnosis", "bold"), ": ", info.model or info.endpoint or info.run_id
+        )
+    )
+    if ctx.partial:
+        console.print(
+            Text(
+                f"PARTIAL RUN — {ctx.status_line}. Numbers cover only what was measured.",
+                style="bold yellow",
+            )
+        )
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for sentence in verdict_lines(ctx.analysis):
+        grid.add_row("•", Text(sentence))  # Text: a sentence may quote server text
+    console.print(grid)
+
+
+def _render_notes(a: Analysis, console: Console) -> None:
+    """Every note (claims tested and not reported, with their tests), but the loops note the
+    panel already shows beside the commit length."""
+    shown = _loops_note(a)
+    for n in a.notes:
+        if n != shown:
+            console.print(Text(f"note: {n}", style="dim"))
+
+
 def _loops_note(a: Analysis) -> str | None:
     """The headline's word on repetition loops when they dominate its commit length."""
     loops = a.headline_loops or {}
     return loops.get("note") if loops.get("dominant") else None
 
 
-def _headline_panel(ctx: ReportContext) -> Panel:
+def _headline_panel(ctx: ReportContext, verbose: bool = False) -> Panel:
     """The figures in one panel: rate, TTFT, commit length, step time and their intervals, the
-    decomposition, the baseline split and breakeven, precision, requests."""
-    a, info = ctx.analysis, ctx.info
+    baseline split and breakeven, precision, requests; `verbose` adds where the commit length
+    came from, the decomposition and how the intervals were obtained."""
+    a = ctx.analysis
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -82,11 +118,10 @@ def _headline_panel(ctx: ReportContext) -> Panel:
 
     add_row("decode tokens/s", fmt(a.decode_tps, 1) + fmt_ci(a.decode_tps_ci, 1))
     add_row("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s"))
+    source = f"  (from {a.commit_len_source})" if verbose and a.commit_len_source else ""
     add_row(
         "mean commit length",
-        f"{fmt(a.mean_commit_len, 2)} tokens/step"
-        + fmt_ci(a.mean_commit_len_ci, 2)
-        + (f"  (from {a.commit_len_source})" if a.commit_len_source else ""),
+        f"{fmt(a.mean_commit_len, 2)} tokens/step" + fmt_ci(a.mean_commit_len_ci, 2) + source,
     )
     if (loops := _loops_note(a)) is not None:
         _row(Text("loops dominate", style="bold yellow"), Text(loops))
@@ -95,66 +130,120 @@ def _headline_panel(ctx: ReportContext) -> Panel:
     add_row("mean step time", fmt_ms(a.mean_step_s) + fmt_ci(a.mean_step_s_ci, 1, 1e3, "ms"))
     if a.speculation:
         add_row("speculation", f"{a.speculation}: {a.speculation_reason}")
-    if a.mean_commit_len and a.mean_step_s:
-        add_row(
-            "decomposition",
-            f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
-            f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s",
+    for label, text in _split_rows(a, verbose):
+        add_row(label, text)
+    for label, text in breakeven_lines(a.breakeven):
+        add_row(label, text)
+    if verbose and a.interval_method:
+        add_row("intervals", a.interval_method)
+    if (reached := precision_line(a.precision, method=verbose)) is not None:
+        add_row("precision", reached)
+    add_row("requests (errors)", f"{a.requests} ({a.errors})")
+    return Panel(head, title=Text("what was measured", style="bold"), expand=False)
+
+
+def _split_rows(a: Analysis, verbose: bool) -> list[tuple[str, str]]:
+    """The decomposition (verbose: the verdict states it) and the baseline split with its
+    intervals (tps ratio, acceptance, step time)."""
+    rows = []
+    if verbose and a.mean_commit_len and a.mean_step_s:
+        rows.append(
+            (
+                "decomposition",
+                f"{fmt(a.mean_commit_len, 2)} / {fmt_ms(a.mean_step_s)} = "
+                f"{fmt(a.mean_commit_len / a.mean_step_s, 1)} tokens/s",
+            )
         )
     at = a.attribution
     if at is not None:
-        add_row(
-            "vs baseline",
-            f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
-            f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}",
-        )
-        if at.tps_ratio_ci is not None:
-            add_row(
-                "95% intervals",
-                f"tps ratio{fmt_interval(at.tps_ratio_ci, 2)}, acceptance"
-                f"{fmt_interval(at.acceptance_factor_ci, 2)}, step time"
-                f"{fmt_interval(at.step_time_factor_ci, 2)}",
+        cis = [fmt_interval(iv, 2) for iv in (at.tps_ratio_ci, at.acceptance_factor_ci)]
+        cis.append(fmt_interval(at.step_time_factor_ci, 2))
+        rows.append(
+            (
+                "vs baseline",
+                f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
+                f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}"
+                + (f"; {', '.join(c.strip() for c in cis)}" if all(cis) else ""),
             )
-    for label, text in breakeven_lines(a.breakeven):
-        add_row(label, text)
-    if a.interval_method:
-        add_row("intervals", a.interval_method)
-    if (reached := precision_line(a.precision)) is not None:
-        add_row("precision", reached)
-    add_row("requests (errors)", f"{a.requests} ({a.errors})")
-    title = Text(f"specscope diagnosis: {info.model or info.endpoint}", style="bold")
-    return Panel(head, title=title, expand=False)
+        )
+    return rows
+
+
+def _finding_grid(rank: int, head: Text, body: list[Text]) -> Table:
+    """One finding: its ranked heading, then its lines hanging under it (wrapped lines too)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, width=len(str(rank)) + 1)
+    grid.add_column()
+    grid.add_row(Text(f"{rank}.", style="bold cyan"), head)
+    for line in body:
+        grid.add_row("", line)
+    return grid
+
+
+def _next_line(next_: str) -> Text:
+    return Text.assemble(("next: ", "bold green"), next_)
+
+
+def _render_folded_findings(a: Analysis, console: Console) -> None:
+    """The findings ranked, each as its sentence, factor and cause, the numbers that carry it
+    and its next step; one line says where the tests and notes went."""
+    if a.findings:
+        console.print(Text("Findings", style="bold"))
+    for rank, f in enumerate(a.findings, start=1):
+        head = Text.assemble((f.id, "bold cyan"), f"  {finding_heading(f)}")
+        body = [Text(f.summary)]
+        if numbers := finding_numbers(f, test_of(a, f.id)):
+            body.append(Text(" · ".join(numbers), style="dim"))
+        body.append(_next_line("the verdict's, above" if rank == 1 else folded_next(f)))
+        console.print(_finding_grid(rank, head, body))
+    if a.finding_tests or a.notes:
+        reported = sum(t.reported for t in a.finding_tests)
+        console.print(
+            Text(
+                f"{_count(len(a.finding_tests), 'claim')} tested ({reported} reported), "
+                f"{_count(len(a.notes), 'note')}: tests (p, q, method), notes in {FOLDED_HINT}",
+                style="dim",
+            )
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _render_findings(a: Analysis, console: Console) -> None:
-    """The findings ranked, each with its evidence and next step (or why there is none)."""
+    """The findings ranked, each with its confidence, every evidence line (the tests' too) and
+    its next step (or why there is none)."""
+    console.print(Text("Findings", style="bold"))
     if not a.findings:
         console.print(Text(f"No finding: {a.no_finding_reason or ''}"))
     for rank, f in enumerate(a.findings, start=1):
-        lines = [
-            Text.assemble(
-                (f"{rank}. {f.id}", "bold cyan"),
-                f"  confidence {fmt(f.confidence, 2)}",
-                (f"  factor {fmt(f.factor, 2)}" if f.factor is not None else ""),
-            ),
-            Text(f.summary),
+        head = Text.assemble(
+            (f.id, "bold cyan"), f"  confidence {fmt(f.confidence, 2)}  {finding_heading(f)}"
+        )
+        body = [Text(f.summary)]
+        body += [
+            Text(f"• {e.label}: {fmt_value(e.value)} {e.unit}  [{e.source}]", style="dim")
+            for e in f.evidence
         ]
-        for e in f.evidence:
-            lines.append(
-                Text(f"   • {e.label}: {fmt_value(e.value)} {e.unit}  [{e.source}]", style="dim")
-            )
         if f.next:
-            lines.append(Text.assemble(("   next: ", "bold green"), f.next))
-        console.print(Group(*lines))
+            body.append(_next_line(f.next))
+        console.print(_finding_grid(rank, head, body))
 
 
-def render_serving(serving: dict, console: Console) -> None:
+def render_serving(serving: dict, console: Console, prose: bool = True) -> None:
     """The serving table: latency percentiles with the mean's interval, throughput, goodput, and
-    a row per concurrency level when there are several."""
+    a row per concurrency level when there are several. Without `prose` (the diagnosis folded)
+    only the goodput line follows the table: throughput and the per-step identity are
+    --verbose's."""
     rows = latency_rows(serving.get("run") or {})
     if rows:
         t = Table(
-            title=Text("Serving metrics"), title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+            title=Text("Serving metrics"),
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1),
+            show_edge=False,  # no blank line above and below: the report fits a screen
         )
         for i, h in enumerate(TABLE_HEADER):
             t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
@@ -162,7 +251,8 @@ def render_serving(serving: dict, console: Console) -> None:
             t.add_row(*r)
         console.print(t)
     for line in summary_lines(serving):
-        console.print(Text(line))
+        if prose or line.startswith("goodput"):
+            console.print(Text(line))
     levels = level_rows(serving)
     if len(levels) > 1:
         t = Table(

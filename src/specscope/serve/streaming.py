@@ -53,21 +53,28 @@ async def emissions(
         batch: list[StepEvent | ErrorEvent] = [event] if event is not None else []
         while not state.events.empty():
             batch.append(state.events.get_nowait())
-        ready = finished = False
+        finished = False
         reason: str | None = None
+        ready_upto = 0  # pending tokens that end on an emission point (SGLang: a multiple of N)
         for ev in batch:
             if isinstance(ev, ErrorEvent):
                 finished, reason = True, "abort"
                 break
             pending += ev.tokens
             if (sent + len(pending)) % stream_interval == 0:
-                ready = True
+                ready_upto = len(pending)
             if ev.finished:
                 finished, reason = True, ev.finish_reason
                 break
-        if (ready or finished) and (pending or finished):
+        if finished:
+            ready_upto = len(pending)
+        if ready_upto or finished:
+            # Steps that piled up coalesce into one emission, but only up to the last emission
+            # point: SGLang's tokenizer manager keeps the latest *sent* output, so a chunk never
+            # ends between multiples of the stream interval (tokens after it wait for the next).
             now = time.perf_counter()
-            n = len(pending)
+            ready, pending = pending[:ready_upto], pending[ready_upto:]
+            n = len(ready)
             if n:
                 if last_emit is None:
                     metrics.ttft.observe(now - state.t_arrival)
@@ -77,13 +84,12 @@ async def emissions(
                         metrics.itl.observe(per_token)
                 last_emit = now
             if per_token_events and n > 1:
-                for i, tok in enumerate(pending):
+                for i, tok in enumerate(ready):
                     last = i == n - 1
                     yield Emission([tok], sent + i + 1, finished and last, reason if last else None)
             else:
-                yield Emission(pending, sent + n, finished, reason)
+                yield Emission(ready, sent + n, finished, reason)
             sent += n
-            pending = []
         if finished:
             metrics.e2e.observe(time.perf_counter() - state.t_arrival)
             return

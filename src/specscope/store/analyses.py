@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.diagnosis.verdict import verdict, with_partial
 from specscope.analysis.result import Analysis
 from specscope.trace import Run, load_run
 
@@ -66,4 +67,7 @@ def load_analysis(run_dir: Path | str, reanalyze: bool = False) -> tuple[Run, An
         a.run_dir = str(run_dir)
     if run.info.status in ("partial", "failed"):
         a.partial = True
+    # an analysis.json from before the verdict gets one from what it holds (no reference
+    # window: that needs the steps, which --reanalyze reads)
+    a.verdict = with_partial(a.verdict or verdict(a), a.partial)
     return run, a

@@ -53,6 +53,8 @@ class Comparison:
     a: Analysis | None = None
     b: Analysis | None = None
     what_changed: dict[str, Any] | None = None  # analysis.routing.what_changed, set by the caller
+    # B against A in short sentences (B's verdict with A as its baseline; empty without it)
+    verdict: list[str] = field(default_factory=list)
 
     def slower_by(self) -> float | None:
         """Fraction by which B is slower than A (0.25 = 25% slower; negative = faster)."""
@@ -106,6 +108,7 @@ def compare_analyses(
         b=b,
         breakeven=b_with_baseline.breakeven if b_with_baseline is not None else None,
         finding_tests=list(b_with_baseline.finding_tests) if b_with_baseline is not None else [],
+        verdict=list(b_with_baseline.verdict) if b_with_baseline is not None else [],
     )
 
 

@@ -79,9 +79,12 @@ def row_from_dir(run_dir: Path | str) -> RunRow:
     """Summarise one run dir (raises RunDirError when it is not one)."""
     reader = RunDirReader(run_dir)
     info = reader.info()
-    status = info.status
     # A diagnosis has analysis.json; a plain probe run has only its summary.json.
     analysis = reader.analysis() or _probe_summary(Path(run_dir))
+    status = info.status
+    requests, errors = _num(analysis, "requests"), _num(analysis, "errors")
+    if status == "complete" and requests and errors == requests:
+        status = "failed"  # it ran to its end, and not one request succeeded
     return RunRow(
         path=str(Path(run_dir).resolve()),
         run_id=info.run_id,

@@ -242,6 +242,8 @@ class Run(_Model):
     info: RunInfo
     requests: list[RequestTrace] = Field(default_factory=list)
     telemetry: list[dict[str, Any]] = Field(default_factory=list)
+    # the client's loop-lag samples, one object per worker (client.jsonl; probe.health)
+    client: list[dict[str, Any]] = Field(default_factory=list)
     analysis: dict[str, Any] | None = None
     malformed_lines: int = 0
 

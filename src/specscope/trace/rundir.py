@@ -25,6 +25,7 @@ RUN_JSON = "run.json"
 REQUESTS_JSONL = "requests.jsonl"
 TELEMETRY_JSONL = "telemetry.jsonl"
 ANALYSIS_JSON = "analysis.json"
+CLIENT_JSONL = "client.jsonl"  # the client's loop-lag samples, one line per worker
 REPORT_HTML = "report.html"
 
 
@@ -87,6 +88,11 @@ class RunDirWriter:
             line.setdefault("schema", SCHEMA_VERSION)
             self._telemetry.write(json.dumps(scrub_tree(line), default=str) + "\n")
         self._telemetry.flush()
+
+    def append_client(self, record: dict[str, Any]) -> None:
+        """One worker's loop-lag samples (probe.health.LoopLagMonitor.record)."""
+        with open(self.path / CLIENT_JSONL, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"schema": SCHEMA_VERSION, **record}) + "\n")
 
     def write_analysis(self, analysis: dict[str, Any]) -> None:
         payload = {"schema": SCHEMA_VERSION, **analysis}
@@ -178,6 +184,9 @@ class RunDirReader:
     def telemetry(self) -> tuple[list[dict[str, Any]], int]:
         return self._jsonl(TELEMETRY_JSONL)
 
+    def client(self) -> tuple[list[dict[str, Any]], int]:
+        return self._jsonl(CLIENT_JSONL)
+
     def analysis(self) -> dict[str, Any] | None:
         path = self.path / ANALYSIS_JSON
         if not path.is_file():
@@ -192,6 +201,7 @@ class RunDirReader:
         info = self.info()
         reqs, bad_r = self.requests()
         tel, bad_t = self.telemetry()
+        client, bad_c = self.client()
         if info.status == "running":
             # Never closed: the process died or was killed. What is here is a partial run.
             info.status = "partial"
@@ -200,8 +210,9 @@ class RunDirReader:
             info=info,
             requests=reqs,
             telemetry=tel,
+            client=client,
             analysis=self.analysis(),
-            malformed_lines=bad_r + bad_t,
+            malformed_lines=bad_r + bad_t + bad_c,
         )
 
 

@@ -58,6 +58,7 @@ class _TwinRequest:
     noise: RequestNoise  # content-dependent acceptance, correlated step noise
     output: int = 0
     truth: dict[str, Any] = field(default_factory=dict)
+    last_end: float = 0.0  # perf_counter when its prefill or its last step ended
 
     @property
     def context(self) -> int:
@@ -183,6 +184,7 @@ class TwinBackend:
         }
         self._requests[request_id] = req
         req.truth["prefill_actual_s"] = await self._sleep_on_clock(pre_s)
+        req.last_end = time.perf_counter()
 
     async def step(self, request_ids: list[str]) -> BatchStep:
         sc = self.scenario
@@ -231,7 +233,11 @@ class TwinBackend:
         actual = await self._sleep_on_clock(s + stall_s)
         self.step_log.append((s + stall_s, actual, batch))
         t_end_unix = time.time()  # wall clock, to align with the server log's timestamps
+        t_end = time.perf_counter()
         for r, k, commit, ctx, pos in planned:
+            # wall_s: since the request's previous step (or prefill) ended, what its client can
+            # time; the clock keeps the schedule (step_s) unless a loaded machine falls behind
+            wall, r.last_end = t_end - r.last_end, t_end
             r.truth["steps"].append(
                 {
                     "commit_len": commit,
@@ -239,6 +245,7 @@ class TwinBackend:
                     "step_s": s + stall_s,
                     "scheduled_s": s,
                     "actual_s": actual,
+                    "wall_s": wall,
                     "batch_size": batch,
                     "context_len": ctx,
                     "output_pos": pos,

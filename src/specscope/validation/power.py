@@ -183,25 +183,17 @@ def truth_of(case: PowerCase) -> Truth:
     return tr
 
 
-def _virtual(sc: tw.Scenario, plan: list[virtual.PlanItem], seed: int, run_id: str):
-    return virtual.virtual_run(
-        lambda pr, n, s: tw.simulate_request(sc, pr, n, s),
-        plan,
-        prefill=lambda pr: tw.prefill_time(sc, pr),
-        seed=seed,
-        stream_interval=sc.streaming.stream_interval,
-        per_token_events=sc.streaming.per_token_events,
-        run_id=run_id,
-    )
-
-
 def run_case(case: PowerCase) -> PowerOutcome:
     """Simulate, diagnose, and set the result beside the truth."""
     plan = diagnose_plan(case.prompt_tokens, case.max_tokens, quick=case.quick)
-    obs = _virtual(case.scenario, plan, case.seed, f"{case.name}-{case.seed}")
+    obs = virtual.scenario_run(
+        case.scenario, plan, seed=case.seed, run_id=f"{case.name}-{case.seed}"
+    )
     base = None
     if case.baseline is not None:
-        base = _virtual(case.baseline, plan, case.seed + 7919, f"{case.name}-base-{case.seed}")
+        base = virtual.scenario_run(
+            case.baseline, plan, seed=case.seed + 7919, run_id=f"{case.name}-base-{case.seed}"
+        )
     an = analyze(obs.run, baseline=base.run if base else None, seed=case.seed)
     truth = truth_of(case)
     tests = {t.id: t for t in an.finding_tests}

@@ -15,6 +15,7 @@ from typing import Any
 
 from specscope.trace import tags
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace, Run, RunInfo, ServerSpecFields
+from specscope.twin import scenario as tw
 
 # (prompt_tokens, max_tokens, seed) -> [(commit_len, step_s), ...] for one request at C=1
 StepSimulator = Callable[[int, int, int], Iterable[tuple[int, float]]]
@@ -185,6 +186,23 @@ def virtual_run(
             t_ns = (tr.t_end_ns or t_ns) + 5_000_000
             index += 1
     return VirtualRun(run=_run(requests, run_id, server_info), true_steps=true_steps)
+
+
+def scenario_run(
+    sc: tw.Scenario, plan: list[PlanItem], *, seed: int, run_id: str = "virtual"
+) -> VirtualRun:
+    """A twin scenario's step model run through `plan`, streamed as the scenario streams (its
+    stream interval, per-token events): the run a server like it would give, on a virtual
+    clock."""
+    return virtual_run(
+        lambda p, n, s: tw.simulate_request(sc, p, n, s),
+        plan,
+        prefill=lambda p: tw.prefill_time(sc, p),
+        seed=seed,
+        stream_interval=sc.streaming.stream_interval,
+        per_token_events=sc.streaming.per_token_events,
+        run_id=run_id,
+    )
 
 
 def sweep_plan(

@@ -98,9 +98,14 @@ def chunk_coalescing(flavor: str | None) -> str:
 
 
 def acceptance_decay(flavor: str | None = None) -> str:
+    """Acceptance falls along the generation: the drafter's source runs out as the output
+    leaves the prompt (a prompt-lookup drafter that never indexes the generated text), or a
+    model drafter was trained on short answers."""
     return (
-        "measure with the real workload's prompts and long generations (not a short "
-        "window); improve or retrain the drafter on long free-form/reasoning text"
+        "check that the drafter drafts from the generated text too, not only the prompt "
+        "(prompt lookup: index the output as it grows); measure with the real workload's "
+        "prompts and long generations (not a short window); improve or retrain a model "
+        "drafter on long free-form/reasoning text"
     )
 
 
@@ -147,8 +152,9 @@ def kv_layout(flavor: str | None = None) -> str:
 
 def client(flavor: str | None = None) -> str:
     return (
-        "the measuring client fell behind: rerun specscope on an idle machine near the server, "
-        "and compare with the server's own step timings (--logs)"
+        "the measuring client fell behind: rerun specscope on cores nothing else uses, near "
+        "the server, with fewer concurrent streams per client process, and compare with the "
+        "server's own step timings (--logs)"
     )
 
 

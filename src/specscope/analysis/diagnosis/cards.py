@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from specscope.analysis.client_health import LIMIT_SHARE
 from specscope.analysis.diagnosis import advice
 from specscope.analysis.fits.acceptance import EFFECT_T
 from specscope.analysis.fits.steptime import DRIFT_MIN_NOISE, DRIFT_MIN_SHARE, DRIFT_Z
@@ -43,6 +44,27 @@ class Cause(StrEnum):
     client = "client"  # the measuring client itself (a late event loop, merged reads)
 
 
+# Each cause's mechanism in words, as the verdict names it beside the cause id (verdict.py).
+MECHANISM: Mapping[Cause, str] = MappingProxyType(
+    {
+        Cause.host_per_token: "host work that grows with the output (re-reading all of it "
+        "every step)",
+        Cause.kv_layout: "KV pages scattered or reallocated as the sequence grows",
+        Cause.attention_context: "attention cost growing with the context, as it should",
+        Cause.acceptance_position: "drafts accepted less the further a generation goes "
+        "(early tokens are easy)",
+        Cause.draft_window: "the drafter sees only the last tokens of the context (its window)",
+        Cause.acceptance_concurrency: "acceptance or step cost worse in a batch",
+        Cause.drafter_quality: "the drafter guesses this text poorly",
+        Cause.speculation_overhead: "a verify step costs more than it commits",
+        Cause.graph_mode: "steps off the captured CUDA graphs (eager fallback)",
+        Cause.stream_coalescing: "the stream merges steps (stream interval above 1)",
+        Cause.prefix_cache: "prefill not served from the prefix cache",
+        Cause.client: "the measuring client itself (a late event loop, merged reads)",
+    }
+)
+
+
 @dataclass(frozen=True)
 class RuleCard:
     """One finding id: what is concluded, how it is decided, what can cause it, what to do."""
@@ -58,12 +80,30 @@ class RuleCard:
     weight: float = 1.0  # ranking weight on confidence x |log cost| (< 1: a consequence)
     needs_speculation: bool = False  # a claim about a drafter: only when speculation is on
     validity: bool = False  # a check of the measurement itself: ranked before every effect
+    # a claim that rests on the client's stamps of the stream (per-step times, the steps read
+    # from it): not made when the client was the limit (client_health, card client_limited)
+    timed_by_client: bool = False
     thresholds: Mapping[str, float] = field(default_factory=dict)  # every other gate, named
 
 
 C = Cause
 
 CARDS: tuple[RuleCard, ...] = (
+    RuleCard(
+        id="client_limited",
+        claim="the measuring client answered the stream late by more than a tenth of a step: "
+        "step-time and acceptance claims are not made",
+        test="counting check: the client's event-loop lag during decode (its mean, the "
+        "expected lateness of a stamp) against the median step time (not a sampled effect)",
+        min_effect=0.0,
+        unit="",
+        causes=(C.client,),
+        separates="the same load from more client processes (fewer streams each), or the "
+        "client on cores of its own",
+        next=advice.client,
+        validity=True,
+        thresholds=MappingProxyType({"mean loop lag, share of the median step": LIMIT_SHARE}),
+    ),
     RuleCard(
         id="chunk_coalescing",
         claim="streamed chunks merge verify steps, so client-side steps are unreliable",
@@ -91,6 +131,7 @@ CARDS: tuple[RuleCard, ...] = (
         thresholds=MappingProxyType(
             {"min steps a request needs": 96, "cost counted from |t|": EFFECT_T}
         ),
+        timed_by_client=True,
     ),
     RuleCard(
         id="draft_window",
@@ -111,6 +152,7 @@ CARDS: tuple[RuleCard, ...] = (
                 "cost counted from |t|": EFFECT_T,
             }
         ),
+        timed_by_client=True,
     ),
     RuleCard(
         id="speculation_overhead",
@@ -143,6 +185,7 @@ CARDS: tuple[RuleCard, ...] = (
         next=advice.acceptance_low,
         needs_speculation=True,
         thresholds=MappingProxyType({"commit length without a baseline": 2.0}),
+        timed_by_client=True,
     ),
     RuleCard(
         id="step_time_drift",
@@ -165,6 +208,7 @@ CARDS: tuple[RuleCard, ...] = (
                 "fresh request share: device side above": 0.6,
             }
         ),
+        timed_by_client=True,
     ),
     RuleCard(
         id="context_scaling",
@@ -178,6 +222,7 @@ CARDS: tuple[RuleCard, ...] = (
         next=advice.context_scaling,
         weight=0.5,
         thresholds=MappingProxyType({"confounded growth": 0.25}),
+        timed_by_client=True,
     ),
     RuleCard(
         id="two_point_bias",
@@ -191,6 +236,7 @@ CARDS: tuple[RuleCard, ...] = (
         "time (step_time_drift, and its cause) or context (allowed for by the test)",
         next=advice.two_point_bias,
         weight=0.25,
+        timed_by_client=True,
     ),
     RuleCard(
         id="prefill_bound",
@@ -226,6 +272,7 @@ CARDS: tuple[RuleCard, ...] = (
         next=advice.draft_coverage,
         needs_speculation=True,
         thresholds=MappingProxyType({"cost that matters (x)": 1.10}),
+        timed_by_client=True,
     ),
 )
 

@@ -30,8 +30,6 @@ Excluded = dict[Cause, str]  # cause -> why it is ruled out
 # generated (host side); at least DEVICE_SHARE -> it goes with the context held (device side).
 HOST_SHARE = BY_ID["step_time_drift"].thresholds["fresh request share: host side below"]
 DEVICE_SHARE = BY_ID["step_time_drift"].thresholds["fresh request share: device side above"]
-# Drafts proposed and (almost) never accepted: tokens committed per drafted step below this.
-NEVER_ACCEPTED = BY_ID["speculation_overhead"].thresholds["never accepted: tokens per drafted step"]
 
 CLIENT_CONSTANT = (
     "specscope's client does constant work per streamed event (it appends the event and joins "
@@ -196,12 +194,8 @@ def _graph_mode(f: Facts) -> str | None:
 def _never_accepted(f: Facts) -> str | None:
     """Why the drafter's guessing is not in question: with speculation on, steps commit ~1
     token (per drafted step where the server says which steps drafted)."""
-    h = f.measured.headline
-    if h is None or f.speculation.on is not True:
-        return None
-    per = h.mean_commit_len_per_drafted_step
-    per = per if per is not None else h.mean_commit_len
-    if per is None or per >= NEVER_ACCEPTED:
+    per = f.never_accepted
+    if per is None:
         return None
     return (
         f"drafts are almost never accepted ({per:.2f} tokens per verify step): not a drafter "
@@ -267,16 +261,46 @@ RULERS: Mapping[str, Callable[[Facts, Mapping[str, Finding], str], Excluded]] = 
     "prefill_bound": _no_evidence,
     "batching_interference": _batching,
     "draft_coverage": _no_evidence,
+    "client_limited": _no_evidence,
 }
 
 
-def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], flavor: str) -> str:
+def _host_side_unstated_kv(finding: Finding, candidates: list[Cause], f: Facts) -> str | None:
+    """The next step of a drift whose separating experiment already ran and pointed to the host
+    side, with only the KV layout left beside host work (the server does not state its pages):
+    not the experiment again, but the two checks that are left."""
+    sep = f.drift_separation
+    if finding.id != "step_time_drift" or set(candidates) != {C.host_per_token, C.kv_layout}:
+        return None
+    if sep is None or sep.share is None or sep.share > HOST_SHARE:
+        return None
+    page = (f.measured.run.info.server_info or {}).get("page_size")
+    kv = (
+        f"the server's KV pages of {page} token(s) can scatter as decode allocates them one by "
+        f"one, which a fresh prompt (allocated at once) would not show: rerun with pages of "
+        f"{MIN_CONTIGUOUS_PAGE} tokens or more"
+        if isinstance(page, int)
+        else "the server does not state its KV layout: check it first (pages of "
+        f"{MIN_CONTIGUOUS_PAGE} tokens or more, allocated contiguously, rule it out)"
+    )
+    return (
+        f"the fresh request at the reached context stepped near the generation's first steps "
+        f"({sep.share:.0%} of the growth came back), so the extra time goes with the output "
+        f"generated; {kv}; if it stays, look for host work that re-reads the whole output "
+        "every step (full re-detokenization, stop strings scanned over the whole text)"
+    )
+
+
+def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], f: Facts) -> str:
     """The next step for the cause found; without one, the experiment that separates the
-    candidates left (the card's), then the finding's own advice."""
+    candidates left (the card's, unless it already ran), then the finding's own advice."""
+    flavor = f.flavor
     if cause is not None and "not the window" in finding.summary:
         return finding.next  # the rule's own advice for a cliff the stated window does not explain
     if cause is not None:
         return advice.for_cause(cause, flavor) or finding.next
+    if (checks := _host_side_unstated_kv(finding, candidates, f)) is not None:
+        return checks
     if len(candidates) > 1:
         names = ", ".join(c.value for c in candidates)
         return f"to tell {names} apart: {BY_ID[finding.id].separates}; {finding.next}"
@@ -302,7 +326,7 @@ def assign(findings: list[Finding], f: Facts, tests: list[FindingTest]) -> list[
                     for c, why in excluded.items()
                     if c in card.causes
                 ],
-                "next": _next(finding, cause, candidates, f.flavor),
+                "next": _next(finding, cause, candidates, f),
             }
         )
         found[finding.id] = decided

@@ -20,11 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from specscope.analysis import serving
+from specscope.analysis.client_health import ClientHealth, client_health, median_step_s
 from specscope.analysis.diagnosis import facts as fx
 from specscope.analysis.diagnosis.breakeven import Breakeven, breakeven, unavailable
 from specscope.analysis.diagnosis.facts import Facts
 from specscope.analysis.diagnosis.findings import decide
 from specscope.analysis.diagnosis.series import build_series, plain
+from specscope.analysis.diagnosis.verdict import reference, verdict
 from specscope.analysis.fits import acceptance as acc
 from specscope.analysis.headline.headline import Headline
 from specscope.analysis.headline.measure import (
@@ -77,6 +79,7 @@ def analyze(
     out.speculation, out.speculation_reason = speculation.label, speculation.reason
     if not m.ok:
         out.no_finding_reason = "no successful request with streamed tokens: nothing to analyse"
+        out.verdict = verdict(out)
         return out
     out.e2e_s = _median([r.e2e_s for r in m.main])
     if speculation.off:
@@ -116,9 +119,22 @@ def analyze(
         timed_main_table=timed_main,
         e2e_s=out.e2e_s,
         drift_separation=fx.drift_separation(timed, timed_main),
+        client=_client_health(run, m, out),
     )
     _decide_onto(out, facts)
+    disagreements = m.headline.disagreements if m.headline is not None else ()
+    out.verdict = verdict(out, reference(facts), disagreements)
     return out
+
+
+def _client_health(run: Run, m: Measured, out: Analysis) -> ClientHealth | None:
+    """The client's health over the main requests (their decode windows, their median step),
+    onto `out.client`."""
+    steps = [s.step_s for s in m.reliable_steps(m.main) if s.step_s > 0]
+    mean_step = m.headline.mean_step_s if m.headline is not None else None
+    health = client_health(run.client, m.main, median_step_s(steps, mean_step))
+    out.client = None if health is None else health.to_json()
+    return health
 
 
 def _decide_onto(out: Analysis, facts: Facts) -> None:
@@ -187,8 +203,8 @@ def _acceptance_shape(
     """Decay and window search on the client's steps, or on the server's per-step records when
     the client's steps cannot be trusted; steps inside repetition loops left out (a loop is
     easy to draft: it would pass for the drafter's shape)."""
-    table, loop_note = without_loop_steps(m, table)
-    mt, _ = without_loop_steps(m, mt)
+    table, loop_note = without_loop_steps(m, table, checked=True)
+    mt, _ = without_loop_steps(m, mt, checked=True)
     if loop_note:
         notes.append(loop_note)
     shape = (
@@ -199,7 +215,7 @@ def _acceptance_shape(
     notes.extend(shape.notes)
     if server is not None and server.per_step and server.by_request and not m.reliable:
         st_all, st_main = server_step_tables(m.ok, m.main, server)
-        st_all, _ = without_loop_steps(m, st_all)
+        st_all, _ = without_loop_steps(m, st_all, checked=True)
         if st_all is not None and st_all.n:
             shape = fx.acceptance_shape(st_all, st_main, source=server.source)
             notes.extend(shape.notes)

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from specscope.analysis.client_health import ClientHealth
+from specscope.analysis.diagnosis.cards import BY_ID
 from specscope.analysis.fits import acceptance as acc
 from specscope.analysis.fits import steptime as stm
 from specscope.analysis.headline import decompose as dec
@@ -381,6 +383,10 @@ def concurrency(m: Measured) -> Concurrency:
     return Concurrency(tuple(concurrency_points(m, samples)), samples)
 
 
+# Under this many tokens per drafted verify step, drafts are "almost never accepted".
+NEVER_ACCEPTED = BY_ID["speculation_overhead"].thresholds["never accepted: tokens per drafted step"]
+
+
 @dataclass(frozen=True)
 class Facts:
     """Everything the rules read, built once by `diagnosis.analyze`: the measured run and its
@@ -399,8 +405,23 @@ class Facts:
     e2e_s: float | None = None  # median end-to-end time of the main requests
     drift_separation: DriftSeparation | None = None  # fresh requests at the reached context
     timed_main_table: StepTable | None = None  # the main requests' steps in the step-time fit
+    client: ClientHealth | None = None  # whether the client kept up (None: not sampled)
 
     @property
     def flavor(self) -> str:
         """RunInfo.flavor: picks the server's own flag names in `next` advice."""
         return self.measured.run.info.flavor
+
+    @property
+    def never_accepted(self) -> float | None:
+        """Tokens per verify step when speculation is on and its drafts are almost never
+        accepted (under NEVER_ACCEPTED), else None. Per drafted step where the server says
+        which steps drafted (a step that drafted nothing commits one token by design), else
+        over all steps. One predicate for the finding (certain without a baseline) and for its
+        cause (the drafter's guessing ruled out)."""
+        h = self.measured.headline
+        if h is None or self.speculation.on is not True:
+            return None
+        per = h.mean_commit_len_per_drafted_step
+        per = per if per is not None else h.mean_commit_len
+        return per if per is not None and per < NEVER_ACCEPTED else None

@@ -58,10 +58,14 @@ def _ev(label: str, value: float | int | str | None, unit: str = "", source: str
     return Evidence(label=label, value=value, unit=unit, source=source)
 
 
+# The evidence label of a finding's cost to the run (the verdict and the reports read it by it).
+COST_LABEL = "throughput cost of this effect (x faster without it)"
+
+
 def _cost_ev(cost: float | None, source: str) -> list[Evidence]:
     if cost is None:
         return []
-    return [_ev("throughput cost of this effect (x faster without it)", cost, "x", source)]
+    return [_ev(COST_LABEL, cost, "x", source)]
 
 
 def _split(f: Facts) -> Split | None:
@@ -253,15 +257,46 @@ def chunk_coalescing(f: Facts) -> Claim | None:
     )
 
 
+# --- client_limited ----------------------------------------------------------------------------
+# A validity check, decided by counting (the client's loop-lag samples against the median step;
+# analysis/client_health.py): when it holds, the claims resting on the client's stamps
+# (the cards' `timed_by_client`) are not made.
+
+
+def client_limited(f: Facts) -> Claim | None:
+    h = f.client
+    if h is None or not h.limits_step_time:
+        return None
+    src = "client.jsonl (the client's loop-lag samples)"
+    return Claim(
+        id="client_limited",
+        summary=f"The measuring client was the limit: {h.reason}. Tokens/s, commit length and "
+        "step time are reported; step-time and acceptance claims are not made.",
+        evidence=[
+            _ev("client loop lag, mean during decode", h.lag_mean_s, "s", src),
+            _ev("client loop lag p99 during decode", h.lag_p99_s, "s", src),
+            _ev("client loop lag p50 during decode", h.lag_p50_s, "s", src),
+            _ev("median step time", h.median_step_s, "s", "client steps"),
+            _ev("chunk gaps shorter than the p99 lag", h.short_gap_share, "share", src),
+        ],
+        next=advice.client(f.flavor),
+        test=None,
+    )
+
+
 # --- acceptance_decay --------------------------------------------------------------------------
 # Decay matters when commit length falls by >= 10% over the user's generation (smaller changes
 # are within content-to-content variation of real drafters). Tested within requests (request
 # fixed effects: one hard prompt is not a decay), with the window cliff as a covariate when the
 # model search found one, errors cluster-robust over 64-step blocks. Shapes tried: a step down
 # after output position T for each T in DECAY_CUTS (the honeymoon: early tokens are easy) and a
-# linear fall; the best one decides, its p multiplied by the shapes tried (Bonferroni).
+# linear fall; the best one decides, its p multiplied by the shapes tried (Bonferroni). The cuts
+# at 16 and 32: a drafter that loses its source as soon as the output leaves the prompt (an
+# n-gram index of the prompt alone, on a model that loops early) falls there, not at 64 (H200:
+# 1.62 -> 1.14 after token 16, a +7% fall read at 64); bench/false_findings.py: the same
+# false-finding and detection rates with and without them.
 MIN_DECAY = BY_ID["acceptance_decay"].min_effect
-DECAY_CUTS = (64, 128, 256, 512, 1024)
+DECAY_CUTS = (16, 32, 64, 128, 256, 512, 1024)
 DECAY_SHAPES = len(DECAY_CUTS) + 1  # the steps and the linear fall
 
 
@@ -635,7 +670,7 @@ def speculation_overhead(f: Facts) -> Claim | None:
         return _overhead_against_plain(f, h, split, split_ci)
     if L is None or L >= OVERHEAD_COMMIT or _plain_baseline(f):
         return None
-    if _nothing_accepted(f):
+    if f.never_accepted is not None:
         # certain without a baseline: a verify step runs the target at least as a plain step
         # does, plus the drafting, and commits what a plain step commits
         summary = (
@@ -660,15 +695,6 @@ def speculation_overhead(f: Facts) -> Claim | None:
         test=_commit_below(f, OVERHEAD_COMMIT, "break-even of a verify step"),
         cap=cap,
     )
-
-
-NEVER_ACCEPTED = BY_ID["speculation_overhead"].thresholds["never accepted: tokens per drafted step"]
-
-
-def _nothing_accepted(f: Facts) -> bool:
-    """Speculation is on and its steps commit ~1 token: the drafter's work is all lost."""
-    h = f.measured.decomposition
-    return _spec_on(f) and h is not None and h.mean_commit_len < NEVER_ACCEPTED
 
 
 # --- acceptance_low ----------------------------------------------------------------------------
@@ -1238,6 +1264,7 @@ def draft_coverage(f: Facts) -> Claim | None:
 
 Rule = Callable[[Facts], Claim | None]
 RULES: tuple[Rule, ...] = (
+    client_limited,
     chunk_coalescing,
     acceptance_decay,
     draft_window,
@@ -1258,6 +1285,8 @@ RULES: tuple[Rule, ...] = (
 NEEDS_SPECULATION: frozenset[Rule] = frozenset(
     r for r in RULES if BY_ID[r.__name__].needs_speculation
 )
+#: Claims resting on the client's stamps of the stream: not made where the client was the limit.
+TIMED_BY_CLIENT: frozenset[Rule] = frozenset(r for r in RULES if BY_ID[r.__name__].timed_by_client)
 
 
 @dataclass(frozen=True)
@@ -1279,8 +1308,13 @@ def _outcome(t: sig.Test, q: float) -> str:
     return "reported" if t.material else "below minimum"
 
 
+# The source of the evidence lines that restate a finding's test (method, effect, interval, p,
+# q): the reports fold them away from the default view (--verbose, JSON and HTML keep them).
+TEST_SOURCE = "significance test"
+
+
 def _test_evidence(t: sig.Test, q: float, m: int) -> list[Evidence]:
-    src = "significance test"
+    src = TEST_SOURCE
     return [
         _ev("test", t.method, "", src),
         _ev("effect", t.effect, t.unit, src),
@@ -1312,11 +1346,18 @@ def decide(f: Facts) -> Decisions:
     """Every rule's claim, its test, the false-discovery control over the tested ids, and the
     reported findings ranked (validity first, then confidence x |log cost|)."""
     rules = [r for r in RULES if _spec_on(f) or r not in NEEDS_SPECULATION]
+    rejected: list[str] = []
+    if f.client is not None and f.client.limits_step_time:
+        rejected += [
+            f"no {r.__name__}: not made, the client was the limit"
+            for r in rules
+            if r in TIMED_BY_CLIENT
+        ]
+        rules = [r for r in rules if r not in TIMED_BY_CLIENT]
     claims = [c for c in (rule(f) for rule in rules) if c is not None]
     tested = [c for c in claims if c.test is not None]
     qs = dict(zip((c.id for c in tested), sig.bh([c.test.p for c in tested]), strict=True))
     found: list[Finding] = []
-    rejected: list[str] = []
     records: list[FindingTest] = []
     for c in claims:
         if c.test is not None:
@@ -1396,7 +1437,7 @@ def rank(found: list[Finding], f: Facts) -> list[Finding]:
     """Validity checks (the cards' `validity`) first; then speculation that accepts nothing
     (switching it off or fixing the drafter comes before any shape of the steps); then by
     confidence x |log(cost)| x weight."""
-    wasted = _nothing_accepted(f)
+    wasted = f.never_accepted is not None
 
     def key(x: Finding) -> tuple[bool, bool, float]:
         pointless = wasted and x.id == "speculation_overhead"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,6 +56,7 @@ from specscope.analysis.steps.server import (
     EVERY_STEP,
     ServerCommit,
     server_commit,
+    stream_decode_tokens,
 )
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace
@@ -90,8 +92,19 @@ class Headline:
     rows: np.ndarray | None = field(default=None, compare=False)
     unit: str = "request"
     notes: tuple[str, ...] = ()
+    # of the notes, those where the client's figure and the server's disagree (the verdict
+    # says the first: it changes how the commit length reads)
+    disagreements: tuple[str, ...] = ()
     # the requests behind the commit length that end in a repetition loop (None: none does)
     loops: LoopReading | None = None
+    # share of the decode tokens that came in a first read beside the first token: their steps
+    # are unseen, and every figure above is over the rest of each generation
+    first_read_share: float = 0.0
+    # the engine's own mean step time over the same requests (vLLM's inter-token latency, engine
+    # timestamps, run delta), and how much longer the stream took a step than the engine:
+    # above DELIVERY_NOTE_SHARE the server's front end or this client was the limit
+    server_step_s: float | None = None
+    delivery_lag_share: float | None = None
 
     @property
     def decomposition(self) -> Decomposition | None:
@@ -120,6 +133,9 @@ class Headline:
             "ttft_s_ci": ci(self.ttft_s_ci),
             "interval_method": self.interval_method,
             "headline_loops": None if self.loops is None else self.loops.to_json(),
+            "first_read_share": self.first_read_share,
+            "server_step_s": self.server_step_s,
+            "delivery_lag_share": self.delivery_lag_share,
         }
 
     @property
@@ -140,15 +156,41 @@ class _Request:
     @property
     def client_ok(self) -> bool:
         """The client's own all-steps reconstruction is reliable (a server list that replaced
-        it counts only where the client's steps agreed with it)."""
+        it counts only where the client's steps agreed with it), and holds as many steps as
+        the server counted."""
         r = self.rec
-        if not (r.reliable and r.steps):
+        if not (r.reliable and r.steps) or self.client_merges_steps:
             return False
         return r.method != "server" or bool(r.server_check and r.server_check.client_agrees)
 
+    @property
+    def client_merges_steps(self) -> bool:
+        """The server counted more verify steps than the client's steps can hold: each token
+        of the stream the client's steps leave out (its first read) is at most one step, so
+        fewer client steps than the server's count less those tokens means some event carried
+        several steps (vLLM merges the outputs its stream has not sent yet when its consumer
+        falls behind: 60 client steps for vLLM's 73 on a loaded machine, commit length +9%).
+        A step of slack and 2% for all-steps figures given as a mean (tokens / mean)."""
+        r, s = self.rec, self.server
+        if s is None or not r.steps:
+            return False
+        hidden = max(stream_decode_tokens(self.trace) - r.total_commit, 0)
+        return len(r.steps) < s.steps - hidden - max(1.0, 0.02 * s.steps)
 
-def _prometheus(records: Sequence[SpecRecord]) -> tuple[float, float, float | None, str] | None:
-    """(all-steps commit length, steps, drafted share, source) from vLLM's counters' run delta."""
+
+class _Counters(NamedTuple):
+    """vLLM's all-steps counters over the run (its Prometheus run delta)."""
+
+    commit_len: float  # (generation tokens - requests) / steps
+    steps: float
+    drafted_share: float | None
+    source: str
+    requests: float  # requests that finished within the delta
+    step_s: float | None  # inter-token latency sum / count: the engine's own step timing
+
+
+def _prometheus(records: Sequence[SpecRecord]) -> _Counters | None:
+    """vLLM's all-steps counters from the first Prometheus run delta that has them."""
     for r in records:
         if r.format != "prometheus" or r.scope != "run_delta":
             continue
@@ -165,14 +207,17 @@ def _prometheus(records: Sequence[SpecRecord]) -> tuple[float, float, float | No
         share = (
             d["drafts"] / steps if d.get("drafts") is not None and steps >= d["drafts"] else None
         )
-        return (
-            (tokens - reqs) / steps,
-            float(steps),
-            share,
-            (
-                "Prometheus vllm:inter_token_latency_seconds_count and generation_tokens (run delta, "
-                "server-wide)"
+        itl_sum = d.get("itl_sum")
+        return _Counters(
+            commit_len=(tokens - reqs) / steps,
+            steps=float(steps),
+            drafted_share=share,
+            source=(
+                "Prometheus vllm:inter_token_latency_seconds_count and generation_tokens (run "
+                "delta, server-wide)"
             ),
+            requests=float(reqs),
+            step_s=itl_sum / steps if itl_sum and itl_sum > 0 else None,
         )
     return None
 
@@ -236,12 +281,9 @@ def _drafted(
     return per, src, ((share_d, share_n) if share_n else None)
 
 
-_Prom = tuple[float, float, float | None, str]  # _prometheus's (L, steps, share, source)
-
-
 def _commit_source(
     reqs: list[_Request],
-    prom: _Prom | None,
+    prom: _Counters | None,
     server_log: ServerAcceptance | None,
     label: str,
     notes: list[str],
@@ -255,13 +297,18 @@ def _commit_source(
     timed = False
     client = [q for q in reqs if q.client_ok]
     mixed = [q for q in reqs if q.client_ok or q.server is not None]
+    if merging := sum(q.client_merges_steps for q in reqs):
+        notes.append(
+            f"{merging} of {len(reqs)} request(s) streamed events that merged verify steps (the "
+            "server counted more steps than the client saw): their commit length is the server's"
+        )
     if len(client) == len(reqs):
         covered, source = client, CLIENT
         methods = sorted({q.rec.method for q in client})
         detail = f"client {'/'.join(methods)} steps ({label})"
         timed = all(q.rec.timed_by_client for q in client)
     elif prom is not None:
-        L, source, detail = prom[0], PROMETHEUS, prom[3]
+        L, source, detail = prom.commit_len, PROMETHEUS, prom.source
     elif len(mixed) == len(reqs):
         covered, source = mixed, SERVER
         used = sorted({q.server.source for q in mixed if not q.client_ok and q.server})
@@ -338,15 +385,15 @@ def _covered_commit(
 
 
 def _drafted_share(
-    reqs: Sequence[_Request], server_log: ServerAcceptance | None, prom: _Prom | None
+    reqs: Sequence[_Request], server_log: ServerAcceptance | None, prom: _Counters | None
 ) -> tuple[float | None, str | None, tuple[float, float] | None, float | None, str | None]:
     """(per drafted step, its source, share counts, drafted share, its source): the
     drafted-steps-only figures, kept apart from the all-steps commit length."""
     per_drafted, per_src, counts = _drafted(reqs, server_log)
     share = counts[0] / counts[1] if counts else None
     share_src = "server per-request fields and the stream" if counts else None
-    if share is None and prom is not None and prom[2] is not None:
-        share, share_src = prom[2], prom[3]
+    if share is None and prom is not None and prom.drafted_share is not None:
+        share, share_src = prom.drafted_share, prom.source
     return per_drafted, per_src, counts, share, share_src
 
 
@@ -369,6 +416,18 @@ def _tps_and_step_ci(
     return tps_ci, step_ci
 
 
+def _requests(
+    traces: Sequence[RequestTrace], reconstructions: Sequence[StepReconstruction]
+) -> list[_Request]:
+    """The successful requests that have a decode window, with what the headline reads of each."""
+    reqs: list[_Request] = []
+    for t, r in zip(traces, reconstructions, strict=True):
+        w = t.decode_window()
+        if w is not None and t.ok:
+            reqs.append(_Request(t, r, w, server_commit(t, r.server_check)))
+    return reqs
+
+
 def headline(
     traces: Sequence[RequestTrace],
     reconstructions: Sequence[StepReconstruction],
@@ -379,14 +438,8 @@ def headline(
 ) -> Headline:
     """The headline over these (successful) requests and their reconstructions (aligned).
     `telemetry`: server records about the same run (Prometheus deltas, log records)."""
-    reqs: list[_Request] = []
-    for t, r in zip(traces, reconstructions, strict=True):
-        w = t.decode_window()
-        if w is not None and t.ok:
-            reqs.append(_Request(t, r, w, server_commit(t, r.server_check)))
-    ttfts = [v for t in traces if t.ok and (v := t.ttft_s) is not None]
-    ttft = float(np.median(ttfts)) if ttfts else None
-    ttft_ci = median_interval(ttfts, seed=seed)
+    reqs = _requests(traces, reconstructions)
+    ttft, ttft_ci = _ttft(traces, seed)
     if not reqs:
         return Headline(requests=0, ttft_s=ttft, ttft_s_ci=ttft_ci)
     tokens = float(sum(q.window[0] for q in reqs))
@@ -408,10 +461,11 @@ def headline(
         rows, unit = _run_level_rows(reqs, L), "request"
     tps_ci, step_ci = _tps_and_step_ci(reqs, L, step_ci, seed)
     per_drafted, per_src, counts, share, share_src = _drafted_share(reqs, server_log, prom)
-    notes += _cross_checks(L, source, label, reqs, server_log, prom)
+    notes += (disagreements := _cross_checks(L, source, label, reqs, server_log, prom))
     loops = _loops(reqs, covered, L, notes)
+    first_read = _first_read_share(reqs, notes)
     step = L / tps if L else None
-    step_src = None if step is None else (CLIENT if every else "derived")
+    server_step, lag = _delivery(reqs, prom, step, notes)
     return Headline(
         requests=len(reqs),
         decode_tps=tps,
@@ -426,7 +480,7 @@ def headline(
         share_counts=counts,
         share_source=share_src,
         mean_step_s=step,
-        mean_step_s_source=step_src,
+        mean_step_s_source=None if step is None else (CLIENT if every else "derived"),
         mean_step_s_ci=step_ci,
         ttft_s=ttft,
         ttft_s_ci=ttft_ci,
@@ -435,8 +489,76 @@ def headline(
         rows=rows,
         unit=unit,
         notes=tuple(notes),
+        disagreements=tuple(disagreements),
         loops=loops,
+        first_read_share=first_read,
+        server_step_s=server_step,
+        delivery_lag_share=lag,
     )
+
+
+def _ttft(traces: Sequence[RequestTrace], seed: int) -> tuple[float | None, Interval95 | None]:
+    """The median TTFT of the successful requests and its interval."""
+    ttfts = [v for t in traces if t.ok and (v := t.ttft_s) is not None]
+    return (float(np.median(ttfts)) if ttfts else None), median_interval(ttfts, seed=seed)
+
+
+# Above this share of the decode tokens arriving with the first token, the figures are said to
+# leave out the start of the generations (one token in 50: a 256-token run's first read held
+# five or more tokens beside the first).
+FIRST_READ_NOTE_SHARE = 0.02
+
+
+def _first_read_share(reqs: Sequence[_Request], notes: list[str]) -> float:
+    """The share of the decode tokens that came in a first read with the first token, and its
+    note onto `notes` when it is large enough to move the figures. Those tokens' steps are
+    unseen (one read, one timestamp), so tokens per step, step time and decode tps are over
+    the rest of each generation; and the start of a generation is where it differs from the rest
+    (an n-gram drafter finds nothing to copy yet: on a loaded machine against vLLM, 12 tokens
+    in two first reads moved the commit length from vLLM's 1.80 to 1.97)."""
+    total = sum(stream_decode_tokens(q.trace) for q in reqs)
+    unseen = [max(stream_decode_tokens(q.trace) - q.window[0], 0) for q in reqs]
+    share = sum(unseen) / total if total else 0.0
+    if share > FIRST_READ_NOTE_SHARE:
+        late = sum(1 for n in unseen if n > 0)
+        notes.append(
+            f"the first read of {late} of {len(reqs)} request(s) held {sum(unseen)} tokens beside "
+            f"the first ({share:.0%} of the decode tokens): their steps are unseen, so tokens per "
+            "step, step time and decode tps are over the rest of each generation (the server or "
+            "this client was late at the start)"
+        )
+    return share
+
+
+# Above this, the stream took a step longer than the engine ran one, and the headline says so:
+# with the stream keeping up, the client's step time was within 2% of vLLM's engine-timed one
+# (tests/test_peer_vllm.py); a starved front end (two cores under a test suite) delivered each
+# step 8% later than its engine ran it, with no step merged.
+DELIVERY_NOTE_SHARE = 0.02
+
+
+def _delivery(
+    reqs: Sequence[_Request], prom: _Counters | None, step: float | None, notes: list[str]
+) -> tuple[float | None, float | None]:
+    """(the engine's mean step time, the stream's lag behind it as a share), when the server
+    timed its own steps over exactly these requests (vLLM's inter-token latency histogram: one
+    observation per step, engine-core timestamps); its note onto `notes` above
+    DELIVERY_NOTE_SHARE. A client times steps at the socket: when vLLM's API server (output
+    processing, detokenization, SSE) or this client cannot keep up with the engine, every step
+    arrives a little later than the last, no event merges, and the client's step time is the
+    delivery's, not the engine's."""
+    if prom is None or prom.step_s is None or not step or prom.requests != len(reqs):
+        return None, None
+    lag = step / prom.step_s - 1
+    if lag > DELIVERY_NOTE_SHARE:
+        notes.append(
+            f"the stream delivered a step every {step * 1e3:.1f} ms, the engine ran one every "
+            f"{prom.step_s * 1e3:.1f} ms (vLLM's inter-token latency, engine timestamps): "
+            f"delivery was {lag:.0%} slower, so the server's front end (output processing, "
+            "detokenization, streaming) or this client was the limit, and the step time and "
+            "decode tps here are the delivered ones"
+        )
+    return prom.step_s, lag
 
 
 def _log_commit(
@@ -461,16 +583,16 @@ def _cross_checks(
     label: str,
     reqs: Sequence[_Request],
     server: ServerAcceptance | None,
-    prom,
+    prom: _Counters | None,
 ) -> list[str]:
     """Where the chosen figure and other evidence disagree, say so, and say which is which."""
     notes: list[str] = []
     if not L or source != CLIENT:
         return notes
-    if prom is not None and abs(prom[0] / L - 1) > DISAGREEMENT:
+    if prom is not None and abs(prom.commit_len / L - 1) > DISAGREEMENT:
         notes.append(
-            f"client steps say {L:.2f} tokens/step, {prom[3]} {prom[0]:.2f}: the counters are "
-            "server-wide, so other traffic during the run or requests outside "
+            f"client steps say {L:.2f} tokens/step, {prom.source} {prom.commit_len:.2f}: the "
+            f"counters are server-wide, so other traffic during the run or requests outside "
             f"{label} move them"
         )
     if server is None or not server.mean_commit_len:

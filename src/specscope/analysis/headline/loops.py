@@ -62,7 +62,7 @@ class LoopReading:
         hint = "; --no-ignore-eos ends requests at the end of turn" if self.ignore_eos else ""
         return (
             f"{self.looping} of {self.requests}{NOTE_MARK}{why}): "
-            f"their drafting is easy, {over_all}{without}{hint}"
+            f"the figure reads the loops more than the workload, {over_all}{without}{hint}"
         )
 
     def to_json(self) -> dict[str, Any]:

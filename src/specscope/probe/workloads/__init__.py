@@ -1,10 +1,11 @@
 """Workloads: which prompts a run sends, by category, each of an exact token length and unique.
 
-`--workload NAME|FILE`. Built-in names: one category (`code-completion`, `code-edit`, `chat`,
-`summarisation`, `reasoning`, `long-writing`, `multi-turn`), `mixed` (all of them, request i
-gets category i mod 7), or `synthetic` (filler words: kept for comparison with old runs, never
-the default). A FILE is JSONL of prompts, OpenAI messages or ShareGPT conversations, used as
-given (their length is counted, not cut).
+`--workload NAME|FILE`. Built-in names: one category (`code-completion`, `code-edit`,
+`prose-edit`, `chat`, `summarisation`, `reasoning`, `long-writing`, `multi-turn`), `mixed` (the
+seven of MIXED_ORDER, request i gets category i mod 7: `prose-edit`, added later, stays out so
+that mixed runs stay comparable), or `synthetic` (filler words: kept for comparison with old
+runs, never the default). A FILE is JSONL of prompts, OpenAI messages or ShareGPT
+conversations, used as given (their length is counted, not cut).
 
 Uniqueness: a prefix cache (vLLM's is on by default) turns a repeated prompt into a cache hit
 and a measurement of prefill into one of a cache lookup. So unless the user asks for the same

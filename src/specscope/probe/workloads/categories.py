@@ -15,6 +15,7 @@ from specscope.probe.workloads import material as m
 
 CODE_COMPLETION = "code-completion"
 CODE_EDIT = "code-edit"
+PROSE_EDIT = "prose-edit"
 CHAT = "chat"
 SUMMARISATION = "summarisation"
 REASONING = "reasoning"
@@ -36,6 +37,23 @@ def code_edit(seed: int) -> Frame:
         tail="```\n\nRewritten code:\n```python\n",
         unit_kind="line",
         strip=False,
+    )
+
+
+def prose_edit(seed: int) -> Frame:
+    """A document to be returned corrected, the answer started with its first sentence: the
+    output re-emits the prompt from its start, so a prompt-lookup drafter's source lies a whole
+    prompt back (the case a drafter's window cuts). Small models copy prose where they cannot
+    copy code (SmolLM2-135M, docs/faults.md)."""
+    return Frame(
+        head=(
+            "Correct any spelling or grammar mistakes in the text below and return the whole "
+            "corrected text, changing nothing else.\n\n"
+        ),
+        units=m.article_sentences(seed + 2) + m.prose_fallback(seed + 9),
+        tail="\n\nCorrected text:\n\n",
+        unit_kind="sentence",
+        echo=True,
     )
 
 
@@ -144,6 +162,7 @@ def multi_turn(seed: int) -> Frame:
 CATEGORIES: dict[str, Callable[[int], Frame]] = {
     CODE_COMPLETION: code_completion,
     CODE_EDIT: code_edit,
+    PROSE_EDIT: prose_edit,
     CHAT: chat,
     SUMMARISATION: summarisation,
     REASONING: reasoning,

@@ -1,0 +1,136 @@
+"""The client's timing health (analysis/client_health.py) and its guard in the diagnosis: lag
+samples kept to the decode windows, percentiles from every worker's raw samples, and a client
+that was late by more than a tenth of a step stopping the claims that rest on its stamps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specscope.analysis.client_health import LIMIT_SHARE, client_health, decode_windows
+from specscope.analysis.diagnosis.cards import BY_ID
+from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.trace.model import Chunk, RequestSpec, RequestTrace
+from specscope.twin import scenario as tw
+from specscope.validation import virtual
+
+MS = 1_000_000
+
+
+def _trace(index: int, start_ms: float, steps: int, step_ms: float) -> RequestTrace:
+    """A request whose first token comes at start_ms, then `steps` one-token chunks."""
+    chunks = [Chunk(t_ns=int((start_ms + k * step_ms) * MS), n_tokens=1) for k in range(steps + 1)]
+    return RequestTrace(
+        index=index,
+        spec=RequestSpec(prompt="the text", prompt_tokens=3, max_tokens=steps + 1),
+        t_send_ns=int((start_ms - 50) * MS),
+        chunks=chunks,
+        token_count_source="usage",
+        completion_tokens=steps + 1,
+        finish_reason="length",
+        t_end_ns=chunks[-1].t_ns,
+    )
+
+
+def _record(t_ms: list[float], lag_ms: list[float], worker: int = 0) -> dict:
+    return {
+        "worker": worker,
+        "pid": 100 + worker,
+        "period_s": 0.005,
+        "t0_ns": 0,
+        "t_us": [int(t * 1000) for t in t_ms],
+        "lag_us": [int(v * 1000) for v in lag_ms],
+    }
+
+
+def test_windows_merge_where_requests_overlap():
+    traces = [_trace(0, 100, 10, 10), _trace(1, 150, 10, 10), _trace(2, 1000, 5, 10)]
+    assert decode_windows(traces).tolist() == [[100 * MS, 250 * MS], [1000 * MS, 1050 * MS]]
+
+
+def test_only_samples_inside_decode_windows_count():
+    traces = [_trace(0, 100, 50, 10)]  # decode from 100 ms to 600 ms
+    t = list(np.arange(0, 1000, 5.0))
+    # the loop stalls 40 ms between requests (outside the window) and answers in 0.2 ms inside
+    lag = [40.0 if (ti < 100 or ti > 600) else 0.2 for ti in t]
+    h = client_health([_record(t, lag)], traces, median_step_s=0.010)
+    assert h is not None and h.during_decode
+    assert h.lag_p99_s == pytest.approx(0.0002)
+    assert not h.limits_step_time
+    assert h.workers[0].to_json()["decode_samples"] == sum(1 for ti in t if 100 <= ti <= 600)
+    assert "within 10% of a step" in h.reason
+
+
+def test_a_late_loop_limits_the_step_time_and_says_by_how_much():
+    traces = [_trace(0, 100, 50, 10)]
+    t = list(np.arange(100, 600, 5.0))
+    lag = [0.2] * 50 + [2.0] * 50  # 1.1 ms late on average against 10 ms steps
+    h = client_health([_record(t, lag)], traces, median_step_s=0.010)
+    assert h.lag_mean_s == pytest.approx(0.0011)
+    assert h.lag_mean_s > LIMIT_SHARE * 0.010 and h.limits_step_time
+    j = h.to_json()
+    assert j["limits_step_time"] is True and j["limit_share"] == LIMIT_SHARE
+    assert "more than 10% of a step" in j["reason"] and "10.0 ms" in j["reason"]
+    assert "1.10 ms late on average (2.00 ms at p99)" in j["reason"]
+    # the same lag against 50 ms steps is within the limit
+    assert not client_health([_record(t, lag)], traces, median_step_s=0.050).limits_step_time
+
+
+def test_a_rare_scheduling_tail_does_not_limit():
+    """One late answer in fifty (the OS's tail on a shared machine) is not a late client."""
+    traces = [_trace(0, 100, 50, 10)]
+    t = list(np.arange(100, 600, 5.0))
+    lag = [0.2] * 98 + [5.0] * 2
+    h = client_health([_record(t, lag)], traces, median_step_s=0.010)
+    assert h.lag_p99_s > LIMIT_SHARE * 0.010  # the tail passes a tenth of a step
+    assert not h.limits_step_time  # its mean (0.30 ms) does not
+
+
+def test_percentiles_pool_every_workers_raw_samples():
+    traces = [_trace(0, 0, 100, 10)]
+    t = list(np.arange(0, 1000, 5.0))
+    quiet, busy = _record(t, [0.1] * len(t), 0), _record(t, [2.0] * len(t), 1)
+    h = client_health([quiet, busy], traces, median_step_s=0.010)
+    assert [w.worker for w in h.workers] == [0, 1]
+    assert h.lag_p50_s == pytest.approx(np.percentile([0.1e-3] * 200 + [2e-3] * 200, 50))
+    assert h.workers[1].to_json()["lag_p99_s"] == pytest.approx(0.002)
+
+
+def test_no_samples_is_no_health_and_a_malformed_line_is_skipped():
+    traces = [_trace(0, 0, 10, 10)]
+    assert client_health([], traces, 0.01) is None
+    bad = {"worker": 0, "t0_ns": 0, "t_us": [1, 2, 3], "lag_us": [1]}
+    assert client_health([bad], traces, 0.01) is None
+    assert client_health([{"t_us": "x", "lag_us": None}], traces, 0.01) is None
+
+
+def test_the_guard_stops_step_time_and_acceptance_claims_and_names_the_client_first():
+    sc = tw.load_scenario("seed-regression")
+    vr = virtual.virtual_run(
+        lambda p, n, s: tw.simulate_request(sc, p, n, s),
+        virtual.story_plan(),
+        prefill=lambda p: tw.prefill_time(sc, p),
+        seed=11,
+        stream_interval=sc.streaming.stream_interval,
+    )
+    before = analyze(vr.run)
+    timed = {c.id for c in BY_ID.values() if c.timed_by_client}
+    assert timed & {f.id for f in before.findings}  # the story's decay and drift
+    assert before.client is None  # no samples: no health, no guard
+    reqs = vr.run.requests
+    start = min(r.t_send_ns for r in reqs) / MS
+    end = max(r.t_end_ns for r in reqs) / MS
+    t = list(np.arange(start, end, 5.0))
+    lag = [1.0] * len(t)  # steps of ~87 ms: 1 ms is within a tenth
+    ok = analyze(vr.run.model_copy(update={"client": [_record(t, lag)]}))
+    assert ok.client is not None and ok.client["limits_step_time"] is False
+    assert [f.id for f in ok.findings] == [f.id for f in before.findings]
+    lag = [12.0] * len(t)  # more than a tenth of the step
+    late = analyze(vr.run.model_copy(update={"client": [_record(t, lag)]}))
+    ids = [f.id for f in late.findings]
+    assert ids[0] == "client_limited" and late.findings[0].cause == "client"
+    assert not timed & set(ids)
+    assert late.client["limits_step_time"] is True
+    assert any("no step_time_drift: not made, the client was the limit" in n for n in late.notes)
+    assert late.decode_tps == before.decode_tps and late.mean_commit_len == before.mean_commit_len
+    assert "client" in late.verdict[0] or any("client" in v for v in late.verdict)
