@@ -84,6 +84,10 @@ class RuleCard:
     # from it): not made when the client was the limit (client_health, card client_limited)
     timed_by_client: bool = False
     thresholds: Mapping[str, float] = field(default_factory=dict)  # every other gate, named
+    # the cause under which the effect is how a healthy server behaves (attention cost growing
+    # with the context): a finding with it, or with its cause undecided, ranks after every
+    # finding of a fault, however large (None: every cause of the card is a fault)
+    expected: Cause | None = None
 
 
 C = Cause
@@ -223,6 +227,7 @@ CARDS: tuple[RuleCard, ...] = (
         weight=0.5,
         thresholds=MappingProxyType({"confounded growth": 0.25}),
         timed_by_client=True,
+        expected=C.attention_context,
     ),
     RuleCard(
         id="two_point_bias",
