@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
 import time
 
 import numpy as np
 
 # the scheduled SSE chunk server of the client-overhead bench (bench/ is on sys.path when a
 # script in it runs, and a spawned child gets the parent's path)
-from probe_overhead import _serve
+from probe_overhead import chunk_server
 from specscope.probe.client import ProbeClient, Timeouts
 from specscope.probe.flavors import make_flavor
 from specscope.probe.health import LoopLagMonitor
@@ -89,20 +88,8 @@ if __name__ == "__main__":
     ap.add_argument("--chunks", type=int, default=300)
     ap.add_argument("--levels", default="1,8,32,64,128,256")
     a = ap.parse_args()
-    ctx = mp.get_context("spawn")
-    q: mp.Queue = ctx.Queue()
-    proc = ctx.Process(target=_serve, args=(q,), daemon=True)
-    proc.start()
-    try:
-        port = q.get(timeout=30)
+    with chunk_server() as url:
         t_start = time.perf_counter()
         levels = [int(x) for x in a.levels.split(",")]
-        asyncio.run(
-            asyncio.wait_for(
-                main(f"http://127.0.0.1:{port}", levels, a.chunks, a.period_ms), timeout=110
-            )
-        )
+        asyncio.run(asyncio.wait_for(main(url, levels, a.chunks, a.period_ms), timeout=110))
         print(f"(bench took {time.perf_counter() - t_start:.1f} s)")
-    finally:
-        proc.terminate()
-        proc.join(5)

@@ -11,10 +11,12 @@ both CLOCK_MONOTONIC on this machine) or as fast as it can (throughput). Bounded
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import statistics
 import time
+from collections.abc import Iterator
 
 import aiohttp
 from aiohttp import web
@@ -160,16 +162,23 @@ async def main(url: str) -> None:
     )
 
 
-if __name__ == "__main__":
+@contextlib.contextmanager
+def chunk_server() -> Iterator[str]:
+    """The SSE chunk server in a process of its own (so its work is not the client's), its base
+    URL while the block runs; stopped after it."""
     ctx = mp.get_context("spawn")
     q: mp.Queue = ctx.Queue()
     proc = ctx.Process(target=_serve, args=(q,), daemon=True)
     proc.start()
     try:
-        port = q.get(timeout=30)
-        t_start = time.perf_counter()
-        asyncio.run(asyncio.wait_for(main(f"http://127.0.0.1:{port}"), timeout=55))
-        print(f"(bench took {time.perf_counter() - t_start:.1f} s)")
+        yield f"http://127.0.0.1:{q.get(timeout=30)}"
     finally:
         proc.terminate()
         proc.join(5)
+
+
+if __name__ == "__main__":
+    with chunk_server() as url:
+        t_start = time.perf_counter()
+        asyncio.run(asyncio.wait_for(main(url), timeout=55))
+        print(f"(bench took {time.perf_counter() - t_start:.1f} s)")
