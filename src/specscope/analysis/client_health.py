@@ -18,7 +18,7 @@ step gap. What moves gaps is the lag beyond it, and its mean is the error a stam
 on average (a rare tail weighs in by its size, not by its rank). Held against the mean lag
 itself, the guard fired on the H200's 1.5 ms plain steps (0.26 ms mean, of which 0.19 ms the
 wake), where the same runs' findings were right before the guard existed; the excess there was
-0.02-0.14 ms, within 8% of a step. The p99 the issue first asked for is the OS's scheduling tail
+0.02-0.13 ms, at most 7.2% of a step. The p99 the issue first asked for is the OS's scheduling tail
 on a shared machine (5.0-5.4 ms under the test suite's load against the twin's 17 ms steps, in
 runs whose findings were right). The mean, p50 and p99 are reported beside it. Pure: no I/O.
 """
