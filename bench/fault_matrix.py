@@ -11,7 +11,11 @@ no fault's cause on the clean rows, on this CPU and on the H200.
 
     .venv/bin/python bench/fault_matrix.py [--device cpu|cuda] [--faults a,b] [--repeats N]
         [--out FILE.json [--resume]] [--budget-s S] [--timeout S] [--dry-run]
-        [--prompt-tokens P] [--max-tokens N] [--host-us US] [--window W]
+        [--prompt-tokens P] [--max-tokens N] [--host-us US] [--window W] [--workload W]
+
+`--workload W` tries the rows on another workload (e.g. the window row on `prose-edit`, whose
+answer copies the prompt from its start): a row's null figure was measured on its own workload,
+so the overridden rows are judged as faulted rows.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from specscope.probe.workloads import BUILT_IN
 from specscope.validation import faults as fm
 
 
@@ -45,6 +50,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, help="override the device's generation length")
     ap.add_argument("--host-us", type=float, help="override host-per-token=US")
     ap.add_argument("--window", type=int, help="override --draft-window W")
+    ap.add_argument("--workload", help="run every selected row on this workload instead")
     ap.add_argument("--work-dir", type=Path, help="server logs and run dirs (default: a temp dir)")
     ap.add_argument(
         "--resume",
@@ -60,17 +66,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _size(args: argparse.Namespace) -> fm.Size:
-    """The device's size with the command line's overrides."""
-    given = {
+def _size(args: argparse.Namespace, rows: list[fm.Row]) -> fm.Size:
+    """The device's size with the command line's overrides (a null row on another workload
+    is not known to be null there)."""
+    size = fm.SIZES[args.device]
+    given: dict[str, object] = {
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,
         "host_us": args.host_us,
         "window": args.window,
     }
-    return dataclasses.replace(
-        fm.SIZES[args.device], **{k: v for k, v in given.items() if v is not None}
-    )
+    if args.workload:
+        moved = {r.name for r in rows if r.workload != args.workload}
+        given["null_rows"] = {k: v for k, v in size.null_rows.items() if k not in moved}
+    return dataclasses.replace(size, **{k: v for k, v in given.items() if v is not None})
 
 
 def _dry_run(rows: list[fm.Row], size: fm.Size, device: str, work: Path, repeats: int) -> None:
@@ -156,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.timeout <= 0:
         print("fault_matrix: --repeats must be >= 1 and --timeout > 0", file=sys.stderr)
         return 2
-    size = _size(args)
+    size = _size(args, rows)
+    if args.workload:
+        if args.workload not in BUILT_IN:
+            known = ", ".join(BUILT_IN)
+            print(f"fault_matrix: unknown --workload {args.workload!r} ({known})", file=sys.stderr)
+            return 2
+        rows = [dataclasses.replace(r, workload=args.workload) for r in rows]
     if any(r.name == "window" for r in rows) and fm.window_gap(size) is None:
         print(
             f"warning: --window {size.window} is not between two of the context sweep's spans "

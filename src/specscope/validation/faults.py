@@ -321,6 +321,7 @@ class Outcome:
     run_dir: str | None = None
     # the fault cannot show on this device (the figure says why): expect the clean diagnosis
     null_reason: str | None = None
+    workload: str = ""  # the workload it ran (the row's, or bench/fault_matrix.py --workload)
 
     @property
     def finding_ids(self) -> list[str]:
@@ -483,6 +484,7 @@ def run_row(
         device,
         run_dir=str(work / "diagnose"),
         null_reason=size.null_rows.get(row.name),
+        workload=row.workload,
     )
     t0 = time.perf_counter()
     server: Server | None = None
