@@ -2,11 +2,11 @@
 again, without a server or a GPU.
 
 The H200 matrix (docs/faults.md "On the H200") kept every run's diagnose directory
-(bench/results/fault_matrix_h200_runs.tgz: requests, server log, telemetry). A change to the
+(bench/results/fault_matrix_h200_runs.tar.xz: requests, server log, telemetry). A change to the
 diagnosis is checked against those real runs here, row by row, with the same verdict
 (`validation.faults.is_right`) and the device's null rows as the matrix itself:
 
-    .venv/bin/python bench/fault_matrix_reanalyze.py bench/results/fault_matrix_h200_runs.tgz \\
+    .venv/bin/python bench/fault_matrix_reanalyze.py bench/results/fault_matrix_h200_runs.tar.xz \\
         --device cuda [--out FILE.json] [--client-lag]
 
 `--client-lag` also prints each run's client timing health from the same analysis: the loop
@@ -93,7 +93,11 @@ def _runs(root: Path) -> list[tuple[Path, str, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", type=Path, help="the runs: a .tgz as the matrix wrote it, or a folder")
+    ap.add_argument(
+        "runs",
+        type=Path,
+        help="the runs: a tar (.tgz, .tar.xz) of the matrix's work folder, or a folder",
+    )
     ap.add_argument("--device", choices=sorted(fm.SIZES), default="cuda")
     ap.add_argument("--out", type=Path, help="write every outcome here (JSON)")
     ap.add_argument("--client-lag", action="store_true", help="print each run's client lag")

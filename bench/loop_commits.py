@@ -2,9 +2,9 @@
 
 The figures in docs/faults.md "On the H200" (clean n-gram 4.7-5.0 tokens a step inside the loops,
 prompt-only-ngram 1.0-1.5, draft window 4.0) come from this over the H200 matrix's run
-directories (bench/results/fault_matrix_h200_runs.tgz):
+directories (bench/results/fault_matrix_h200_runs.tar.xz):
 
-    mkdir -p /tmp/h200 && tar xzf bench/results/fault_matrix_h200_runs.tgz -C /tmp/h200
+    mkdir -p /tmp/h200 && tar xJf bench/results/fault_matrix_h200_runs.tar.xz -C /tmp/h200
     .venv/bin/python bench/loop_commits.py /tmp/h200/position-0/diagnose /tmp/h200/clean-ngram-0/diagnose
 """
 

@@ -157,6 +157,27 @@ def test_speculation_overhead_without_a_baseline_around_its_threshold(commit, cl
         assert _decided(claim) and claim.cap == 0.5  # a hypothesis until a plain run is measured
 
 
+def test_a_linear_decay_is_read_over_the_positions_its_steps_cover():
+    """Steps left out of the shape (a loop's) shorten the positions it covers: commit length
+    falling 5 -> 2 over the 300 tokens kept, in generations of 1,500, is a 60% fall to 2 tokens
+    a step, not a slope carried on to 1,500 (once "5.86 -> -15.68 tokens/step", H200)."""
+    rng = np.random.default_rng(RNG_SEED)
+    cols = []
+    for r in range(4):
+        pos = np.arange(300, dtype=float)
+        commit = np.clip(np.round(5 - 3 * pos / 300 + rng.normal(0, 0.3, pos.size)), 1, None)
+        cols.append((commit, np.full(pos.size, 0.02), 2700 + pos, pos, np.full(pos.size, r)))
+    table = StepTable(*(np.concatenate(c) for c in zip(*cols, strict=True)))
+    span = MainSpan(context=(2700.0, 4200.0), output_span=1500.0, prompt=2700.0)
+    claim = findings.acceptance_decay(
+        _facts(_measured(), span=span, shape=AcceptanceShape(table=table))
+    )
+    assert claim is not None and _decided(claim)
+    after = next(e.value for e in claim.evidence if e.label == "mean commit length late")
+    assert 1.0 <= after < 3.0
+    assert 0.3 < next(e.value for e in claim.evidence if e.label == "relative drop") < 0.8
+
+
 def _drifting_steps(share: float, per_context_s=2e-7, seed=RNG_SEED) -> StepTable:
     """Steps at two prompt lengths whose time grows by `share` of the mean step over 1,000
     output tokens and by `per_context_s` a context token (the prompt lengths hold the two

@@ -334,10 +334,17 @@ def test_bench_resume_runs_only_the_missing_runs_and_budget_stops_before_a_late_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recorded", ["fault_matrix_h200_runs.tgz", "fault_matrix_h200_2_runs.tgz"])
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "fault_matrix_h200_runs.tar.xz",
+        "fault_matrix_h200_2_runs.tar.xz",
+        "fault_matrix_h200_3_runs.tar.xz",
+    ],
+)
 def test_recorded_h200_runs_keep_their_verdicts(tmp_path, recorded):
     """The H200 matrices' recorded runs (bench/results/, real weights, real faults; the second
-    at 333d36d and 5b13e29), re-analysed with this checkout's analysis: a change to the
+    at 333d36d and 5b13e29, the third at 8abc747), re-analysed with this checkout's analysis: a change to the
     diagnosis that turns one of them wrong fails here. A regression guard, not a validation:
     the position row's early decay cuts were chosen after the first matrix, the client guard's
     statistic and the ranking of expected behaviour after the second's first half
