@@ -221,6 +221,30 @@ def test_drift_separation_reads_the_fresh_request_at_the_reached_context():
     assert drift_separation(mixed, main) is None
 
 
+def _stack(*tables: StepTable) -> StepTable:
+    return StepTable(
+        *(np.concatenate(cols) for cols in zip(*(t.__dict__.values() for t in tables), strict=True))
+    )
+
+
+def test_drift_separation_pairs_the_fresh_requests_at_one_moment_of_the_load():
+    """Host work growing 80 -> 120 ms over a 256-token generation; the fresh requests ran later,
+    when the machine was 1.6x slower: the one at the reached context at 130 ms, the one at the
+    generation's own prompt at 128 ms. Against the generation's first steps the load reads as
+    context (share 1.25: device side, wrong); against the fresh request beside it, 5%: host."""
+    pos = np.arange(256.0)
+    main = _table(0.080 + 0.040 * pos / 255, 256 + pos, pos, np.zeros(256, dtype=int))
+    fpos = np.arange(64.0)
+    at_reached = _table(np.full(64, 0.130), 512 + fpos, fpos, np.ones(64, dtype=int))
+    at_prompt = _table(np.full(64, 0.128), 256 + fpos, fpos, np.full(64, 2))
+    sep = drift_separation(_stack(main, at_reached, at_prompt), main)
+    assert sep is not None and sep.base_prompt == 256 and sep.base_s == pytest.approx(0.128)
+    assert sep.share == pytest.approx((0.130 - 0.128) / (sep.late_s - sep.early_s))
+    assert sep.share < causes.HOST_SHARE
+    unpaired = drift_separation(_stack(main, at_reached), main)
+    assert unpaired is not None and unpaired.base_s is None and unpaired.share > causes.DEVICE_SHARE
+
+
 def _twin_drift_run(page_size: int, seed: int):
     """The healthy twin with a drift of 0.06 ms per output token (the seed story's size), the
     diagnose plan's requests (context sweep included), and the page size the server states."""

@@ -61,18 +61,23 @@ def _drift(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
         f"{_ms(sep.fresh_s)}, "
     )
     ends = f"the generation's first steps at {_ms(sep.early_s)}, its last at {_ms(sep.late_s)}"
+    low, high = "near the first steps", "near the last steps"
+    if sep.base_s is not None:  # the paired base: both fresh requests at one moment's load
+        ends += f", fresh requests of its own {sep.base_prompt}-token prompt at {_ms(sep.base_s)}"
+        low = "near fresh requests of the generation's own prompt run beside them"
+        high = "as far above those as the generation grew"
     contiguous = _kv_contiguous(f)
     if share <= HOST_SHARE and contiguous:
         # KV pages that scatter as decode allocates them one by one would not reappear in a
         # fresh prompt (allocated at once) either: only pages that cannot scatter rule it out
         out[C.kv_layout] = (
-            fresh + f"near the first steps ({share:.0%} of the growth; {ends}), and "
+            fresh + f"{low} ({share:.0%} of the growth; {ends}), and "
             f"{contiguous}: the extra time goes with the output generated, not with the KV "
             "the sequence holds"
         )
     elif share >= DEVICE_SHARE:
         out[C.host_per_token] = (
-            fresh + f"near the last steps ({share:.0%} of the growth; {ends}): the extra time "
+            fresh + f"{high} ({share:.0%} of the growth; {ends}): the extra time "
             "comes with the context held, not with the output generated"
         )
     return out
@@ -274,6 +279,11 @@ def _host_side_unstated_kv(finding: Finding, candidates: list[Cause], f: Facts) 
         return None
     if sep is None or sep.share is None or sep.share > HOST_SHARE:
         return None
+    near = (
+        "near fresh requests of the generation's own prompt"
+        if sep.base_s is not None
+        else "near the generation's first steps"
+    )
     page = (f.measured.run.info.server_info or {}).get("page_size")
     kv = (
         f"the server's KV pages of {page} token(s) can scatter as decode allocates them one by "
@@ -284,7 +294,7 @@ def _host_side_unstated_kv(finding: Finding, candidates: list[Cause], f: Facts) 
         f"{MIN_CONTIGUOUS_PAGE} tokens or more, allocated contiguously, rule it out)"
     )
     return (
-        f"the fresh request at the reached context stepped near the generation's first steps "
+        f"the fresh request at the reached context stepped {near} "
         f"({sep.share:.0%} of the growth came back), so the extra time goes with the output "
         f"generated; {kv}; if it stays, look for host work that re-reads the whole output "
         "every step (full re-detokenization, stop strings scanned over the whole text)"

@@ -120,7 +120,12 @@ def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpa
 # context-sweep point). Device-bound cost (the sequence's KV, attention) comes with the context
 # and reappears in it; host work that grows with the output generated (a whole-output
 # detokenizer, a stop-string scan) starts from nothing again.
+# Its base: a fresh request whose prompt is as long as the generation's own (the sweep point at
+# the main prompt), run beside the long one. The generation's first steps ran minutes earlier,
+# and on a shared machine its load then is not the load now (a fresh clone's suite once left a
+# host-side drift undecided that way); two fresh requests a few seconds apart share it.
 FRESH_PROMPT_SHARE = 0.85  # a fresh prompt "as long as" the context reached: this share of it
+BASE_PROMPT_RANGE = (0.8, 1.25)  # a fresh prompt "as long as" the generation's: this range of it
 EDGE_TOKENS = 64  # the first / last output tokens compared, and the fresh request's first ones
 MIN_EDGE_STEPS = 8
 
@@ -128,7 +133,8 @@ MIN_EDGE_STEPS = 8
 @dataclass(frozen=True)
 class DriftSeparation:
     """Median step times of the long generation's first and last steps and of the first steps
-    of fresh requests started at the context it reached."""
+    of fresh requests started at the context it reached; `base_s`, where measured, those of
+    fresh requests started at the generation's own prompt length, beside them."""
 
     early_s: float
     late_s: float
@@ -136,13 +142,27 @@ class DriftSeparation:
     reached_context: int
     fresh_prompt: int  # the shortest fresh prompt used
     fresh_requests: int
+    base_s: float | None = None
+    base_prompt: int | None = None
 
     @property
     def share(self) -> float | None:
         """How much of the generation's growth the fresh request shows: ~1 device-bound, ~0
-        host work per output token; None when the generation did not grow."""
+        host work per output token; None when the generation did not grow. Against the paired
+        base where there is one (the context's cost measured at one moment of the machine's
+        load), else against the generation's first steps."""
         grew = self.late_s - self.early_s
-        return (self.fresh_s - self.early_s) / grew if grew > 0 else None
+        start = self.base_s if self.base_s is not None else self.early_s
+        return (self.fresh_s - start) / grew if grew > 0 else None
+
+
+def _fresh_steps(table: StepTable, main_ids: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Rows of the first EDGE_TOKENS steps of requests outside the main ones whose prompt lies
+    in [lo, hi]."""
+    prompt = table.context - table.pos
+    return (
+        ~np.isin(table.rid, main_ids) & (prompt >= lo) & (prompt <= hi) & (table.pos < EDGE_TOKENS)
+    )
 
 
 def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSeparation | None:
@@ -153,15 +173,16 @@ def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSepa
     reached = float(mt.context.max())
     early = mt.step_s[mt.pos < mt.pos.min() + EDGE_TOKENS]
     late = mt.step_s[mt.context > reached - EDGE_TOKENS]
-    prompt = table.context - table.pos
-    fresh_rows = (
-        ~np.isin(table.rid, np.unique(mt.rid))
-        & (prompt >= FRESH_PROMPT_SHARE * reached)
-        & (table.pos < EDGE_TOKENS)
-    )
+    main_ids = np.unique(mt.rid)
+    fresh_rows = _fresh_steps(table, main_ids, FRESH_PROMPT_SHARE * reached, np.inf)
     fresh = table.step_s[fresh_rows]
     if min(early.size, late.size, fresh.size) < MIN_EDGE_STEPS:
         return None
+    main_prompt = float(np.median(mt.context - mt.pos))
+    lo, hi = (share * main_prompt for share in BASE_PROMPT_RANGE)
+    base_rows = _fresh_steps(table, main_ids, lo, min(hi, FRESH_PROMPT_SHARE * reached - 1))
+    paired = int(base_rows.sum()) >= MIN_EDGE_STEPS
+    prompt = table.context - table.pos
     return DriftSeparation(
         early_s=float(np.median(early)),
         late_s=float(np.median(late)),
@@ -169,6 +190,8 @@ def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSepa
         reached_context=int(reached),
         fresh_prompt=int(prompt[fresh_rows].min()),
         fresh_requests=int(np.unique(table.rid[fresh_rows]).size),
+        base_s=float(np.median(table.step_s[base_rows])) if paired else None,
+        base_prompt=int(np.median(prompt[base_rows])) if paired else None,
     )
 
 
