@@ -159,6 +159,17 @@ def test_a_client_server_disagreement_is_said_once():
     assert not any("another" in s for s in v)
 
 
+def test_a_stream_slower_than_its_engine_is_said_when_it_changes_the_step_time():
+    """vLLM's engine stepping at 42.9 ms while its stream delivered one every 46.6 ms is an 8.6%
+    lag: noted in the headline, not the verdict; from 10% on the step time read is the
+    delivery's and the verdict says so."""
+    small = _analysis(server_step_s=0.0429, delivery_lag_share=0.086, findings=[_decay()])
+    assert not any("Delivery" in s for s in verdict(small, WINDOW))
+    big = _analysis(server_step_s=0.0429, delivery_lag_share=0.25, findings=[_decay()])
+    [said] = [s for s in verdict(big, WINDOW) if s.startswith("Delivery is the limit")]
+    assert "25% slower" in said and "42.9 ms a step at the engine" in said
+
+
 def test_a_partial_run_is_said_first_and_follows_the_status():
     v = verdict(_analysis(partial=True, findings=[_decay()]), WINDOW)
     assert v[0] == PARTIAL

@@ -866,7 +866,7 @@ def _drift_estimate(
     if within is not None and within[0] < slope:
         # the joint fit also reads the main requests against the shorter ones, run at other
         # moments: a machine busier during the long generations passes for drift there (a
-        # fresh clone's suite, a clean server: +18% joint, +7% within). The drift must show
+        # CPU matrix beside a test run, a clean server: +18% joint, +7% within). The drift must show
         # within the generations themselves.
         slope = within[0]
         method += "; the main requests' own slopes (random-effects mean), smaller"

@@ -6,7 +6,7 @@ one chain: the rate, its split into tokens per step and step time, which of the 
 what it should be (the baseline, the two-point window, or a fresh context) and by how much, the
 mechanism behind it, and the one thing to do next. The verdict says that chain, and says first
 whatever changes how its numbers read (a partial run, speculation off, repetition loops, a client
-and server that disagree). Without a finding it says, in words, that nothing is wrong.
+and server that disagree, a stream slower than the engine's steps). Without a finding it says, in words, that nothing is wrong.
 
 Pure: reads the Analysis, the reference the run is measured against and the headline's
 disagreements; no I/O. `diagnose.analyze` stores the sentences as `Analysis.verdict`.
@@ -156,7 +156,25 @@ def _readings(a: Analysis, disagreements: Sequence[str]) -> list[str]:
         out.append(f"Repetition loops: {_clause(loops['note'])}.")
     if disagreements:
         out.append(f"Client and server disagree: {_clause(disagreements[0])}.")
+    if (lag := a.delivery_lag_share) is not None and lag >= DELIVERY_VERDICT_SHARE:
+        out.append(_delivery(a, lag))
     return out
+
+
+# A stream this much slower than the engine's own steps changes what the step time is (the
+# smallest step-time effect a finding reports: ten percent moves tps by ten percent).
+DELIVERY_VERDICT_SHARE = 0.10
+
+
+def _delivery(a: Analysis, lag: float) -> str:
+    """The stream's lag behind the engine as a reading of the step time: the delivered steps,
+    not the engine's (headline.server_step_s)."""
+    engine = f" ({ms(a.server_step_s)} a step at the engine)" if a.server_step_s else ""
+    return (
+        f"Delivery is the limit: the stream delivered steps {lag:.0%} slower than the engine "
+        f"ran them{engine}, so the step time here is the server's front end's (output "
+        "processing, detokenization, streaming) or this client's, not the engine's."
+    )
 
 
 def _off(reason: str | None) -> str:
