@@ -865,9 +865,9 @@ def _drift_estimate(
         method += "; between-request (random-effects) error over the main requests, larger"
     if within is not None and within[0] < slope:
         # the joint fit also reads the main requests against the shorter ones, run at other
-        # moments: a machine busier during the long generations passes for drift there (a
-        # CPU matrix beside a test run, a clean server: +18% joint, +7% within). The drift must show
-        # within the generations themselves.
+        # moments: a machine busier during the long generations passes for drift there (the
+        # CPU matrix beside a test run, a clean server: +18% joint, +7% within). The drift
+        # must show within the generations themselves.
         slope = within[0]
         method += "; the main requests' own slopes (random-effects mean), smaller"
     return slope, se_slope, df, method

@@ -6,7 +6,8 @@ one chain: the rate, its split into tokens per step and step time, which of the 
 what it should be (the baseline, the two-point window, or a fresh context) and by how much, the
 mechanism behind it, and the one thing to do next. The verdict says that chain, and says first
 whatever changes how its numbers read (a partial run, speculation off, repetition loops, a client
-and server that disagree, a stream slower than the engine's steps). Without a finding it says, in words, that nothing is wrong.
+and server that disagree, a stream slower than the engine's steps). Without a finding it says, in
+words, that nothing is wrong.
 
 Pure: reads the Analysis, the reference the run is measured against and the headline's
 disagreements; no I/O. `diagnose.analyze` stores the sentences as `Analysis.verdict`.
