@@ -18,6 +18,8 @@ from specscope.experiments import (
     output_sweep,
     two_point,
 )
+from specscope.experiments.plan import FINISH_S
+from specscope.experiments.precision_loop import expected_repeats_s, repeats_budget_s
 from specscope.experiments.probe_target import TargetError, open_target
 from specscope.trace import RunDirWriter, RunInfo, load_run
 
@@ -127,3 +129,54 @@ def test_unreachable_target_is_a_clear_error():
 
     with pytest.raises(TargetError, match="not reachable"):
         asyncio.run(go())
+
+
+def test_quick_bounds_its_repeats_by_the_commands_time_and_says_so():
+    quick = diagnosis_plan.build(2700, 1500, quick=True)
+    assert quick.precision is not None
+    assert quick.precision.deadline_s == diagnosis_plan.QUICK_DEADLINE_S
+    assert any("about 90 s in all" in n for n in quick.notes)
+    # --budget-s is the user's own bound on the repeats: no deadline then
+    own = diagnosis_plan.build(2700, 1500, quick=True, budget_s=30)
+    assert own.precision is not None and own.precision.deadline_s is None
+    assert not any("in all" in n for n in own.notes)
+    full = diagnosis_plan.build(2700, 1500)
+    assert full.precision is not None and full.precision.deadline_s is None
+
+
+def test_the_estimate_covers_the_whole_command():
+    plan = diagnosis_plan.build(2700, 1500, quick=True)
+    plan.calibrate(100.0, 5000.0)
+    plan.elapsed_s, plan.repeats_s = 3.0, 20.0
+    total = plan.total_estimate_s()
+    assert total == pytest.approx(3.0 + plan.estimate_s() + 20.0 + FINISH_S)
+    d = plan.to_dict()
+    assert d["estimated_total_s"] == round(total, 1)
+    assert d["estimated_repeats_s"] == 20.0 and d["elapsed_at_plan_s"] == 3.0
+    assert d["precision"]["deadline_s"] == diagnosis_plan.QUICK_DEADLINE_S
+
+
+def test_repeats_get_what_the_deadline_leaves():
+    plan = diagnosis_plan.build(2700, 1500, quick=True)
+    pp = plan.precision
+    assert pp is not None
+    # 30 s into the command, 90 s in all: the repeats may spend 90 - 30 - FINISH_S
+    assert repeats_budget_s(pp, 30.0) == pytest.approx(90.0 - 30.0 - FINISH_S)
+    assert repeats_budget_s(pp, 200.0) == 0.0  # past it: none
+    no_deadline = replace(pp, deadline_s=None)
+    assert repeats_budget_s(no_deadline, 200.0) == pp.budget_s
+
+
+def test_expected_repeats_are_the_minimum_the_loop_needs_within_its_budget():
+    plan = diagnosis_plan.build(2700, 1500, quick=True)
+    # a fast server: the 7 requests the loop needs before it can stop on precision all fit
+    plan.calibrate(1000.0, 100_000.0)
+    plan.elapsed_s = 1.0
+    one = replace(plan.steps[0], repeat=1).estimate_s(1000.0, 100_000.0)
+    assert expected_repeats_s(plan) == pytest.approx(7 * one)
+    # a slow one: the steps leave too little of the 90 s for one more generation
+    plan.calibrate(20.0, 2000.0)
+    assert plan.elapsed_s + plan.estimate_s() + FINISH_S > diagnosis_plan.QUICK_DEADLINE_S
+    assert expected_repeats_s(plan) == 0.0
+    plan.precision = replace(plan.precision, target=0.0)  # --precision 0: no repeats
+    assert expected_repeats_s(plan) == 0.0

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from dataclasses import replace
 
 from specscope.analysis.headline import precision as pr
 from specscope.analysis.headline.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP as MIN_REQ
 from specscope.experiments import Executor, full_generation
-from specscope.experiments.plan import PrecisionPlan
+from specscope.experiments.plan import FINISH_S, PrecisionPlan
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
 from specscope.experiments.probe_target import open_target
 from specscope.trace import RunDirWriter, RunInfo, load_run, tags
@@ -37,12 +39,16 @@ def _plan(
 
 
 async def _loop(
-    url: str, plan, writer: RunDirWriter | None = None, outcome: PrecisionOutcome | None = None
+    url: str,
+    plan,
+    writer: RunDirWriter | None = None,
+    outcome: PrecisionOutcome | None = None,
+    started: float | None = None,
 ):
     async with open_target(url) as target:
         ex = Executor(target, writer)
         result = await ex.run(plan)
-        out = await repeat_until_precise(ex, plan, result, outcome)
+        out = await repeat_until_precise(ex, plan, result, outcome, started=started)
         return out, result
 
 
@@ -93,6 +99,21 @@ def test_stops_on_the_budget(twin_server):
     assert not out.over_requests  # 4 requests: not yet an interval over requests
     out, result = asyncio.run(_loop(srv.url, _plan(0.10, budget_s=0.0)))
     assert out.stopped_by == pr.BUDGET and out.added_requests == 0 and len(result.traces) == 1
+
+
+def test_a_deadline_gives_the_repeats_what_the_command_has_left(twin_server):
+    """--quick: the repeats may spend what the command's deadline leaves once the analysis'
+    seconds are set aside, counted from the command's start."""
+    srv = twin_server(_scenario(0.0))
+    plan = _plan(0.10, budget_s=120.0)
+    plan.precision = replace(plan.precision, deadline_s=90.0)
+    # the command started 88 s ago: nothing left for a repeat
+    out, result = asyncio.run(_loop(srv.url, plan, started=time.monotonic() - 88.0))
+    assert out.stopped_by == pr.BUDGET and out.added_requests == 0 and len(result.traces) == 1
+    assert out.budget_s == 0.0
+    # started just now: the budget is the deadline less the analysis' share, below --budget-s'
+    out, _ = asyncio.run(_loop(srv.url, plan, started=time.monotonic()))
+    assert 90.0 - FINISH_S - 10.0 < out.budget_s <= 90.0 - FINISH_S
 
 
 def test_a_noisier_server_takes_more_requests(twin_server):

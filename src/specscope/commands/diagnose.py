@@ -222,6 +222,7 @@ def diagnose(
     timeout_total: TimeoutTotal = Timeouts.total,
 ) -> None:
     """Parse and check the flags, run the diagnosis, print the report (or --json's object)."""
+    started = time.monotonic()  # the plan's estimate and --quick's bound count from here
     endpoint = endpoint_or_fail(url) if url is not None else None
     slo_s = slo_option(slo)
     inputs = _probe_inputs(
@@ -267,6 +268,7 @@ def diagnose(
                 metrics_url=redact_url(metrics_url) if metrics_url else None,
             ),
             embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
+            started=started,
             recorded={
                 "tokenizer": str(tokenizer) if tokenizer else None,
                 "prompt_file": str(prompt_file) if prompt_file else None,
@@ -275,7 +277,6 @@ def diagnose(
         )
     except OptionError as e:
         fail_usage(str(e))
-    started = time.monotonic()
     _print_outcome(_run(options, json_), json_, started, verbose)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +25,11 @@ from specscope.embedded import EmbeddedServer, embedded_server
 from specscope.entrypoints.options import OptionError, precision_problem
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
 from specscope.experiments import Progress as StepProgress
-from specscope.experiments.precision_loop import PrecisionOutcome, repeat_until_precise
+from specscope.experiments.precision_loop import (
+    PrecisionOutcome,
+    expected_repeats_s,
+    repeat_until_precise,
+)
 from specscope.experiments.probe_target import ProbeInputs, TargetError, open_target
 from specscope.probe.health import LoopLagMonitor
 from specscope.probe.prompts import prompt_length_problem
@@ -120,6 +125,9 @@ class DiagnoseOptions:
     evidence: EvidenceSources = field(default_factory=EvidenceSources)
     embedded: EmbeddedChoice = field(default_factory=EmbeddedChoice)
     recorded: dict[str, Any] = field(default_factory=dict)
+    # time.monotonic() when the command started (None: when diagnose_run is called): the plan's
+    # estimate of the whole command and --quick's time bound count from it
+    started: float | None = None
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -250,6 +258,7 @@ class _Measured:
     metrics_before: MetricsBefore = None
     precision: PrecisionOutcome | None = None  # the repeat loop's record, when the plan has one
     lag: LoopLagMonitor | None = None  # the client's loop lag, sampled while it measures
+    started: float = field(default_factory=time.monotonic)  # the command's start (monotonic)
 
 
 def _run_info(
@@ -332,6 +341,8 @@ async def _measure(
             calib = await _calibrate(executor, prompt_tokens, max_context)
             state.result.traces.extend(calib)
             plan.calibrate(*rates_from(calib))
+            plan.elapsed_s = time.monotonic() - state.started
+            plan.repeats_s = expected_repeats_s(plan)
             info.args["plan"] = plan.to_dict()
             writer.write_info()
             hooks.on_plan(plan, url)
@@ -347,7 +358,9 @@ async def _measure(
                 executor.on_progress = on_progress
                 await executor.run(plan, state.result)
                 if state.precision is not None and state.result.complete:
-                    await repeat_until_precise(executor, plan, state.result, state.precision)
+                    await repeat_until_precise(
+                        executor, plan, state.result, state.precision, started=state.started
+                    )
 
 
 async def _calibrate(
@@ -456,7 +469,7 @@ def diagnose_run(options: DiagnoseOptions, hooks: DiagnoseHooks | None = None) -
     DiagnoseInterrupted."""
     hooks = hooks or DiagnoseHooks()
     args = options.run_args()
-    state = _Measured()
+    state = _Measured(started=options.started or time.monotonic())
     interrupted = False
     try:
         with _server(options, args, hooks) as (url, evidence, embedded_notes):

@@ -2,8 +2,8 @@
 
 Default: the user's full generation (P, G), a two-point pair at the same prompt, a short context
 sweep over the range the generation spans, and an output sweep from a short prompt. `quick`
-keeps the user's full generation and trims the rest to about a minute; every trim is written in
-the plan's notes.
+keeps the user's full generation, trims the rest and bounds the precision repeats by the
+command's QUICK_DEADLINE_S; every trim is written in the plan's notes.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ from specscope.trace import tags
 DEFAULT_PRECISION = {True: 0.10, False: 0.05}  # by `quick`
 DEFAULT_BUDGET_S = {True: 120.0, False: 300.0}
 MAX_PRECISION_REQUESTS = 64
+# --quick's promise: the whole command in about this many seconds. The plan's steps run whole
+# (they are what the diagnosis reads); the precision repeats get what the steps leave, unless
+# --budget-s says otherwise. A server whose full generation alone takes longer overruns it, and
+# the plan says so before anything is sent.
+QUICK_DEADLINE_S = 90.0
 
 
 def calibration_step(prompt_tokens: int, max_context: int | None) -> PlanStep:
@@ -70,6 +75,7 @@ def build(
             max_requests=max(MAX_PRECISION_REQUESTS, repeat),
             start_requests=out.steps[0].requests,
             tag=out.steps[0].tag,
+            deadline_s=QUICK_DEADLINE_S if quick and budget_s is None else None,
         )
 
     if quick:
@@ -89,6 +95,13 @@ def build(
         )
     )
 
+    if out.precision is not None and out.precision.deadline_s and out.precision.target > 0:
+        out.notes.append(
+            f"--quick: about {QUICK_DEADLINE_S:.0f} s in all; the full generation is repeated "
+            "(for decode tps within the target) only while that fits, so on a slow server tps' "
+            "interval is over fewer requests and a one-request slowdown is harder to tell from "
+            "the server's (--budget-s S: the repeats' own time)"
+        )
     if quick:
         n = max(max_tokens // 2, 64)
         out.notes.append(

@@ -14,6 +14,10 @@ from specscope.trace import tags
 # Assumed rates before anything is measured; replaced by a calibration request's numbers.
 DEFAULT_DECODE_TPS = 50.0
 DEFAULT_PREFILL_TPS = 2000.0
+# Seconds a diagnosis takes after its last request: the server's evidence read, the analysis,
+# both reports written, the embedded server stopped (2-4 s on this 2-core machine for the twin's
+# seed-regression and the engine's demo run; rounded up).
+FINISH_S = 5.0
 
 
 @dataclass
@@ -71,6 +75,9 @@ class PrecisionPlan:
     max_requests: int  # of the measurement, the plan's own included
     start_requests: int  # the plan's own requests of the measurement
     tag: str
+    # Seconds from the command's start by which the repeats must have ended (--quick: the
+    # whole command's time bound), or None: the budget alone bounds them.
+    deadline_s: float | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -80,6 +87,7 @@ class PrecisionPlan:
             "max_requests": self.max_requests,
             "start_requests": self.start_requests,
             "tag": self.tag,
+            "deadline_s": self.deadline_s,
         }
 
 
@@ -92,6 +100,11 @@ class Plan:
     prefill_tps_assumed: float = DEFAULT_PREFILL_TPS
     rates_measured: bool = False
     precision: PrecisionPlan | None = None
+    # Set when the plan is announced: the seconds the command had already run (start-up, the
+    # calibration request) and the seconds the precision repeats are expected to add
+    # (precision_loop.expected_repeats_s).
+    elapsed_s: float = 0.0
+    repeats_s: float = 0.0
 
     def extend(self, other: Plan) -> None:
         self.steps.extend(other.steps)
@@ -111,9 +124,15 @@ class Plan:
         return sum(s.requests * s.prompt_tokens for s in self.steps)
 
     def estimate_s(self) -> float:
+        """Seconds for the plan's steps at the assumed rates."""
         return sum(
             s.estimate_s(self.decode_tps_assumed, self.prefill_tps_assumed) for s in self.steps
         )
+
+    def total_estimate_s(self) -> float:
+        """Seconds for the whole command, which is what a user waits for: what already ran, the
+        steps, the repeats, and the analysis and reports after the last request."""
+        return self.elapsed_s + self.estimate_s() + self.repeats_s + FINISH_S
 
     def calibrate(self, decode_tps: float | None, prefill_tps: float | None) -> None:
         """Replace the assumed rates with measured ones (from a short calibration request)."""
@@ -142,6 +161,9 @@ class Plan:
             ],
             "notes": list(self.notes),
             "estimated_s": round(self.estimate_s(), 1),
+            "estimated_total_s": round(self.total_estimate_s(), 1),
+            "estimated_repeats_s": round(self.repeats_s, 1),
+            "elapsed_at_plan_s": round(self.elapsed_s, 1),
             "decode_tps_assumed": round(self.decode_tps_assumed, 2),
             "rates_measured": self.rates_measured,
             "precision": self.precision.to_dict() if self.precision is not None else None,

@@ -13,13 +13,14 @@ interrupted.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from specscope.analysis.headline import precision
 from specscope.experiments.executor import ExecutionResult, Executor
-from specscope.experiments.plan import Plan, PlanStep, PrecisionPlan
+from specscope.experiments.plan import FINISH_S, Plan, PlanStep, PrecisionPlan
 from specscope.trace import RequestTrace
 
 
@@ -59,6 +60,36 @@ class PrecisionOutcome:
 
 def _measurement(plan: Plan, pp: PrecisionPlan) -> PlanStep | None:
     return next((s for s in plan.steps if s.tag == pp.tag), None)
+
+
+def repeats_budget_s(pp: PrecisionPlan, elapsed_s: float) -> float | None:
+    """The seconds the repeats may spend when they start `elapsed_s` into the command: the
+    budget, and under a deadline no more than what it leaves once the analysis (FINISH_S) is
+    set aside (None: no time limit)."""
+    if pp.deadline_s is None:
+        return pp.budget_s
+    left = max(0.0, pp.deadline_s - elapsed_s - FINISH_S)
+    return left if pp.budget_s is None else min(pp.budget_s, left)
+
+
+def expected_repeats_s(plan: Plan) -> float:
+    """Seconds the repeats are expected to add, for the plan's estimate: the requests the loop
+    sends before it can stop on precision at all (it reads an interval over requests from
+    MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP on), at the plan's rates, as many as the budget fits
+    (`plan.elapsed_s` must be set: under a deadline the budget is what the steps leave)."""
+    pp = plan.precision
+    step = _measurement(plan, pp) if pp is not None else None
+    if pp is None or pp.target <= 0 or step is None:
+        return 0.0
+    one = replace(step, repeat=1, concurrency=1).estimate_s(
+        plan.decode_tps_assumed, plan.prefill_tps_assumed
+    )
+    more = max(0, precision.MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP - pp.start_requests)
+    more = min(more, pp.max_requests - pp.start_requests)
+    budget = repeats_budget_s(pp, plan.elapsed_s + plan.estimate_s())
+    if budget is not None and one > 0:
+        more = min(more, math.floor(budget / one))
+    return max(0, more) * one
 
 
 def _seconds_per_request(traces: list[RequestTrace]) -> float:
@@ -133,14 +164,17 @@ async def repeat_until_precise(
     outcome: PrecisionOutcome | None = None,
     *,
     clock: Callable[[], float] = time.monotonic,
+    started: float | None = None,
 ) -> PrecisionOutcome:
     """Run rounds of the plan's measurement step (`plan.precision.tag`) until
-    analysis.precision.decide says stop. `result` holds the plan's traces and gets the new ones."""
+    analysis.precision.decide says stop. `result` holds the plan's traces and gets the new ones.
+    `started`: the command's start on `clock` (default: now), from which a deadline counts."""
     pp = plan.precision
     if pp is None:
         raise ValueError("the plan has no precision target")
     out = outcome if outcome is not None else PrecisionOutcome(pp.target)
-    out.budget_s, out.budget_tokens = pp.budget_s, pp.budget_tokens
+    budget_s = repeats_budget_s(pp, clock() - (clock() if started is None else started))
+    out.budget_s, out.budget_tokens = budget_s, pp.budget_tokens
     step = _measurement(plan, pp)
     if pp.target <= 0 or step is None:
         out.stopped_by = precision.OFF
@@ -166,7 +200,7 @@ async def repeat_until_precise(
         lambda: [t for t in result.traces if t.spec.tag == step.tag],
         send_more,
         out,
-        budget=precision.Budget(pp.budget_s, pp.budget_tokens, pp.max_requests),
+        budget=precision.Budget(budget_s, pp.budget_tokens, pp.max_requests),
         tokens_per_request=step.max_tokens,
         clock=clock,
     )

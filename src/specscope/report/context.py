@@ -208,7 +208,9 @@ def plan_precision_line(pp: dict[str, Any]) -> str:
     if not pp.get("target"):
         return f"precision: off (--precision 0): {start} {tag} request(s), no repeats"
     limits = []
-    if pp.get("budget_s") is not None:
+    if pp.get("deadline_s") is not None:
+        limits.append(f"what is left of --quick's {pp['deadline_s']:.0f} s")
+    elif pp.get("budget_s") is not None:
         limits.append(f"{pp['budget_s']:.0f} s")
     if pp.get("budget_tokens") is not None:
         limits.append(f"{pp['budget_tokens']} generated tokens")

@@ -43,12 +43,22 @@ def _ci(ci: list[float] | None, scale: float) -> str:
     return "" if not ci else f" [{_num(ci[0], scale)}, {_num(ci[1], scale)}]"
 
 
+def _same_as_steps(key: str, group: dict[str, Any]) -> bool:
+    """The chunk gaps are the step latencies when every chunk carried one step (a server that
+    streams each step): the row would repeat the one above it."""
+    if key != "inter_chunk_latency_s":
+        return False
+    chunk, step = group.get(key) or {}, group.get("inter_step_latency_s") or {}
+    return all(chunk.get(k) == step.get(k) for k in ("n", "p50", "p90", "p99", "mean"))
+
+
 def latency_rows(group: dict[str, Any]) -> list[tuple[str, ...]]:
-    """One row per latency metric that has samples: label (unit), p50, p90, p99, mean [CI], n."""
+    """One row per latency metric that has samples: label (unit), p50, p90, p99, mean [CI], n
+    (the chunk gaps only where they differ from the steps)."""
     rows = []
     for key, label, scale, unit in LATENCY_ROWS:
         d = group.get(key) or {}
-        if not d.get("n"):
+        if not d.get("n") or _same_as_steps(key, group):
             continue
         rows.append(
             (

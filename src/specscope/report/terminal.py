@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specscope.analysis.result import Analysis
-from specscope.experiments.plan import Plan
+from specscope.experiments.plan import FINISH_S, Plan
 from specscope.report.context import (
     FOLDED_HINT,
     ReportContext,
@@ -117,7 +117,9 @@ def _headline_panel(ctx: ReportContext, verbose: bool = False) -> Panel:
         _row(key, Text(value))  # Text: values may hold server strings, never markup
 
     add_row("decode tokens/s", fmt(a.decode_tps, 1) + fmt_ci(a.decode_tps_ci, 1))
-    add_row("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s"))
+    if verbose or not ((a.serving or {}).get("run") or {}).get("ttft_s"):
+        # folded, the serving table's TTFT row (just below) says it
+        add_row("time to first token", fmt(a.ttft_s, 3, "s") + fmt_ci(a.ttft_s_ci, 3, unit="s"))
     source = f"  (from {a.commit_len_source})" if verbose and a.commit_len_source else ""
     add_row(
         "mean commit length",
@@ -194,7 +196,8 @@ def _render_folded_findings(a: Analysis, console: Console) -> None:
         body = [Text(f.summary)]
         if numbers := finding_numbers(f, test_of(a, f.id)):
             body.append(Text(" · ".join(numbers), style="dim"))
-        body.append(_next_line("the verdict's, above" if rank == 1 else folded_next(f)))
+        if rank > 1:  # the first finding's next step is the verdict's, printed above
+            body.append(_next_line(folded_next(f)))
         console.print(_finding_grid(rank, head, body))
     if a.finding_tests or a.notes:
         reported = sum(t.reported for t in a.finding_tests)
@@ -239,14 +242,16 @@ def render_serving(serving: dict, console: Console, prose: bool = True) -> None:
     rows = latency_rows(serving.get("run") or {})
     if rows:
         t = Table(
-            title=Text("Serving metrics"),
+            # folded, the first header names the table: one line less on the first screen
+            title=Text("Serving metrics") if prose else None,
             title_justify="left",
             box=box.SIMPLE_HEAD,
             padding=(0, 1),
             show_edge=False,  # no blank line above and below: the report fits a screen
         )
         for i, h in enumerate(TABLE_HEADER):
-            t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+            header = "serving metric" if i == 0 and not prose else h
+            t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
         for r in rows:
             t.add_row(*r)
         console.print(t)
@@ -297,10 +302,20 @@ def render_plan(plan: Plan, console: Console, target: str) -> None:
     console.print(
         Text(
             f"{plan.total_requests} requests, {plan.total_prompt_tokens} prompt + "
-            f"{plan.total_generated_tokens} generated tokens: about {plan.estimate_s():.0f} s "
-            f"if {d:.1f} tok/s holds ({basis})."
+            f"{plan.total_generated_tokens} generated tokens: about "
+            f"{plan.total_estimate_s():.0f} s in all if {d:.1f} tok/s holds ({basis}): "
+            f"{plan.elapsed_s:.0f} s so far, {plan.estimate_s():.0f} s of requests, "
+            f"{plan.repeats_s:.0f} s of repeats, {FINISH_S:.0f} s to analyse."
         )
     )
+    deadline = plan.precision.deadline_s if plan.precision is not None else None
+    if deadline and plan.elapsed_s + plan.estimate_s() + FINISH_S > deadline:
+        console.print(
+            Text(
+                f"at these rates the plan's requests alone run past --quick's {deadline:.0f} s",
+                style="yellow",
+            )
+        )
     if plan.precision is not None:
         console.print(Text(plan_precision_line(plan.precision.to_dict())))
     for k in plan.skipped:
