@@ -159,7 +159,7 @@ def test_ctrl_c_during_the_full_generation_keeps_the_request_in_flight(tmp_path)
             time.sleep(0.05)
         time.sleep(1.5)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = _finish(proc)
+        out, err = _finish(proc)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err
     run = load_run(run_dir)
@@ -170,6 +170,11 @@ def test_ctrl_c_during_the_full_generation_keeps_the_request_in_flight(tmp_path)
     assert full.error.kind == "cancelled" and full.tokens_received >= 5  # what it had received
     analysis = json.loads((run_dir / "analysis.json").read_text())
     assert analysis["requests"] == 2
+    # what it streamed is the headline (not the 32-token calibration), and a partial run never
+    # reads acceptance as steady
+    assert analysis["decode_tps"] is not None
+    assert any("cut short by Ctrl-C" in n for n in analysis["notes"]), analysis["notes"]
+    assert "steady" not in out and "steady" not in json.dumps(analysis["verdict"])
 
 
 def test_prompt_file_local_tokenizer_model_and_same_prompt(tmp_path):

@@ -32,7 +32,7 @@ import aiohttp
 
 from specscope.probe.flavors.base import Decoder, Flavor, StreamError, TokenCounter
 from specscope.probe.sse import LineTooLong, SSEParser
-from specscope.trace.model import Chunk, ErrorInfo, RequestSpec, RequestTrace
+from specscope.trace.model import CANCELLED, Chunk, ErrorInfo, RequestSpec, RequestTrace
 from specscope.trace.text import scrub, scrub_tree
 
 API_KEY_ENV = "SPECSCOPE_API_KEY"
@@ -157,9 +157,7 @@ class ProbeClient:
                 trace.chunks = []
                 continue
             except asyncio.CancelledError:
-                trace.error = trace.error or ErrorInfo(
-                    kind="cancelled", message="request cancelled"
-                )
+                trace.error = trace.error or ErrorInfo(kind=CANCELLED, message="request cancelled")
                 trace.t_end_ns = time.perf_counter_ns()
                 raise
             except Exception as e:  # the last line of "never raises": record, do not crash

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from specscope.trace.model import ErrorInfo, RequestSpec, RequestTrace
+from specscope.trace.model import CANCELLED, ErrorInfo, RequestSpec, RequestTrace
 
 MAX_CONCURRENCY = 1024
 
@@ -74,7 +74,7 @@ async def run_workload(
                 index=index, spec=spec, t_send_ns=t_send, concurrency_slot=slot
             )
             if trace.error is None:
-                trace.error = ErrorInfo(kind="cancelled", message="run interrupted")
+                trace.error = ErrorInfo(kind=CANCELLED, message="run interrupted")
             if trace.t_end_ns is None:
                 trace.t_end_ns = time.perf_counter_ns()
             if on_done is not None:

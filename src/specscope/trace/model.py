@@ -50,6 +50,10 @@ class Chunk(_Model):
     server_ts: float | None = None
 
 
+#: ErrorInfo.kind of a request stopped by the client (Ctrl-C): what it streamed before is kept.
+CANCELLED = "cancelled"
+
+
 class ErrorInfo(_Model):
     """A failed request keeps its class (e.g. `http_status`, `timeout_first_byte`,
     `stream_truncated`, `malformed_sse`, `connection`) and a human-readable message."""

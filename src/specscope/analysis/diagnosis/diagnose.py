@@ -159,11 +159,10 @@ def _measured_analysis(run: Run, m: Measured) -> Analysis:
         steps_reliable=m.reliable,
         notes=list(m.notes),
     )
-    if run.errors:
-        kinds = sorted({r.error.kind for r in run.errors if r.error})
-        out.notes.append(
-            f"{len(run.errors)} request(s) failed ({', '.join(kinds)}); analysed the rest"
-        )
+    measured = {r.index for r in m.ok}  # a main generation cut short by Ctrl-C is measured
+    if failed := [r for r in run.errors if r.index not in measured]:
+        kinds = sorted({r.error.kind for r in failed if r.error})
+        out.notes.append(f"{len(failed)} request(s) failed ({', '.join(kinds)}); analysed the rest")
     out.serving = serving.serving_of_run(
         run, max_commit_len=max_commit_len_from(run.info.server_info)
     )
@@ -267,8 +266,11 @@ def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
     elif f.speculation is None or f.speculation.on is None:
         why = f.speculation.reason if f.speculation is not None else "not decided"
         parts.append(f"whether the server drafts is unknown ({why}): no drafter finding")
-    else:
+    elif f.shape.fit is not None and f.measured.run.info.status == "complete":
         parts.append("acceptance is steady (no decay, no window cliff)")
+    else:  # steady is a reading of its own: never from a cut-short run or too few steps
+        why = "too few steps" if f.shape.fit is None else "the run was cut short"
+        parts.append(f"acceptance along the generation not read ({why})")
     drift = next((t for t in tests if t.id == "step_time_drift"), None)
     if drift is not None:
         # the drift claim's own decision (finding_tests), in the words of its test

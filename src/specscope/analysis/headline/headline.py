@@ -419,11 +419,13 @@ def _tps_and_step_ci(
 def _requests(
     traces: Sequence[RequestTrace], reconstructions: Sequence[StepReconstruction]
 ) -> list[_Request]:
-    """The successful requests that have a decode window, with what the headline reads of each."""
+    """The requests that have a decode window, with what the headline reads of each (the
+    callers pass the requests to measure: finished ones, and a main generation cut short by
+    Ctrl-C, whose streamed part is as real as a finished one's)."""
     reqs: list[_Request] = []
     for t, r in zip(traces, reconstructions, strict=True):
         w = t.decode_window()
-        if w is not None and t.ok:
+        if w is not None:
             reqs.append(_Request(t, r, w, server_commit(t, r.server_check)))
     return reqs
 
@@ -498,8 +500,8 @@ def headline(
 
 
 def _ttft(traces: Sequence[RequestTrace], seed: int) -> tuple[float | None, Interval95 | None]:
-    """The median TTFT of the successful requests and its interval."""
-    ttfts = [v for t in traces if t.ok and (v := t.ttft_s) is not None]
+    """The median TTFT of the requests measured (see `_requests`) and its interval."""
+    ttfts = [v for t in traces if (v := t.ttft_s) is not None]
     return (float(np.median(ttfts)) if ttfts else None), median_interval(ttfts, seed=seed)
 
 

@@ -25,7 +25,7 @@ from specscope.analysis.steps.speculation import (
 from specscope.telemetry.records import SpecRecord
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace import tags
-from specscope.trace.model import RequestTrace, Run, Step
+from specscope.trace.model import CANCELLED, RequestTrace, Run, Step
 
 
 def prompt_len(tr: RequestTrace) -> int:
@@ -156,8 +156,34 @@ def main_requests(traces: Sequence[RequestTrace]) -> tuple[tuple[RequestTrace, .
     return (rest or tuple(traces)), "all requests"
 
 
+def _measurable(r: RequestTrace) -> bool:
+    """A request the analysis reads: one that ended well, or a full generation cut short by
+    Ctrl-C, whose streamed steps are real steps at real positions (only its end is missing;
+    dropping them would leave a partial run's headline to its calibration request)."""
+    tokens = sum(1 for c in r.chunks if c.n_tokens > 0)
+    if r.ok:
+        return tokens > 0
+    return (
+        r.error is not None
+        and r.error.kind == CANCELLED
+        and tags.split(r.spec.tag)[0] == tags.FULL_GENERATION
+        and tokens >= 2
+    )
+
+
+def _cut_short_note(main: tuple[RequestTrace, ...]) -> str | None:
+    cut = [r for r in main if not r.ok]
+    if not cut:
+        return None
+    streamed = sum(r.tokens_received for r in cut)
+    return (
+        f"{len(cut)} of the {len(main)} main request(s) cut short by Ctrl-C: the "
+        f"{streamed} tokens they streamed are measured, the rest of their generation is not"
+    )
+
+
 def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Measured:
-    ok = tuple(r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks))
+    ok = tuple(r for r in run.requests if _measurable(r))
     mcl = max_commit_len_from(run.info.server_info)
     recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
     state = state_of_requests(
@@ -170,6 +196,8 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
     main_recs = [recs[r.index] for r in main]
     head = headline(main, main_recs, telemetry=telemetry, label=label, seed=seed)
     notes = list(head.notes)
+    if (cut := _cut_short_note(main)) is not None:
+        notes.append(cut)
     if head.decode_tps is None:
         notes.append("no decode window: fewer than two token-bearing chunks in the main requests")
     elif head.mean_commit_len is None:

@@ -41,7 +41,7 @@ from specscope.analysis.steps.server import (
     server_commit,
     stream_decode_tokens,
 )
-from specscope.trace.model import RequestTrace, Step
+from specscope.trace.model import CANCELLED, RequestTrace, Step
 
 #: Gaps below this are timer/transport noise (tokens of one step written back to back).
 GAP_FLOOR_S = 0.0005
@@ -550,7 +550,9 @@ def reconstruct_steps(
     if prompt is None:
         prompt = trace.spec.prompt_tokens or trace.prompt_tokens_reported
     client = _client(trace, max_commit_len, prompt)
-    if trace.error is not None:
+    # A request cut short by the client (Ctrl-C) streamed every step it got to whole; any
+    # other failure may have cut the stream inside a step or garbled it.
+    if trace.error is not None and trace.error.kind != CANCELLED:
         client.reliable = False
         client.reason = f"request failed ({trace.error.kind}); {client.reason}"
     f = trace.server_spec
