@@ -6,6 +6,7 @@ method) and note, in `report` as in `diagnose`."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 from pathlib import Path
 
@@ -127,3 +128,23 @@ def test_report_has_verbose_too(tmp_path):
     assert folded.stdout.lstrip().startswith("specscope diagnosis")
     assert "p (one-sided)" not in folded.stdout and "p (one-sided)" in verbose.stdout
     assert len(verbose.stdout.splitlines()) > len(folded.stdout.splitlines())
+
+
+def test_against_a_baseline_one_split_and_nothing_without_data_behind_it():
+    """The baseline split once, each factor beside its interval; a breakeven axis no sweep
+    measured and a recommendation with no sweep to stand on are --verbose's only."""
+    base, obs = story_run("healthy", 1), story_run("seed-regression", 2)
+    analysis = analyze_run(obs, baseline=base)
+    be = analysis.breakeven
+    assert be is not None and be["concurrency"] is None  # the story has no concurrency sweep
+    lines = _rendered(obs, analysis)
+    text = "\n".join(lines)
+    assert len(lines) <= MAX_LINES, text
+    assert "breakeven concurrency" not in text and "Not enough sweep data" not in text
+    assert text.count("tps ratio") == 1
+    flat = " ".join(line.strip(" │") for line in lines)  # the panel wraps its rows
+    assert re.search(
+        r"tps ratio [\d.]+ \(95% CI [\d.]+–[\d.]+\) = acceptance [\d.]+ \(95% CI", flat
+    )
+    verbose = "\n".join(_rendered(obs, analysis, verbose=True))
+    assert "breakeven concurrency" in verbose and "needs a concurrency sweep" in verbose

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from specscope.analysis.diagnosis.breakeven import NO_POLICY
 from specscope.analysis.diagnosis.findings import COST_LABEL, TEST_SOURCE
 from specscope.analysis.diagnosis.verdict import PARTIAL, factor_of, ms, next_step, times
 from specscope.analysis.headline.uncertainty import MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP
@@ -134,8 +135,19 @@ def _open_ci(ci: list[float | None] | None, unit: str = "") -> str:
     return f" (95% CI {lo}–{hi}{unit})"
 
 
-def breakeven_lines(be: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """(label, text) rows of the breakeven against the baseline; [] without one."""
+def _swept(be: dict[str, Any], axis: str) -> bool:
+    """Whether the runs measured a range along `axis` (a sweep): a breakeven without one has
+    no data behind it."""
+    lo, hi = (be.get(f"{axis}_range") or [None, None])[:2]
+    return lo is not None and hi is not None and hi > lo
+
+
+def breakeven_lines(
+    be: dict[str, Any] | None, with_unmeasured: bool = False
+) -> list[tuple[str, str]]:
+    """(label, text) rows of the breakeven against the baseline; [] without one. An axis no
+    sweep measured, and a recommendation that has no sweep to stand on, are left out unless
+    `with_unmeasured` (--verbose: the row says which sweep would give it)."""
     if not be:
         return []
     rows: list[tuple[str, str]] = []
@@ -145,7 +157,9 @@ def breakeven_lines(be: dict[str, Any] | None) -> list[tuple[str, str]]:
             rows.append(
                 (f"breakeven {axis}", f"{point:.1f}{unit}" + _open_ci(be.get(f"{axis}_ci"), unit))
             )
-        elif be.get(f"{axis}_reason") or be.get("reason"):
+        elif (be.get(f"{axis}_reason") or be.get("reason")) and (
+            with_unmeasured or _swept(be, axis)
+        ):
             rows.append((f"breakeven {axis}", str(be.get(f"{axis}_reason") or be.get("reason"))))
     factors = [f for f in be.get("factors") or [] if isinstance(f, dict)]
     if factors:
@@ -159,8 +173,9 @@ def breakeven_lines(be: dict[str, Any] | None) -> list[tuple[str, str]]:
                 ),
             )
         )
-    if be.get("recommendation"):
-        rows.append(("recommendation", str(be["recommendation"])))
+    rec = be.get("recommendation")
+    if rec and (with_unmeasured or rec != NO_POLICY):
+        rows.append(("recommendation", str(rec)))
     return rows
 
 

@@ -134,7 +134,7 @@ def _headline_panel(ctx: ReportContext, verbose: bool = False) -> Panel:
         add_row("speculation", f"{a.speculation}: {a.speculation_reason}")
     for label, text in _split_rows(a, verbose):
         add_row(label, text)
-    for label, text in breakeven_lines(a.breakeven):
+    for label, text in breakeven_lines(a.breakeven, with_unmeasured=verbose):
         add_row(label, text)
     if verbose and a.interval_method:
         add_row("intervals", a.interval_method)
@@ -158,16 +158,16 @@ def _split_rows(a: Analysis, verbose: bool) -> list[tuple[str, str]]:
         )
     at = a.attribution
     if at is not None:
-        cis = [fmt_interval(iv, 2) for iv in (at.tps_ratio_ci, at.acceptance_factor_ci)]
-        cis.append(fmt_interval(at.step_time_factor_ci, 2))
-        rows.append(
-            (
-                "vs baseline",
-                f"tps ratio {fmt(at.tps_ratio, 2)} = acceptance "
-                f"{fmt(at.acceptance_factor, 2)} × step time {fmt(at.step_time_factor, 2)}"
-                + (f"; {', '.join(c.strip() for c in cis)}" if all(cis) else ""),
+        # each factor with its own interval beside it: "1.98 (95% CI 1.51–2.57) = ..."
+        ratio, acc, step = (
+            fmt(v, 2) + fmt_interval(iv, 2)
+            for v, iv in (
+                (at.tps_ratio, at.tps_ratio_ci),
+                (at.acceptance_factor, at.acceptance_factor_ci),
+                (at.step_time_factor, at.step_time_factor_ci),
             )
         )
+        rows.append(("vs baseline", f"tps ratio {ratio} = acceptance {acc} × step time {step}"))
     return rows
 
 

@@ -288,6 +288,10 @@ class Axis:
     factors: list[dict[str, Any]] = field(default_factory=list)
 
 
+# The recommendation when no sweep gives one (a report leaves it out: no data behind it).
+NO_POLICY = "Not enough sweep data for a policy."
+
+
 @dataclass(frozen=True)
 class Breakeven:
     concurrency: Axis
@@ -779,7 +783,7 @@ def _recommend(
         parts, gain = _no_crossover_advice(conc, fewer)
     if ctx.point is not None:
         parts.append(f"{off} above context {ctx.point:.0f} tokens. Where: {FLAGS_CONTEXT_OFF}.")
-    return " ".join(parts) or "Not enough sweep data for a policy.", gain
+    return " ".join(parts) or NO_POLICY, gain
 
 
 def _curves(
