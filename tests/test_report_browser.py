@@ -1,16 +1,22 @@
 """The HTML report opened in a real headless Chromium: the plots render (plotly draws its
-`.main-svg` elements) and no injected script runs. Skipped only where Chromium is absent."""
+`.main-svg` elements), no injected script runs, and at a 1400x1500 window the first plot is on the
+first screen and nothing scrolls sideways. Skipped only where Chromium is absent (`make test`
+installs it; CI runs these)."""
 
 from __future__ import annotations
 
+import re
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from specscope.report import ReportContext, write_html
+from specscope.report.context import RequestError
+from specscope.report.figures import LEAD
 from support.diagnose import diagnose_json
-from support.reports import PLOT_KEYS, full_analysis, hostile_info
+from support.reports import HOSTILE, PLOT_KEYS, full_analysis, hostile_info
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -24,8 +30,9 @@ pytestmark = [
 ]
 
 
-def _dump_dom(page: Path, profile: Path) -> str:
-    """The DOM after scripts ran; fails on a JavaScript error logged to the console."""
+def _dump_dom(page: Path, profile: Path, *flags: str) -> str:
+    """The DOM after scripts ran (`flags`: more of Chromium's, e.g. a window size and a
+    screenshot in the same run); fails on a JavaScript error logged to the console."""
     argv = [
         str(CHROMIUM),
         "--headless",
@@ -41,6 +48,7 @@ def _dump_dom(page: Path, profile: Path) -> str:
         "--enable-logging=stderr",
         "--v=0",
         "--virtual-time-budget=15000",
+        *flags,
         "--dump-dom",
         page.as_uri(),
     ]
@@ -89,3 +97,55 @@ def test_a_real_diagnosis_report_renders(twin_server, tmp_path):
     assert plots >= 4
     dom = _dump_dom(page, tmp_path / "profile")
     assert dom.count('class="main-svg"') >= plots
+
+
+# Appended to a copy of the report by the test, never shipped in one: after the plots are
+# drawn it writes what the first screen shows onto <html> as data attributes, which
+# --dump-dom then carries out.
+_MEASURE = """<script>addEventListener("load",function(){setTimeout(function(){
+var r=document.documentElement,p=document.querySelector(".plotly-graph-div");
+var b=p?p.getBoundingClientRect():null;
+r.setAttribute("data-first-plot",p?p.id:"none");
+r.setAttribute("data-first-plot-top",b?String(Math.round(b.top+scrollY)):"-1");
+r.setAttribute("data-first-plot-bottom",b?String(Math.round(b.bottom+scrollY)):"-1");
+r.setAttribute("data-first-plot-drawn",p&&p.querySelector(".main-svg")?"1":"0");
+r.setAttribute("data-scroll-width",String(r.scrollWidth));
+},300);});</script>"""
+
+
+def _crowded_context() -> ReportContext:
+    """full_analysis with six findings, a long verdict and errors carrying unbroken server text:
+    the shape of a real diagnosis that put the plots 4,700 px down and the page past 1400 px."""
+    a = full_analysis()
+    ids = ["context_scaling", "two_point_bias", "acceptance_low", "draft_window"]
+    a.findings = [*a.findings, *(a.findings[1].model_copy(update={"id": i}) for i in ids)]
+    a.verdict = [*a.verdict, *(f"Next: {'measure again with the real workload; ' * 6}",) * 2]
+    long_text = "x" * 3000 + HOSTILE
+    errors = [RequestError(i, "full_generation", "stream_truncated", long_text) for i in range(3)]
+    return ReportContext(analysis=a, info=hostile_info(), errors=errors)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", head
+    return struct.unpack(">II", head[16:24])
+
+
+def test_first_plot_on_the_first_screen_and_no_sideways_scroll_at_1400(tmp_path):
+    """#36: a screenshot at 1400x1500 shows the first plot (drawn, whole) and the page is no
+    wider than the window; the report itself is at most 1.5 MB."""
+    page = write_html(_crowded_context(), tmp_path / "report.html")
+    assert page.stat().st_size <= 1_500_000, page.stat().st_size
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
+    shot = tmp_path / "first-screen.png"
+    flags = ("--hide-scrollbars", "--window-size=1400,1500", f"--screenshot={shot}")
+    dom = _dump_dom(measured, tmp_path / "profile", *flags)
+    assert _png_size(shot) == (1400, 1500)
+    html_tag = re.search(r"<html[^>]*>", dom)
+    assert html_tag, dom[:500]
+    got = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', html_tag.group(0)))
+    assert got["first-plot"] == f"plot-{LEAD[0]}", got
+    assert got["first-plot-drawn"] == "1", got
+    assert 0 < int(got["first-plot-top"]) < int(got["first-plot-bottom"]) <= 1500, got
+    assert int(got["scroll-width"]) <= 1400, got

@@ -62,6 +62,10 @@ from specscope.report.serving import (
     summary_lines,
 )
 
+# Nothing may widen the page past its window (#36: 1400 px): tables sit in `.wide` boxes that
+# scroll on their own; an error message and the glossary's metric names
+# (`vllm:time_to_first_token_seconds`) may break anywhere, else one unbroken word sets its
+# column's width; two plots side by side get their columns before plotly sizes them.
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
 color:#1d2430;padding:0 1rem;overflow-wrap:break-word}
@@ -72,7 +76,7 @@ h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px so
 .card{border:1px solid #dde;border-radius:8px;padding:.7rem 1rem;min-width:150px}
 .card .v{font-size:1.5rem;font-weight:600} .card .k{color:#556;font-size:.85rem}
 table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #dde;padding:.3rem .6rem;text-align:left}
-.wide{max-width:100%;overflow-x:auto}
+.wide{max-width:100%;overflow-x:auto} td.msg{overflow-wrap:anywhere;min-width:16rem}
 .finding{border-left:4px solid #3b6ea5;padding:.3rem 1rem;margin:1rem 0;background:#f7f9fc}
 .finding .id{font-family:monospace;color:#3b6ea5} .next{margin-top:.4rem}
 .verdict li{margin:.25rem 0} .numbers{color:#334} details{margin:.4rem 0} summary{cursor:pointer;color:#556}
@@ -82,6 +86,7 @@ table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #dde;paddi
 .plot{min-width:0} .explains{color:#556;font-size:.9rem} .nodata{color:#889;font-style:italic}
 code{background:#f0f2f5;padding:0 .2rem}
 .glossary{margin-top:2.5rem;font-size:.85rem;color:#334}
+.glossary code{overflow-wrap:anywhere}
 """
 
 
@@ -228,17 +233,10 @@ def _serving(ctx: ReportContext) -> str:
     )
 
 
-def _code(m: re.Match[str]) -> str:
-    """A metric name as code, breakable after `_`, `:` and `/`: the glossary's names
-    (`vllm:time_to_first_token_seconds`) would otherwise set its columns' widths and push the
-    table past the page."""
-    return "<code>" + re.sub(r"([_:/])", r"\1<wbr>", m.group(1)) + "</code>"
-
-
 def _inline_md(text: str) -> str:
     """Glossary cells: escaped, then `code` and **bold** as tags (our own text, no markup in it)."""
     out = _e(text)
-    out = re.sub(r"`([^`]+)`", _code, out)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
 
 
@@ -285,7 +283,7 @@ def _errors(ctx: ReportContext) -> str:
         return ""
     shown = ctx.errors[:50]
     rows = "".join(
-        f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td>{_e(e.message)}</td></tr>"
+        f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td class='msg'>{_e(e.message)}</td></tr>"
         for e in shown
     )
     more = (
