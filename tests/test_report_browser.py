@@ -128,9 +128,26 @@ def _crowded_context() -> ReportContext:
     ids = ["context_scaling", "two_point_bias", "acceptance_low", "draft_window"]
     a.findings = [*a.findings, *(a.findings[1].model_copy(update={"id": i}) for i in ids)]
     a.verdict = [*a.verdict, *(f"Next: {'measure again with the real workload; ' * 6}",) * 2]
+    a.series |= _sweep_series()
     long_text = "x" * 3000 + HOSTILE
     errors = [RequestError(i, "full_generation", "stream_truncated", long_text) for i in range(3)]
     return ReportContext(analysis=a, info=hostile_info(), errors=errors)
+
+
+def _sweep_series() -> dict[str, dict[str, object]]:
+    """A concurrency sweep and its breakeven against the baseline: the two plots full_analysis
+    lacks, so every trace kind the report draws (bands, log axis, a marked line) runs here."""
+    c = [1, 2, 4, 8]
+    fitted = {
+        f"{run}_tps{end}": [v * k for v in (40, 36, 30, 22)]
+        for run, k0 in (("observed", 1.0), ("baseline", 1.3))
+        for end, k in (("", k0), ("_low", k0 * 0.9), ("_high", k0 * 1.1))
+    }
+    points = {"concurrency": [1, 2, 4], "decode_tps_per_request": [40.0, 35.0, 31.0]}
+    return {
+        "concurrency": {**points, "step_s": [0.09, 0.1, 0.12]},
+        "breakeven": {"concurrency": c, **fitted, "observed_points": points, "crossover": 3.0},
+    }
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -157,3 +174,7 @@ def test_first_plot_on_the_first_screen_and_no_sideways_scroll_at_1400(tmp_path)
     assert got["first-plot-drawn"] == "1", got
     assert 0 < int(got["first-plot-top"]) < int(got["first-plot-bottom"]) <= 1500, got
     assert int(got["scroll-width"]) <= 1400, got
+    # every plot drawn, the sweep's two included (plotly draws a .main-svg per figure)
+    ids = re.findall(r'<div id="(plot-[a-z_]+)"', page.read_text())
+    assert {"plot-concurrency", "plot-breakeven"} <= set(ids)
+    assert dom.count('class="main-svg"') >= len(ids), ids
