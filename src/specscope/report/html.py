@@ -18,12 +18,12 @@ vendor/README.md). Why this and not the others (#36: a report of at most 1.5 MB)
   which reads the exact values off a plot.
 Vendoring costs 1.2 MB in the repository, and a fresh clone needs no npm.
 
-Layout (figures.py places the plots): the verdict, the headline, then the step-time and
-commit-length-over-position plots (tokens/s is their ratio), the attribution with the baseline's
-plots, the findings each with the plots that are its evidence, and the plots no finding claims
-last. A plot with fewer than two points is not drawn; one line names what was not. Wide content
-(tables, long unbroken server strings) wraps or scrolls inside its own box: the page itself
-never scrolls sideways.
+Layout (figures.py says where each plot goes: LEAD, BESIDE_ATTRIBUTION, SUPPORTS): the verdict,
+the headline, then the step-time and commit-length-over-position plots (tokens/s is their
+ratio), the attribution with the baseline's plots, the findings each with the plots that are its
+evidence, and the plots no finding claims last. A plot with fewer than two points is not drawn;
+one line names what was not. Wide content (tables, long unbroken server strings) wraps or
+scrolls inside its own box: the page itself never scrolls sideways.
 """
 
 from __future__ import annotations
