@@ -59,8 +59,9 @@ peer-models: setup
 peer-vllm: setup
 	$(PY) -m specscope.peers.vllm_install --out $(VLLM_PEER_DIR) --python $(PYTHON)
 
-# Headless Chromium for the one test that opens the HTML report. Best effort: where it cannot be
-# installed (not root, no registry), that test skips and says why.
+# Headless Chromium for the tests that open the HTML report (tests/test_report_browser.py: plots
+# drawn, first plot on a 1400x1500 screen, no sideways scroll). Best effort: where it cannot be
+# installed (not root, no registry), those tests skip and say why; in CI (CI=true) they fail.
 browser:
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

@@ -2,12 +2,19 @@
 
 Figures only hold numbers and labels this module or analysis chose; server-provided text (model
 names, error messages) stays in the escaped HTML around the plots, never in a figure.
+
+A figure whose fullest trace has fewer than two points is not drawn (`Plot.why_not` says why):
+one point is a number, not a trend, and an axis around it reads as a measurement of one. Every
+trace here is a scatter or a bar, the traces of the basic plotly.js bundle the HTML report inlines
+(report/html.py). Where a plot sits in the report is said here too (`LEAD`, `BESIDE_ATTRIBUTION`,
+`SUPPORTS`): beside the finding or split it is evidence for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import plotly.graph_objects as go
@@ -282,9 +289,52 @@ FIGURES: list[tuple[FigureSpec, Callable[[dict[str, Any]], go.Figure | None]]] =
 ]
 
 
-def build_figures(analysis: Analysis) -> list[tuple[FigureSpec, go.Figure | None]]:
-    """Every known plot, with None where this run has no data for it."""
-    out: list[tuple[FigureSpec, go.Figure | None]] = []
+# The two plots that carry most diagnoses (step time and commit length along the generation:
+# tokens/s is their ratio) open the report, right after the headline.
+LEAD: tuple[str, ...] = ("step_time_by_position", "commit_len_by_position")
+# The baseline's plots sit beside the attribution they split.
+BESIDE_ATTRIBUTION: tuple[str, ...] = ("baseline_vs_observed", "breakeven")
+# Finding id (analysis/diagnosis/cards.py) -> the plots that are its evidence, drawn under it
+# (a plot already drawn higher up is linked, not drawn twice). Plots no finding of the run
+# claims go to the end of the report.
+SUPPORTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "acceptance_decay": ("commit_len_by_position",),
+        "draft_window": ("commit_len_by_position",),
+        "acceptance_low": ("commit_len_histogram",),
+        "draft_coverage": ("commit_len_histogram",),
+        "speculation_overhead": ("commit_len_histogram",),
+        "step_time_drift": ("step_time_by_position", "tps_by_output_len"),
+        "context_scaling": ("tps_by_context",),
+        "two_point_bias": ("two_point_vs_full",),
+        "batching_interference": ("concurrency",),
+    }
+)
+MIN_POINTS = 2
+
+
+@dataclass
+class Plot:
+    spec: FigureSpec
+    fig: go.Figure | None  # None: not drawn
+    why_not: str = ""  # "not measured" (no usable series) or "one point"; "" when drawn
+
+
+def points(fig: go.Figure) -> int:
+    """Points in the figure's fullest trace (a band's outline, `fill="toself"`, is not data)."""
+    return max(
+        (
+            sum(v is not None for v in (t.y or ()))
+            for t in fig.data
+            if getattr(t, "fill", None) != "toself"
+        ),
+        default=0,
+    )
+
+
+def build_figures(analysis: Analysis) -> list[Plot]:
+    """Every known plot; those this run has no data for, or only one point of, not drawn."""
+    out: list[Plot] = []
     for spec, fn in FIGURES:
         series = analysis.series.get(spec.key)
         fig = None
@@ -293,5 +343,10 @@ def build_figures(analysis: Analysis) -> list[tuple[FigureSpec, go.Figure | None
                 fig = fn(series)
             except (TypeError, ValueError):
                 fig = None  # malformed series in a hand-edited analysis.json: no plot, no crash
-        out.append((spec, fig))
+        if fig is None or points(fig) == 0:
+            out.append(Plot(spec, None, "not measured"))
+        elif points(fig) < MIN_POINTS:
+            out.append(Plot(spec, None, "one point"))
+        else:
+            out.append(Plot(spec, fig))
     return out

@@ -3,16 +3,37 @@
 Every string that came from the server or the run (model name, endpoint, error messages, finding
 text, notes) goes through `html.escape`; figure JSON has `</` broken up so that no data can close
 the script element it sits in.
+
+The plotly.js inlined is the basic bundle (scatter, bar, pie and the core: axes, log axes,
+shapes, annotations, subplots, templates), vendored as package data in `report/vendor/` (npm's
+`plotly.js-basic-dist-min`, MIT, the same plotly.js version the pinned Python `plotly` ships;
+vendor/README.md). Why this and not the others (#36: a report of at most 1.5 MB):
+- the full bundle that Python `plotly` ships is 4.8 MB, 98% of every report; every trace the
+  report draws (figures.py) is a scatter or a bar, which the basic bundle's 1.2 MB holds, so a
+  report is ~1.25 MB with its plots' content, zoom and hover unchanged;
+- one shared copy beside the runs (a `<script src>`) breaks the report once it is mailed or
+  moved, and a report that loads it from a CDN needs the network;
+- static SVG needs another plotting stack (plotly's image export needs kaleido and a browser;
+  matplotlib would be a new dependency, and every figure drawn again in it) and loses hover,
+  which reads the exact values off a plot.
+Vendoring costs 1.2 MB in the repository, and a fresh clone needs no npm.
+
+Layout (figures.py says where each plot goes: LEAD, BESIDE_ATTRIBUTION, SUPPORTS): the verdict,
+the headline, then the step-time and commit-length-over-position plots (tokens/s is their
+ratio), the attribution with the baseline's plots, the findings each with the plots that are its
+evidence, and the plots no finding claims last. A plot with fewer than two points is not drawn;
+one line names what was not. Wide content (tables, long unbroken server strings) wraps or
+scrolls inside its own box: the page itself never scrolls sideways.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
+from importlib import resources
 from pathlib import Path
-
-import plotly.offline
 
 from specscope.analysis.result import Analysis, Finding
 from specscope.report.context import (
@@ -30,7 +51,7 @@ from specscope.report.context import (
     test_of,
     verdict_lines,
 )
-from specscope.report.figures import build_figures
+from specscope.report.figures import BESIDE_ATTRIBUTION, LEAD, SUPPORTS, Plot, build_figures
 from specscope.report.serving import (
     GLOSSARY,
     GLOSSARY_HEADER,
@@ -41,9 +62,13 @@ from specscope.report.serving import (
     summary_lines,
 )
 
+# Nothing may widen the page past its window (#36: 1400 px): tables sit in `.wide` boxes that
+# scroll on their own; an error message and the glossary's metric names
+# (`vllm:time_to_first_token_seconds`) may break anywhere, else one unbroken word sets its
+# column's width; two plots side by side get their columns before plotly sizes them.
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
-color:#1d2430;padding:0 1rem}
+color:#1d2430;padding:0 1rem;overflow-wrap:break-word}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px solid #dde;padding-bottom:.3rem}
 .meta{color:#556;font-size:.9rem}
 .partial{background:#fff3cd;border:1px solid #e0b400;padding:.6rem 1rem;border-radius:6px;margin:1rem 0}
@@ -51,12 +76,17 @@ h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px so
 .card{border:1px solid #dde;border-radius:8px;padding:.7rem 1rem;min-width:150px}
 .card .v{font-size:1.5rem;font-weight:600} .card .k{color:#556;font-size:.85rem}
 table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #dde;padding:.3rem .6rem;text-align:left}
+.wide{max-width:100%;overflow-x:auto} td.msg{overflow-wrap:anywhere;min-width:16rem}
 .finding{border-left:4px solid #3b6ea5;padding:.3rem 1rem;margin:1rem 0;background:#f7f9fc}
 .finding .id{font-family:monospace;color:#3b6ea5} .next{margin-top:.4rem}
 .verdict li{margin:.25rem 0} .numbers{color:#334} details{margin:.4rem 0} summary{cursor:pointer;color:#556}
-.plot{margin:1.5rem 0} .explains{color:#556;font-size:.9rem} .nodata{color:#889;font-style:italic}
+.plots{display:grid;grid-template-columns:minmax(0,1fr);gap:1rem;margin:1rem 0}
+.plots.two{grid-template-columns:repeat(2,minmax(0,1fr))}
+@media (max-width:900px){.plots.two{grid-template-columns:minmax(0,1fr)}}
+.plot{min-width:0} .explains{color:#556;font-size:.9rem} .nodata{color:#889;font-style:italic}
 code{background:#f0f2f5;padding:0 .2rem}
 .glossary{margin-top:2.5rem;font-size:.85rem;color:#334}
+.glossary code{overflow-wrap:anywhere}
 """
 
 
@@ -124,7 +154,7 @@ def _attribution(ctx: ReportContext) -> str:
         ),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
+    return _wide(f"<table>{body}</table>")
 
 
 def _details(summary: str, body: str) -> str:
@@ -139,16 +169,17 @@ def _verdict(ctx: ReportContext) -> str:
     return f'<h2>Verdict</h2><ul class="verdict">{items}</ul>' if lines else ""
 
 
-def _finding(a: Analysis, rank: int, f: Finding) -> str:
+def _finding(a: Analysis, rank: int, f: Finding, plots: str) -> str:
     """One finding: heading (factor, cause), its sentence, the numbers that carry it and its
-    next step; every evidence line, the test and the confidence in a <details>."""
+    next step; every evidence line, the test and the confidence in a <details>; then the plots
+    that are its evidence (`plots`, from `_Plots.place`), so the reader sees them together."""
     ev = "".join(
         f"<tr><td>{_e(e.label)}</td><td>{_e(fmt_value(e.value))} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
         for e in f.evidence
     )
     heading = finding_heading(f)
     numbers = finding_numbers(f, test_of(a, f.id))
-    table = f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>"
+    table = _wide(f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>")
     return (
         f'<div class="finding"><div><b>{rank}.</b> <span class="id">{_e(f.id)}</span>'
         + (f" &middot; {_e(heading)}" if heading else "")
@@ -160,21 +191,30 @@ def _finding(a: Analysis, rank: int, f: Finding) -> str:
             (table if ev else "")
             + (f"<p><b>Next, all of it:</b> {_e(f.next)}</p>" if f.next else ""),
         )
+        + plots
         + "</div>"
     )
 
 
-def _findings(ctx: ReportContext) -> str:
+def _findings(ctx: ReportContext, plots: _Plots) -> str:
     a = ctx.analysis
     if not a.findings:
         return f"<p>No finding: {_e(a.no_finding_reason or '')}</p>"
-    return "".join(_finding(a, rank, f) for rank, f in enumerate(a.findings, start=1))
+    return "".join(
+        _finding(a, rank, f, plots.place(SUPPORTS.get(f.id, ())))
+        for rank, f in enumerate(a.findings, start=1)
+    )
+
+
+def _wide(table: str) -> str:
+    """A table in its own box: one wider than the page scrolls there, never the page."""
+    return f'<div class="wide">{table}</div>'
 
 
 def _rows_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return _wide(f"<table><tr>{head}</tr>{body}</table>")
 
 
 def _serving(ctx: ReportContext) -> str:
@@ -210,7 +250,7 @@ def _glossary() -> str:
         "in other tools</h2><p>With speculative decoding one streamed chunk carries a whole "
         "verify step (several tokens), so a per-chunk ITL is a per-step latency and reads "
         "commit-length times a per-token ITL.</p>"
-        f"<table><tr>{head}</tr>{body}</table></footer>"
+        f"{_wide(f'<table><tr>{head}</tr>{body}</table>')}</footer>"
     )
 
 
@@ -228,8 +268,11 @@ def _plan(ctx: ReportContext) -> str:
     )
     notes = "".join(f"<li>{_e(n)}</li>" for n in ctx.plan.get("notes", []))
     return (
-        "<h2>What was sent</h2><table><tr><th>experiment</th><th>prompt tokens</th>"
-        f"<th>max tokens</th><th>repeat</th><th>concurrency</th></tr>{rows}</table>"
+        "<h2>What was sent</h2>"
+        + _wide(
+            "<table><tr><th>experiment</th><th>prompt tokens</th>"
+            f"<th>max tokens</th><th>repeat</th><th>concurrency</th></tr>{rows}</table>"
+        )
         + (f"<p>Skipped:</p><ul>{skipped}</ul>" if skipped else "")
         + (f"<ul>{notes}</ul>" if notes else "")
     )
@@ -240,7 +283,7 @@ def _errors(ctx: ReportContext) -> str:
         return ""
     shown = ctx.errors[:50]
     rows = "".join(
-        f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td>{_e(e.message)}</td></tr>"
+        f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td class='msg'>{_e(e.message)}</td></tr>"
         for e in shown
     )
     more = (
@@ -249,33 +292,101 @@ def _errors(ctx: ReportContext) -> str:
         else ""
     )
     return (
-        "<h2>Errors</h2><table><tr><th>request</th><th>experiment</th><th>kind</th>"
-        f"<th>message</th></tr>{rows}</table>{more}"
+        "<h2>Errors</h2>"
+        + _wide(
+            "<table><tr><th>request</th><th>experiment</th><th>kind</th>"
+            f"<th>message</th></tr>{rows}</table>"
+        )
+        + more
     )
 
 
-def _plots(ctx: ReportContext) -> str:
-    parts = []
-    for spec, fig in build_figures(ctx.analysis):
-        if fig is None:
-            if spec.key == "baseline_vs_observed" and ctx.analysis.attribution is None:
+def _plot_div(plot: Plot) -> str:
+    """One drawn plot: its div, the sentence under it and the script that draws it."""
+    div_id = f"plot-{plot.spec.key}"
+    payload = _safe_json(plot.fig.to_json())
+    return (
+        f'<div class="plot"><div id="{div_id}" class="plotly-graph-div"></div>'
+        f'<p class="explains">{_e(plot.spec.explains)}</p>'
+        f'<script type="text/javascript">(function(){{var f={payload};'
+        f'Plotly.newPlot("{div_id}",f.data,f.layout,{{responsive:true,displaylogo:false}});}})();</script></div>'
+    )
+
+
+# Plots that only some runs can have (a baseline, a concurrency sweep): their absence is not
+# news, so the not-drawn line leaves them out.
+_OPTIONAL = frozenset({"baseline_vs_observed", "breakeven", "concurrency"})
+
+
+class _Plots:
+    """The run's plots, each drawn once: where it is first asked for, linked wherever a later
+    section asks for it again; what is left goes to the end with one line for the undrawn."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        self.all = build_figures(analysis)
+        self.drawn = {p.spec.key: p for p in self.all if p.fig is not None}
+        self.placed: set[str] = set()
+
+    def place(self, keys: tuple[str, ...] | list[str]) -> str:
+        divs, links = [], []
+        for key in keys:
+            if (plot := self.drawn.get(key)) is None:
                 continue
-            if spec.key == "concurrency":
-                continue
-            parts.append(
-                f'<div class="plot"><h3>{_e(spec.title)}</h3>'
-                f'<p class="nodata">Not measured in this run.</p></div>'
-            )
-            continue
-        div_id = f"plot-{spec.key}"
-        payload = _safe_json(fig.to_json())
-        parts.append(
-            f'<div class="plot"><div id="{div_id}" class="plotly-graph-div"></div>'
-            f'<p class="explains">{_e(spec.explains)}</p>'
-            f'<script type="text/javascript">(function(){{var f={payload};'
-            f'Plotly.newPlot("{div_id}",f.data,f.layout,{{responsive:true,displaylogo:false}});}})();</script></div>'
+            if key in self.placed:
+                links.append(f'<a href="#plot-{key}">{_e(plot.spec.title)}</a>')
+            else:
+                self.placed.add(key)
+                divs.append(_plot_div(plot))
+        # the columns are fixed before any plot is drawn: plotly sizes a plot to its box once,
+        # when its script runs, and a grid that gained a column later would leave it too wide
+        grid = "plots two" if len(divs) > 1 else "plots"
+        out = f'<div class="{grid}">{"".join(divs)}</div>' if divs else ""
+        return out + (
+            f'<p class="explains">Plotted above: {", ".join(links)}.</p>' if links else ""
         )
-    return "".join(parts)
+
+    def rest(self) -> str:
+        """The plots no section placed, then one line naming those not drawn and why."""
+        body = self.place([p.spec.key for p in self.all if p.spec.key not in self.placed])
+        missing = [
+            p.spec.title
+            for p in self.all
+            if p.why_not == "not measured" and p.spec.key not in _OPTIONAL
+        ]
+        single = [p.spec.title for p in self.all if p.why_not == "one point"]
+        line = " ".join(
+            [
+                *([f"Not measured in this run. No plot: {'; '.join(missing)}."] if missing else []),
+                *([f"One point only, no plot: {'; '.join(single)}."] if single else []),
+            ]
+        )
+        return body + (f'<p class="nodata">{_e(line)}</p>' if line else "")
+
+
+@functools.cache
+def plotly_bundle() -> str:
+    """The vendored basic plotly.js (vendor/README.md), read once per process."""
+    path = resources.files("specscope.report").joinpath("vendor", "plotly-basic.min.js")
+    return path.read_text(encoding="utf-8")
+
+
+def _sections(ctx: ReportContext) -> str:
+    """The body after the title, in reading order; the plots are placed as the sections ask
+    for them (`_Plots`), so the order of these calls is the order on the page."""
+    a, info = ctx.analysis, ctx.info
+    plots = _Plots(a)
+    notes = "".join(f"<li>{_e(n)}</li>" for n in [*a.notes, *info.notes])
+    out = _verdict(ctx) + f"<h2>Headline</h2>{_headline(ctx)}"
+    out += plots.place(LEAD)
+    out += f"<h2>Attribution</h2>{_attribution(ctx)}" + plots.place(BESIDE_ATTRIBUTION)
+    out += _serving(ctx)
+    out += f"<h2>Findings</h2>{_findings(ctx, plots)}"
+    if notes:
+        fold = _details("Claims tested and not reported, and notes", f"<ul>{notes}</ul>")
+        out += f"<h2>Notes</h2>{fold}"
+    if rest := plots.rest():
+        out += f"<h2>Other plots</h2>{rest}"
+    return out + _plan(ctx) + _errors(ctx) + _glossary()
 
 
 def render_html(ctx: ReportContext) -> str:
@@ -287,32 +398,18 @@ def render_html(ctx: ReportContext) -> str:
             f'<div class="partial"><b>Partial run.</b> {_e(ctx.status_line)}. '
             "The numbers below cover only what was measured before it stopped.</div>"
         )
-    notes = "".join(f"<li>{_e(n)}</li>" for n in [*a.notes, *info.notes])
     meta = (
         f"run <code>{_e(info.run_id)}</code> &middot; endpoint <code>{_e(info.endpoint)}</code> "
         f"&middot; flavor {_e(info.flavor or '-')} &middot; model {_e(info.model or '-')} "
         f"&middot; status {_e(info.status)}"
     )
-    plotly_js = plotly.offline.get_plotlyjs()
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style>"
-        f'<script type="text/javascript">{plotly_js}</script></head><body>'
+        f'<script type="text/javascript">{plotly_bundle()}</script></head><body>'
         f'<h1>{_e(title)}</h1><div class="meta">{meta}</div>{partial}'
-        + _verdict(ctx)
-        + f"<h2>Headline</h2>{_headline(ctx)}"
-        f"<h2>Attribution</h2>{_attribution(ctx)}"
-        + _serving(ctx)
-        + f"<h2>Findings</h2>{_findings(ctx)}"
-        + (
-            f"<h2>Notes</h2>{_details('Claims tested and not reported, and notes', f'<ul>{notes}</ul>')}"
-            if notes
-            else ""
-        )
-        + f"<h2>Plots</h2>{_plots(ctx)}"
-        + _plan(ctx)
-        + _errors(ctx)
-        + _glossary()
+        + _sections(ctx)
         + f'<p class="meta">analysis: {_e(json.dumps({"schema": a.schema_}))} &middot; specscope '
         f"{_e(info.tool_version)}</p></body></html>\n"
     )
