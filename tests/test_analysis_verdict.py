@@ -125,6 +125,29 @@ def test_a_healthy_server_reads_nothing_wrong_in_words():
     )
 
 
+def test_only_what_a_healthy_server_does_reads_nothing_wrong_with_what_could_hide():
+    scaling = Finding(
+        id="context_scaling",
+        summary="Step time grows with context as attention-bound decode should.",
+        confidence=0.99,
+        factor=1.4,
+        next="to tell attention_context and kv_layout apart, a context sweep",
+        candidates=["attention_context", "kv_layout"],
+    )
+    v = verdict(_analysis(findings=[scaling], finding_tests=[_test("context_scaling")]), WINDOW)
+    assert v[-2].startswith("Nothing wrong: what was found is how a healthy server behaves")
+    assert "(context_scaling, factor 1.40×)" in v[-2]
+    assert v[-1].startswith("Next: nothing to fix") and "kv_layout would look the same" in v[-1]
+    assert not any(line.startswith("Top ") for line in v)
+    # named as the expected cause: nothing left to rule out
+    named = scaling.model_copy(update={"cause": "attention_context", "candidates": []})
+    v = verdict(_analysis(findings=[named], finding_tests=[_test("context_scaling")]), WINDOW)
+    assert v[-1].endswith("with --baseline.")
+    # beside a fault, the fault is the verdict's
+    both = _analysis(findings=[_decay(), scaling], finding_tests=[_test("acceptance_decay")])
+    assert verdict(both, WINDOW)[-2].startswith("Top cause: acceptance_position")
+
+
 def test_speculation_off_is_said_and_loops_then_do_not_change_the_reading():
     loops = {"dominant": True, "note": "2 of 2 requests end in repetition loops (x): easy"}
     reason = (

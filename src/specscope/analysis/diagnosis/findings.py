@@ -1481,14 +1481,14 @@ def rank(found: list[Finding], f: Facts) -> list[Finding]:
         return (
             not BY_ID[x.id].validity,
             not pointless,
-            _expected(x),
+            is_expected(x),
             -_importance(x, f),
         )
 
     return sorted(found, key=key)
 
 
-def _expected(x: Finding) -> bool:
+def is_expected(x: Finding) -> bool:
     """The finding is what a healthy server does (its card's expected cause, named or still
     among the candidates with nothing else decided)."""
     expected = BY_ID[x.id].expected

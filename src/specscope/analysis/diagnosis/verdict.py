@@ -22,7 +22,7 @@ import numpy as np
 
 from specscope.analysis.diagnosis.cards import BY_ID, MECHANISM, Cause
 from specscope.analysis.diagnosis.facts import HONEYMOON_DEFAULT_WINDOW, Facts
-from specscope.analysis.diagnosis.findings import COST_LABEL
+from specscope.analysis.diagnosis.findings import COST_LABEL, is_expected
 from specscope.analysis.result import Analysis, Finding
 
 MIN_REFERENCE_STEPS = 8  # steps a reference window needs before its means say anything
@@ -83,7 +83,12 @@ def verdict(
     if (moved := _moved(a, ref)) is not None:
         out.append(moved)
     out += _readings(a, disagreements)
-    out += _cause_and_next(a) if a.findings else _healthy(a)
+    if not a.findings:
+        out += _healthy(a)
+    elif all(is_expected(f) for f in a.findings):
+        out += _healthy_as_expected(a)
+    else:
+        out += _cause_and_next(a)
     return out
 
 
@@ -227,6 +232,28 @@ def next_step(f: Finding) -> str:
     if f.cause is None and len(f.candidates) > 1 and separating:
         return f"to tell {' and '.join(f.candidates)} apart, {_clause(BY_ID[f.id].separates)}"
     return _clause(f.next) or "nothing the run can name"
+
+
+def _healthy_as_expected(a: Analysis) -> list[str]:
+    """Only what a healthy server does was found (attention cost growing with the context):
+    nothing wrong, said as such, with the fault it could still hide and how to rule it out."""
+    top = a.findings[0]
+    size = factor_of(top)
+    seen = f"{top.id}, {size[0]} {times(size[1])}" if size else top.id
+    expected = BY_ID[top.id].expected
+    others = [c for c in top.candidates if c != expected] if top.cause is None else []
+    untold = (
+        f"; {' or '.join(others)} would look the same, and {_clause(BY_ID[top.id].separates)} "
+        "tells them apart"
+        if others
+        else ""
+    )
+    return [
+        f"Nothing wrong: what was found is how a healthy server behaves, "
+        f"{BY_ID[top.id].claim} ({seen}).",
+        "Next: nothing to fix; keep this run as the baseline and diagnose the next change "
+        f"with --baseline{untold}.",
+    ]
 
 
 def _healthy(a: Analysis) -> list[str]:
