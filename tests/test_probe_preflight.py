@@ -14,7 +14,7 @@ from specscope.probe.client import Timeouts, new_session
 from specscope.probe.endpoint import parse_endpoint, strip_api_suffix
 from specscope.probe.preflight import NotOpenAIServer, Preflight, preflight
 from specscope.trace import load_run
-from support.diagnose import cli
+from support.diagnose import cli, specscope
 from support.loopback import LoopbackServer, Schedule, free_port, models_handler, openai_app
 
 
@@ -108,9 +108,11 @@ def test_not_an_llm_server_is_one_line_exit_2_and_no_run_dir(tmp_path, command, 
 
 
 def test_diagnose_json_says_it_in_the_failure_object(tmp_path):
+    # the console script itself (not the in-process runner): it is what turns --json errors
+    # into objects, and stdout must hold exactly one
     with LoopbackServer(web.Application()) as s:
-        res = cli("diagnose", s.url, "--json", "--out", str(tmp_path / "run"), home=tmp_path)
-    assert res.exit_code == 2
+        res = specscope("diagnose", s.url, "--json", "--out", str(tmp_path / "run"), home=tmp_path)
+    assert res.returncode == 2
     obj = json.loads(res.stdout)
     assert obj["error"] == f"not an OpenAI-compatible server (HTTP 404 on {s.url}/v1/models)"
     assert obj["decode_tps"] is None and obj["findings"] == []

@@ -20,6 +20,7 @@ import typer
 
 from specscope.analysis.workload.keys import diagnosis_workload_keys
 from specscope.commands.common import (
+    EXIT_BAD_INPUT,
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
     SLO_HELP,
@@ -109,13 +110,14 @@ def _hooks(show_progress: bool) -> DiagnoseHooks:
     )
 
 
-def _fail_target(message: str, json_: bool) -> NoReturn:
+def _fail_target(message: str, json_: bool, exit_code: int = EXIT_TARGET_MISBEHAVED) -> NoReturn:
     """Nothing could be measured: one line on stderr (and, with --json, the contract's object
-    with null numbers and the error), exit 1."""
+    with null numbers and the error: the one object on stdout), exit 1 (2: the URL's server
+    is not an OpenAI-compatible one)."""
     err_console.print(labelled("error:", "bold red", message), highlight=False)
     if json_:
         print_json(diagnose_failure_json(message))
-    raise typer.Exit(EXIT_TARGET_MISBEHAVED)
+    raise typer.Exit(exit_code)
 
 
 def diagnose(
@@ -346,9 +348,7 @@ def _run(options: DiagnoseOptions, json_: bool) -> Diagnosis:
     except DiagnoseInputError as e:
         fail_usage(str(e))
     except NotOpenAIServer as e:  # the preflight: the URL is not an LLM server (exit 2)
-        if json_:
-            print_json(diagnose_failure_json(str(e)))
-        fail_usage(str(e))
+        _fail_target(str(e), json_, EXIT_BAD_INPUT)
     except NothingMeasured as e:
         err_console.print(f"error: {e}", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED if e.interrupted else EXIT_TARGET_MISBEHAVED) from None
