@@ -150,6 +150,20 @@ def probe(
             "(vLLM's engine-timed steps, against which the stream's are held)"
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Run the load as N worker processes, one event loop each (concurrency and "
+            "requests split across them); one run directory, every percentile from raw samples"
+        ),
+    ] = 1,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the --workers as actors of this Ray cluster (ADDR, auto, or local for a "
+            "private one); needs pip install 'specscope[scale]'"
+        ),
+    ] = None,
 ) -> None:
     """Parse and check the flags, run the probe, print its summary (or --json's object)."""
     endpoint = endpoint_or_fail(url)
@@ -182,6 +196,8 @@ def probe(
             budget_s=budget_s,
             budget_tokens=budget_tokens,
             metrics_url=redact_url(metrics_url) if metrics_url else None,
+            workers=workers,
+            ray_address=ray_address,
         )
     except OptionError as e:
         fail_usage(str(e))
@@ -226,6 +242,8 @@ def _recorded(
         "budget_s": o.budget_s,
         "budget_tokens": o.budget_tokens,
         "metrics_url": o.metrics_url,
+        "workers": o.workers,
+        "ray_address": o.ray_address,
         "timeouts": {
             "connect": o.timeouts.connect,
             "first_byte": o.timeouts.first_byte,

@@ -25,12 +25,15 @@ from specscope.analysis.summary import summarize
 from specscope.entrypoints.options import OptionError, precision_problem, timeouts_problem
 from specscope.experiments.diagnosis_plan import DEFAULT_BUDGET_S, MAX_PRECISION_REQUESTS
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
-from specscope.probe.client import Timeouts, new_session
+from specscope.probe.client import ProbeClient, Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
 from specscope.probe.flavors import FLAVORS
-from specscope.probe.health import LoopLagMonitor
+from specscope.probe.fleet import Fleet, FleetError, InProcess
 from specscope.probe.prompts import BuiltPrompt, prompt_length_problem
-from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.probe.ray_workers import INSTALL_HINT, RayFleet, ray_installed
+from specscope.probe.worker import MAX_WORKERS, WorkerSetup
+from specscope.probe.workers import LocalFleet
+from specscope.probe.workload import MAX_CONCURRENCY
 from specscope.probe.workloads import PromptSource, Workload, resolve_workload
 from specscope.telemetry.evidence import (
     EvidenceSources,
@@ -97,6 +100,11 @@ class ProbeOptions:
     # the server's Prometheus /metrics: scraped before and after the requests, its run delta
     # kept in the run's telemetry and read by the headline (None: not scraped)
     metrics_url: str | None = None
+    # --workers N: the load runs as N worker processes, one event loop each (probe.fleet); 1:
+    # on this process' loop, as always
+    workers: int = 1
+    # --ray-address: the workers are Ray actors of that cluster ("local": a private one)
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -119,7 +127,25 @@ class ProbeOptions:
             return f"--max-commit-len must be >= 1, got {self.max_commit_len}"
         if problem := precision_problem(self.precision, self.budget_s, self.budget_tokens):
             return problem
+        if problem := self._workers_problem():
+            return problem
         return timeouts_problem(self.timeouts)
+
+    def _workers_problem(self) -> str | None:
+        """--workers within 1..MAX_WORKERS and the concurrency; --ray-address needs Ray."""
+        if not 1 <= self.workers <= MAX_WORKERS:
+            return f"--workers must be within 1..{MAX_WORKERS}, got {self.workers}"
+        if self.workers > self.concurrency:
+            return (
+                f"--workers {self.workers} exceeds --concurrency {self.concurrency}: "
+                "each worker keeps at least one request in flight"
+            )
+        if self.ray_address is not None:
+            if not self.ray_address.strip():
+                return "--ray-address must name a Ray cluster (ADDR, auto or local)"
+            if not ray_installed():
+                return f"--ray-address needs Ray, which is not installed: {INSTALL_HINT}"
+        return None
 
     def _shape_problem(self) -> str | None:
         """--max-tokens, --repeat (or n_requests) and --concurrency within their ranges."""
@@ -309,10 +335,10 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         measured: list[RequestTrace] = []  # every finished request, in the order they ended
         repeats = PrecisionOutcome(o.precision) if o.precision > 0 else None
         status, reason, interrupted = "partial", "interrupted", True
-        lag = LoopLagMonitor()
+        runner = _runner(o, conn.client(session, o.timeouts))
         metrics_before = await scrape_before(o.metrics_url)
         try:
-            async with lag, conn.client(session, o.timeouts) as client:
+            async with runner:
 
                 async def send(specs: list[RequestSpec]) -> None:
                     with progress(len(specs)) as on_progress:
@@ -322,9 +348,7 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
                             measured.append(trace)
                             on_progress(trace)
 
-                        await run_workload(
-                            client, specs, o.concurrency, on_done, first_index=len(measured)
-                        )
+                        await runner.run(specs, o.concurrency, on_done, len(measured))
 
                 await send([spec(b) for b in built])
                 if repeats is not None:
@@ -332,10 +356,13 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             failed = sum(1 for t in measured if t.error is not None)
             status, interrupted = "complete", False
             reason = f"{failed} of {len(measured)} requests failed" if failed else ""
+        except FleetError as e:
+            reason = str(e)
+            raise ProbeInputError(reason) from None
         finally:
-            lag.stop()
-            client_samples = lag.record()
-            writer.append_client(client_samples)
+            client_samples = runner.records()
+            for record in client_samples:
+                writer.append_client(record)
             telemetry = _server_metrics(o.metrics_url, writer, metrics_before)
             if repeats is not None:
                 info.precision = repeats.closed(interrupted=interrupted, stopped_reason=None)
@@ -345,7 +372,7 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             traces,
             max_commit_len=max_commit_len,
             server_info=info.server_info,
-            client=[client_samples],
+            client=client_samples,
             telemetry=telemetry,
         )
         serving = serving_metrics(
@@ -366,6 +393,24 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         return ProbeOutcome(
             writer.path, info, traces, summary, det.evidence, notes, serving, reached
         )
+
+
+def _runner(o: ProbeOptions, client: ProbeClient) -> InProcess | Fleet:
+    """Where the requests run: this process' loop (--workers 1), else a fleet of workers
+    (Ray actors with --ray-address), each building a client like `client`."""
+    if o.workers == 1 and o.ray_address is None:
+        return InProcess(client)
+    setup = WorkerSetup(
+        url=client.base_url,
+        flavor=client.flavor,
+        timeouts=o.timeouts,
+        api_key=o.api_key,
+        auth=o.auth,
+        local_count=o.local_count,
+    )
+    if o.ray_address is not None:
+        return RayFleet(o.workers, setup, o.ray_address)
+    return LocalFleet(o.workers, setup)
 
 
 def _server_metrics(
