@@ -356,8 +356,8 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             failed = sum(1 for t in measured if t.error is not None)
             status, interrupted = "complete", False
             reason = f"{failed} of {len(measured)} requests failed" if failed else ""
-        except FleetError as e:
-            reason = str(e)
+        except FleetError as e:  # the workers could not start: nothing was sent
+            status, reason = "failed", str(e)
             raise ProbeInputError(reason) from None
         finally:
             client_samples = runner.records()
