@@ -9,12 +9,18 @@ import asyncio
 import contextlib
 import json
 import multiprocessing as mp
+import pickle
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+from aiohttp import BasicAuth
 
 from specscope.entrypoints.probe import ProbeOptions, probe_run
-from specscope.probe.worker import WORKER_LOST, ClockFit, split_shares
+from specscope.probe.client import Timeouts
+from specscope.probe.flavors import FLAVORS, make_flavor
+from specscope.probe.prompts import LocalCount
+from specscope.probe.worker import WORKER_LOST, ClockFit, WorkerSetup, split_shares
 from specscope.trace import load_run
 from specscope.trace.model import RequestSpec
 from support.diagnose import cli
@@ -46,6 +52,30 @@ def test_shares_split_the_slots_and_requests_exactly():
     # workers named by id (a lost one left out), fewer requests than slots
     shares = split_shares([0, 2], _specs(1), 4)
     assert [(s.worker, s.indices) for s in shares] == [(0, (0,)), (2, ())]
+
+
+@pytest.mark.parametrize("flavor", sorted(FLAVORS))
+def test_what_a_worker_is_given_crosses_processes(flavor):
+    """A spawned worker gets its setup and shares pickled: every flavor, the URL's credentials,
+    and a --tokenizer count (a class, not a closure) must survive it."""
+    made = make_flavor(flavor, api="chat", model="m")
+    made.variant = 1  # what the driver's client learned (its request ladder) goes along
+    setup = WorkerSetup(
+        "http://h:1", made, Timeouts(total=5.0), "key", BasicAuth("u", "p"), LocalCount(_Words())
+    )
+    back = pickle.loads(pickle.dumps(setup))
+    assert back.flavor.name == made.name and back.flavor.api == "chat" and back.flavor.variant == 1
+    assert back.auth == BasicAuth("u", "p") and back.timeouts.total == 5.0
+    assert back.local_count("two words") == 2 and back.local_count("x y z", special=False) == 3
+    [share] = split_shares([0], _specs(3), 2)
+    assert pickle.loads(pickle.dumps(share)) == share
+
+
+class _Words:
+    """A stand-in tokenizer (picklable, as `tokenizers.Tokenizer` is)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True):
+        return SimpleNamespace(ids=text.split())
 
 
 def test_a_clock_fit_takes_the_least_delayed_ping():
