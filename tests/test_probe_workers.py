@@ -10,7 +10,9 @@ import contextlib
 import json
 import multiprocessing as mp
 import pickle
+import signal
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -166,6 +168,7 @@ def test_ctrl_c_keeps_what_every_worker_finished(twin_server, fast_scenario, tmp
     srv = twin_server(fast_scenario)
     options = _options(srv.url, tmp_path, concurrency=4, repeat=6)
     finished: list[int] = []
+    ignoring: list[bool] = []
 
     async def interrupted() -> None:
         main = asyncio.current_task()
@@ -173,6 +176,8 @@ def test_ctrl_c_keeps_what_every_worker_finished(twin_server, fast_scenario, tmp
         def hook(_total: int):
             def on(trace) -> None:
                 finished.append(trace.index)
+                if len(finished) == 1:
+                    ignoring.extend(_ignores_sigint(p.pid) for p in mp.active_children())
                 if len(finished) == 6:  # what asyncio.run does on Ctrl-C: cancel the main task
                     main.cancel()
 
@@ -192,6 +197,17 @@ def test_ctrl_c_keeps_what_every_worker_finished(twin_server, fast_scenario, tmp
     assert {t.concurrency_slot // 2 for t in run.requests if not t.ok} == {0, 1}
     assert len(run.client) == 2 and all(r["lag_us"] for r in run.client)
     assert not mp.active_children()
+    # the terminal's Ctrl-C reaches the whole process group: the workers ignore it (from their
+    # start, imports included) and the driver stops them
+    assert len(ignoring) == 2 and all(ignoring)
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether the process ignores SIGINT (its SigIgn mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    raise AssertionError(f"no SigIgn for pid {pid}")
 
 
 @pytest.mark.parametrize(

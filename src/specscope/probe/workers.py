@@ -11,9 +11,9 @@ The protocol on each pipe: the child says hello (pid, clock identity, host), ans
 `CLOCK_PINGS` pings with its clock (the driver fits the offset: on one host it reads ~0, the
 clock being one), then serves `job` (a share: it answers `trace` lines as requests end, then
 `done`), `stop` (cancel the share: what ran is handed back, in-flight requests as `cancelled`)
-and `close` (its lag samples, `client`, then it exits). The child ignores SIGINT: a Ctrl-C in
-the terminal reaches the whole process group, and the driver, not each worker, decides what
-happens (it sends `stop`). A driver that vanishes closes the pipe: the child stops and exits.
+and `close` (its lag samples, `client`, then it exits). The child ignores SIGINT from its start
+(it inherits an ignored SIGINT): a Ctrl-C in the terminal reaches the whole process group, and
+the driver, not each worker, decides what happens (it sends `stop`). A driver that vanishes closes the pipe: the child stops and exits.
 The child's loop never writes to the pipe itself; a sender thread does, so a driver slow to read
 cannot stall a worker's measurement.
 """
@@ -29,6 +29,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -49,8 +50,7 @@ SEND_GRACE_S = 10.0  # a closing worker's wait for its last messages to leave
 
 # -- in the worker process ---------------------------------------------------------------------
 def worker_main(worker: int, setup: WorkerSetup, conn: Connection) -> None:
-    """The spawned process' entry point."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """The spawned process' entry point (SIGINT is ignored already: _children_ignore_sigint)."""
     conn.send(("hello", os.getpid(), clock_identity(), socket.gethostname()))
     for _ in range(CLOCK_PINGS):
         conn.recv()
@@ -118,6 +118,22 @@ def _send(conn: Connection, outbox: queue.SimpleQueue[tuple[str, Any] | None]) -
 
 
 # -- in the driver ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Processes started inside ignore SIGINT from their first instruction: an ignored signal
+    survives exec, and Python then installs no KeyboardInterrupt handler (a Ctrl-C that reached a
+    worker still importing would print its traceback). The driver ignores SIGINT for the few
+    milliseconds of a start; off the main thread (a library caller's) nothing can be changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
 class LocalFleet(Fleet):
     """N spawned worker processes on this host, one pipe each."""
 
@@ -142,7 +158,8 @@ class LocalFleet(Fleet):
                 name=f"specscope-worker-{w}",
                 daemon=True,
             )
-            proc.start()
+            with _children_ignore_sigint():
+                proc.start()
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
