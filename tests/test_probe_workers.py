@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import multiprocessing as mp
 import pickle
@@ -17,12 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 from aiohttp import BasicAuth
+from rich.console import Console
 
 from specscope.entrypoints.probe import ProbeOptions, probe_run
 from specscope.probe.client import Timeouts
 from specscope.probe.flavors import FLAVORS, make_flavor
 from specscope.probe.prompts import LocalCount
 from specscope.probe.worker import WORKER_LOST, ClockFit, WorkerSetup, split_shares
+from specscope.report.probe_terminal import render_probe
 from specscope.trace import load_run
 from specscope.trace.model import RequestSpec
 from support.diagnose import cli
@@ -162,6 +165,11 @@ def test_a_worker_that_dies_mid_run_loses_no_trace(twin_server, fast_scenario, t
     worker1 = outcome.summary["client"]["workers"][1]
     assert "SIGKILL" in worker1["lost"] and worker1["samples"] == 0
     assert not mp.active_children()
+    # the terminal says it: how many measured, and which was lost and how
+    shown = io.StringIO()
+    render_probe(outcome, Console(file=shown, width=400), Console(file=io.StringIO()))
+    assert "2 process workers on this host" in shown.getvalue()
+    assert "worker lost" in shown.getvalue() and "SIGKILL" in shown.getvalue()
 
 
 def test_ctrl_c_keeps_what_every_worker_finished(twin_server, fast_scenario, tmp_path):
