@@ -241,3 +241,19 @@ def test_ray_address_without_ray_is_one_line(tmp_path, monkeypatch):
     assert "--ray-address needs Ray, which is not installed: pip install 'specscope[scale]'" in (
         res.output
     )
+
+
+def test_workers_that_do_not_start_are_one_line_and_leave_nothing(
+    twin_server, fast_scenario, tmp_path, monkeypatch
+):
+    from specscope.probe import workers
+
+    srv = twin_server(fast_scenario)
+    monkeypatch.setattr(workers, "START_TIMEOUT_S", 0.0)  # no spawned child says hello so soon
+    out = tmp_path / "run"
+    res = cli("probe", srv.url, *SHAPE, "--workers", "2", "--concurrency", "2", "--out", str(out),
+              home=tmp_path)  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "did not start within 0 s" in res.output and "Traceback" not in res.output
+    assert load_run(out).info.status == "failed" and not load_run(out).requests
+    assert not mp.active_children()

@@ -235,13 +235,18 @@ class LocalFleet(Fleet):
         self._tell(worker, ("stop",))
 
     async def _close(self) -> None:
+        """Each live worker's lag samples, then every process ended. A fleet that never finished
+        starting (a worker that did not say hello, Ctrl-C during the start) has measured
+        nothing: its processes are killed at once."""
+        if self._reader is None:
+            for proc in self._procs:
+                proc.kill()
         waiting = set()
         for w, proc in enumerate(self._procs):
-            if self.workers[w].lost is None and proc.is_alive():
+            if self._reader is not None and self.workers[w].lost is None and proc.is_alive():
                 self._tell(w, ("close",))
                 waiting.add(w)
-        if self._reader is not None:
-            await self._collect_records(waiting)
+        await self._collect_records(waiting)
         for proc in self._procs:
             await asyncio.to_thread(proc.join, 5.0)
             if proc.is_alive():
