@@ -31,7 +31,10 @@ from specscope.trace.model import RequestSpec
 from support.diagnose import cli
 from support.twin_truth import timed_truth
 
-SHAPE = ("--prompt-tokens", "16", "--max-tokens", "40")
+# 96 tokens: ~21 steps of ~0.16 s at batch 64, a decode window of ~3 s, long against the few
+# milliseconds by which a stream's first read lags its step more than its last does on a loaded
+# machine (at 40 tokens that difference alone moved the step time 1.2% under xdist)
+SHAPE = ("--prompt-tokens", "16", "--max-tokens", "96")
 
 
 def _specs(n: int) -> list[RequestSpec]:
