@@ -236,9 +236,9 @@ def test_bad_worker_flags_are_one_line(tmp_path, flags, message):
 
 
 def test_ray_address_without_ray_is_one_line(tmp_path, monkeypatch):
-    from specscope.entrypoints import probe as entry
+    from specscope.probe import runners
 
-    monkeypatch.setattr(entry, "ray_installed", lambda: False)
+    monkeypatch.setattr(runners, "ray_installed", lambda: False)
     res = cli("probe", "http://127.0.0.1:9", "--ray-address", "local", home=tmp_path)
     assert res.exit_code == 2, res.output
     assert "--ray-address needs Ray, which is not installed: pip install 'specscope[scale]'" in (
@@ -259,4 +259,37 @@ def test_workers_that_do_not_start_are_one_line_and_leave_nothing(
     assert res.exit_code == 2, res.output
     assert "did not start within 0 s" in res.output and "Traceback" not in res.output
     assert load_run(out).info.status == "failed" and not load_run(out).requests
+    assert not mp.active_children()
+
+
+def test_diagnose_runs_its_plan_on_workers(tmp_path, monkeypatch):
+    """`diagnose --workers 2`: every step of the plan goes through the workers (the concurrency
+    sweep's second slot on the second worker), one run dir, both workers' lag in `client`."""
+    from specscope.entrypoints import DiagnoseOptions, diagnose_run
+    from specscope.entrypoints.diagnose import EmbeddedChoice
+    from specscope.experiments.probe_target import ProbeTarget
+
+    async def not_here(*_a, **_k):
+        raise AssertionError("the driver sent a request itself")
+
+    monkeypatch.setattr(ProbeTarget, "send", not_here)  # the spawned workers do not see this
+
+    options = DiagnoseOptions(
+        out=tmp_path / "run",
+        prompt_tokens=128,
+        max_tokens=96,
+        quick=True,
+        concurrency_levels=(1, 2),
+        embedded=EmbeddedChoice(scenario="healthy", time_scale=0.2),
+        workers=2,
+    )
+    done = diagnose_run(options)
+    run = done.run
+    assert run.info.status == "complete", run.info.status_reason
+    assert run.info.args["workers"] == 2 and not run.errors
+    assert len({t.index for t in run.requests}) == len(run.requests)
+    assert {t.concurrency_slot for t in run.requests} == {0, 1}  # slot 1: worker 1's
+    assert done.analysis.decode_tps and done.analysis.mean_commit_len
+    assert [r["worker"] for r in run.client] == [0, 1]
+    assert all(r["transport"] == "process" and r["lag_us"] for r in run.client)
     assert not mp.active_children()

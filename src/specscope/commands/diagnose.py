@@ -34,11 +34,13 @@ from specscope.commands.inputs import (
     BudgetTokens,
     Model,
     PromptFile,
+    RayAddress,
     TimeoutBetweenChunks,
     TimeoutConnect,
     TimeoutFirstByte,
     TimeoutTotal,
     Tokenizer,
+    Workers,
     endpoint_or_fail,
     out_dir_or_fail,
     prompt_text_or_fail,
@@ -220,6 +222,8 @@ def diagnose(
     timeout_first_byte: TimeoutFirstByte = Timeouts.first_byte,
     timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
     timeout_total: TimeoutTotal = Timeouts.total,
+    workers: Workers = 1,
+    ray_address: RayAddress = None,
 ) -> None:
     """Parse and check the flags, run the diagnosis, print the report (or --json's object)."""
     endpoint = endpoint_or_fail(url) if url is not None else None
@@ -267,6 +271,8 @@ def diagnose(
                 metrics_url=redact_url(metrics_url) if metrics_url else None,
             ),
             embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
+            workers=workers,
+            ray_address=ray_address,
             recorded={
                 "tokenizer": str(tokenizer) if tokenizer else None,
                 "prompt_file": str(prompt_file) if prompt_file else None,

@@ -37,11 +37,13 @@ from specscope.commands.inputs import (
     BudgetTokens,
     Model,
     PromptFile,
+    RayAddress,
     TimeoutBetweenChunks,
     TimeoutConnect,
     TimeoutFirstByte,
     TimeoutTotal,
     Tokenizer,
+    Workers,
     endpoint_or_fail,
     out_dir_or_fail,
     prompt_text_or_fail,
@@ -150,20 +152,8 @@ def probe(
             "(vLLM's engine-timed steps, against which the stream's are held)"
         ),
     ] = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            help="Run the load as N worker processes, one event loop each (concurrency and "
-            "requests split across them); one run directory, every percentile from raw samples"
-        ),
-    ] = 1,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Run the --workers as actors of this Ray cluster (ADDR, auto, or local for a "
-            "private one); needs pip install 'specscope[scale]'"
-        ),
-    ] = None,
+    workers: Workers = 1,
+    ray_address: RayAddress = None,
 ) -> None:
     """Parse and check the flags, run the probe, print its summary (or --json's object)."""
     endpoint = endpoint_or_fail(url)

@@ -25,14 +25,12 @@ from specscope.analysis.summary import summarize
 from specscope.entrypoints.options import OptionError, precision_problem, timeouts_problem
 from specscope.experiments.diagnosis_plan import DEFAULT_BUDGET_S, MAX_PRECISION_REQUESTS
 from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
-from specscope.probe.client import ProbeClient, Timeouts, new_session
+from specscope.probe.client import Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
 from specscope.probe.flavors import FLAVORS
-from specscope.probe.fleet import Fleet, FleetError, InProcess
+from specscope.probe.fleet import FleetError
 from specscope.probe.prompts import BuiltPrompt, prompt_length_problem
-from specscope.probe.ray_workers import INSTALL_HINT, RayFleet, ray_installed
-from specscope.probe.worker import MAX_WORKERS, WorkerSetup
-from specscope.probe.workers import LocalFleet
+from specscope.probe.runners import make_runner, workers_problem
 from specscope.probe.workload import MAX_CONCURRENCY
 from specscope.probe.workloads import PromptSource, Workload, resolve_workload
 from specscope.telemetry.evidence import (
@@ -127,25 +125,9 @@ class ProbeOptions:
             return f"--max-commit-len must be >= 1, got {self.max_commit_len}"
         if problem := precision_problem(self.precision, self.budget_s, self.budget_tokens):
             return problem
-        if problem := self._workers_problem():
+        if problem := workers_problem(self.workers, self.ray_address, self.concurrency):
             return problem
         return timeouts_problem(self.timeouts)
-
-    def _workers_problem(self) -> str | None:
-        """--workers within 1..MAX_WORKERS and the concurrency; --ray-address needs Ray."""
-        if not 1 <= self.workers <= MAX_WORKERS:
-            return f"--workers must be within 1..{MAX_WORKERS}, got {self.workers}"
-        if self.workers > self.concurrency:
-            return (
-                f"--workers {self.workers} exceeds --concurrency {self.concurrency}: "
-                "each worker keeps at least one request in flight"
-            )
-        if self.ray_address is not None:
-            if not self.ray_address.strip():
-                return "--ray-address must name a Ray cluster (ADDR, auto or local)"
-            if not ray_installed():
-                return f"--ray-address needs Ray, which is not installed: {INSTALL_HINT}"
-        return None
 
     def _shape_problem(self) -> str | None:
         """--max-tokens, --repeat (or n_requests) and --concurrency within their ranges."""
@@ -335,7 +317,15 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         measured: list[RequestTrace] = []  # every finished request, in the order they ended
         repeats = PrecisionOutcome(o.precision) if o.precision > 0 else None
         status, reason, interrupted = "partial", "interrupted", True
-        runner = _runner(o, conn.client(session, o.timeouts))
+        runner = make_runner(
+            conn.client(session, o.timeouts),
+            o.workers,
+            o.ray_address,
+            timeouts=o.timeouts,
+            api_key=o.api_key,
+            auth=o.auth,
+            local_count=o.local_count,
+        )
         metrics_before = await scrape_before(o.metrics_url)
         try:
             async with runner:
@@ -393,24 +383,6 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         return ProbeOutcome(
             writer.path, info, traces, summary, det.evidence, notes, serving, reached
         )
-
-
-def _runner(o: ProbeOptions, client: ProbeClient) -> InProcess | Fleet:
-    """Where the requests run: this process' loop (--workers 1), else a fleet of workers
-    (Ray actors with --ray-address), each building a client like `client`."""
-    if o.workers == 1 and o.ray_address is None:
-        return InProcess(client)
-    setup = WorkerSetup(
-        url=client.base_url,
-        flavor=client.flavor,
-        timeouts=o.timeouts,
-        api_key=o.api_key,
-        auth=o.auth,
-        local_count=o.local_count,
-    )
-    if o.ray_address is not None:
-        return RayFleet(o.workers, setup, o.ray_address)
-    return LocalFleet(o.workers, setup)
 
 
 def _server_metrics(

@@ -68,9 +68,16 @@ class InProcess:
         await self._stack.aclose()
 
     async def run(
-        self, specs: Sequence[RequestSpec], concurrency: int, on_done: OnDone, first_index: int
+        self,
+        specs: Sequence[RequestSpec],
+        concurrency: int,
+        on_done: OnDone,
+        first_index: int,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
-        await run_workload(self._client, specs, concurrency, on_done, first_index=first_index)
+        await run_workload(
+            self._client, specs, concurrency, on_done, first_index=first_index, stop=stop
+        )
 
     def records(self) -> list[dict[str, Any]]:
         self.lag.stop()
@@ -149,9 +156,18 @@ class Fleet(ABC):
         await self._close()
 
     async def run(
-        self, specs: Sequence[RequestSpec], concurrency: int, on_done: OnDone, first_index: int
+        self,
+        specs: Sequence[RequestSpec],
+        concurrency: int,
+        on_done: OnDone,
+        first_index: int,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
-        """Every request of the batch handed to `on_done` as its worker hands it back."""
+        """Every request of the batch handed to `on_done` as its worker hands it back. `stop`,
+        checked as each comes back, ends the batch early (a server that stopped answering): the
+        workers are stopped and hand back what they had in flight; the rest is not sent."""
+        if self.stopped:
+            return  # stopped for good (the workers refuse further shares)
         live = [s.worker for s in self.workers if s.lost is None]
         if not live:
             for i, spec in enumerate(specs):
@@ -168,8 +184,10 @@ class Fleet(ABC):
         try:
             while pending:
                 self._take(*await self.events.get(), pending, on_done)
+                if stop is not None and pending and stop():
+                    await self._halt(pending, on_done)
         except asyncio.CancelledError:
-            await self._interrupt(pending, on_done)
+            await self._halt(pending, on_done)
             raise
 
     def _take(
@@ -199,10 +217,11 @@ class Fleet(ABC):
             for index, (spec, slot) in sorted(left.items()):
                 on_done(lost_trace(index, spec, slot, why))
 
-    async def _interrupt(
+    async def _halt(
         self, pending: dict[int, dict[int, tuple[RequestSpec, int]]], on_done: OnDone
     ) -> None:
-        """Ctrl-C: stop every busy worker and take back what it finished or had in flight."""
+        """Ctrl-C (or `stop`): stop every busy worker and take back what it finished or had in
+        flight; a stopped fleet sends nothing more."""
         self.stopped = True
         for w in list(pending):
             with contextlib.suppress(Exception):
@@ -216,9 +235,10 @@ class Fleet(ABC):
                 break
             self._take(*event, pending, on_done, interrupted=True)
         for w, left in pending.items():
-            why = f"run interrupted; worker {w} did not hand this request back in time"
+            why = f"run stopped; worker {w} did not hand this request back in time"
             for index, (spec, slot) in sorted(left.items()):
                 on_done(lost_trace(index, spec, slot, why))
+        pending.clear()
 
     async def _collect_records(self, waiting: set[int]) -> None:
         """At close: the `client` events of the workers in `waiting` (bounded in time)."""
