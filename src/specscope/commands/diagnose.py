@@ -35,11 +35,13 @@ from specscope.commands.inputs import (
     BudgetTokens,
     Model,
     PromptFile,
+    RayAddress,
     TimeoutBetweenChunks,
     TimeoutConnect,
     TimeoutFirstByte,
     TimeoutTotal,
     Tokenizer,
+    Workers,
     endpoint_or_fail,
     out_dir_or_fail,
     prompt_text_or_fail,
@@ -222,6 +224,8 @@ def diagnose(
     timeout_first_byte: TimeoutFirstByte = Timeouts.first_byte,
     timeout_between_chunks: TimeoutBetweenChunks = Timeouts.between_chunks,
     timeout_total: TimeoutTotal = Timeouts.total,
+    workers: Workers = 1,
+    ray_address: RayAddress = None,
 ) -> None:
     """Parse and check the flags, run the diagnosis, print the report (or --json's object)."""
     started = time.monotonic()  # the plan's estimate and --quick's bound count from here
@@ -271,6 +275,8 @@ def diagnose(
             ),
             embedded=EmbeddedChoice(scenario=scenario, time_scale=time_scale, backend=backend),
             started=started,
+            workers=workers,
+            ray_address=ray_address,
             recorded={
                 "tokenizer": str(tokenizer) if tokenizer else None,
                 "prompt_file": str(prompt_file) if prompt_file else None,

@@ -50,6 +50,20 @@ BudgetTokens = Annotated[
         show_default=False,
     ),
 ]
+Workers = Annotated[
+    int,
+    typer.Option(
+        help="Run the load as N worker processes, one event loop each (concurrency and requests "
+        "split across them); one run directory, every percentile from raw samples"
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the --workers as actors of this Ray cluster (ADDR, auto, or local for a "
+        "private one); needs pip install 'specscope[scale]'"
+    ),
+]
 
 
 def endpoint_or_fail(url: str) -> Endpoint:

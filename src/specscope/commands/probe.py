@@ -37,11 +37,13 @@ from specscope.commands.inputs import (
     BudgetTokens,
     Model,
     PromptFile,
+    RayAddress,
     TimeoutBetweenChunks,
     TimeoutConnect,
     TimeoutFirstByte,
     TimeoutTotal,
     Tokenizer,
+    Workers,
     endpoint_or_fail,
     out_dir_or_fail,
     prompt_text_or_fail,
@@ -150,6 +152,8 @@ def probe(
             "(vLLM's engine-timed steps, against which the stream's are held)"
         ),
     ] = None,
+    workers: Workers = 1,
+    ray_address: RayAddress = None,
 ) -> None:
     """Parse and check the flags, run the probe, print its summary (or --json's object)."""
     endpoint = endpoint_or_fail(url)
@@ -182,6 +186,8 @@ def probe(
             budget_s=budget_s,
             budget_tokens=budget_tokens,
             metrics_url=redact_url(metrics_url) if metrics_url else None,
+            workers=workers,
+            ray_address=ray_address,
         )
     except OptionError as e:
         fail_usage(str(e))
@@ -226,6 +232,8 @@ def _recorded(
         "budget_s": o.budget_s,
         "budget_tokens": o.budget_tokens,
         "metrics_url": o.metrics_url,
+        "workers": o.workers,
+        "ray_address": o.ray_address,
         "timeouts": {
             "connect": o.timeouts.connect,
             "first_byte": o.timeouts.first_byte,

@@ -31,8 +31,10 @@ from specscope.experiments.precision_loop import (
     repeat_until_precise,
 )
 from specscope.experiments.probe_target import ProbeInputs, TargetError, open_target
+from specscope.probe.fleet import Fleet, FleetError
 from specscope.probe.health import LoopLagMonitor
 from specscope.probe.prompts import prompt_length_problem
+from specscope.probe.runners import make_runner, workers_problem
 from specscope.probe.workloads import resolve_workload
 from specscope.report import context_from_run, write_html, write_markdown
 from specscope.store import RunIndex
@@ -128,6 +130,10 @@ class DiagnoseOptions:
     # time.monotonic() when the command started (None: when diagnose_run is called): the plan's
     # estimate of the whole command and --quick's time bound count from it
     started: float | None = None
+    # --workers N / --ray-address: the requests run on N worker processes (probe.runners); 1
+    # without an address: on this process' loop, as always
+    workers: int = 1
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -158,7 +164,7 @@ class DiagnoseOptions:
             return "--scenario/--time-scale/--backend apply only to the embedded server (no URL)"
         if ev.logs_cmd and not logs_command_argv(ev.logs_cmd):
             return f"--logs-cmd: cannot parse {ev.logs_cmd!r}"
-        return None
+        return workers_problem(self.workers, self.ray_address)
 
     def run_args(self) -> dict[str, Any]:
         """The arguments recorded in run.json (never the API key)."""
@@ -198,6 +204,8 @@ class DiagnoseOptions:
             "precision": self.precision,
             "budget_s": self.budget_s,
             "budget_tokens": self.budget_tokens,
+            "workers": self.workers,
+            "ray_address": self.ray_address,
             **self.recorded,
         }
 
@@ -259,6 +267,7 @@ class _Measured:
     precision: PrecisionOutcome | None = None  # the repeat loop's record, when the plan has one
     lag: LoopLagMonitor | None = None  # the client's loop lag, sampled while it measures
     started: float = field(default_factory=time.monotonic)  # the command's start (monotonic)
+    fleet: Fleet | None = None  # --workers N: the workers that send (and sample their lag)
 
 
 def _run_info(
@@ -334,33 +343,69 @@ async def _measure(
                 f"--out: cannot write a run directory at {options.out}: {e.strerror or e}"
             ) from None
         state.writer = writer
-        executor = Executor(target, writer, max_consecutive_errors=3, ignore_eos=options.ignore_eos)
+        runner = make_runner(
+            target.client,
+            options.workers,
+            options.ray_address,
+            timeouts=inputs.timeouts,
+            api_key=inputs.api_key,
+            auth=inputs.auth,
+            local_count=inputs.local_count,
+        )
+        state.fleet = runner if isinstance(runner, Fleet) else None
+        executor = Executor(
+            target,
+            writer,
+            max_consecutive_errors=3,
+            ignore_eos=options.ignore_eos,
+            runner=state.fleet,
+        )
         state.metrics_before = await scrape_before(evidence.metrics_url)
-        state.lag = LoopLagMonitor()
-        async with state.lag:
-            calib = await _calibrate(executor, prompt_tokens, max_context)
-            state.result.traces.extend(calib)
-            plan.calibrate(*rates_from(calib))
-            plan.elapsed_s = time.monotonic() - state.started
-            plan.repeats_s = expected_repeats_s(plan)
-            info.args["plan"] = plan.to_dict()
-            writer.write_info()
-            hooks.on_plan(plan, url)
-            if calib and all(t.error is not None for t in calib):
-                e = calib[0].error
-                state.result.stopped_reason = (
-                    f"the server did not answer a first request ({e.kind}: {e.message})"  # type: ignore[union-attr]
-                )
-                return
-            if plan.precision is not None:
-                state.precision = PrecisionOutcome(plan.precision.target)
-            with hooks.progress() as on_progress:
-                executor.on_progress = on_progress
-                await executor.run(plan, state.result)
-                if state.precision is not None and state.result.complete:
-                    await repeat_until_precise(
-                        executor, plan, state.result, state.precision, started=state.started
-                    )
+        state.lag = LoopLagMonitor() if state.fleet is None else None
+        try:
+            async with state.lag or state.fleet:  # type: ignore[union-attr]
+                await _run_plan(executor, plan, prompt_tokens, max_context, state, hooks, url)
+        except FleetError as e:  # the workers could not start: nothing was sent
+            writer.close("failed", str(e))
+            raise DiagnoseInputError(str(e)) from None
+
+
+async def _run_plan(
+    executor: Executor,
+    plan: Plan,
+    prompt_tokens: int,
+    max_context: int | None,
+    state: _Measured,
+    hooks: DiagnoseHooks,
+    url: str,
+) -> None:
+    """Calibrate, announce the plan, run it (and the precision repeats)."""
+    writer = executor.writer
+    assert writer is not None
+    info = writer.info
+    calib = await _calibrate(executor, prompt_tokens, max_context)
+    state.result.traces.extend(calib)
+    plan.calibrate(*rates_from(calib))
+    plan.elapsed_s = time.monotonic() - state.started
+    plan.repeats_s = expected_repeats_s(plan)
+    info.args["plan"] = plan.to_dict()
+    writer.write_info()
+    hooks.on_plan(plan, url)
+    if calib and all(t.error is not None for t in calib):
+        e = calib[0].error
+        state.result.stopped_reason = (
+            f"the server did not answer a first request ({e.kind}: {e.message})"  # type: ignore[union-attr]
+        )
+        return
+    if plan.precision is not None:
+        state.precision = PrecisionOutcome(plan.precision.target)
+    with hooks.progress() as on_progress:
+        executor.on_progress = on_progress
+        await executor.run(plan, state.result)
+        if state.precision is not None and state.result.complete:
+            await repeat_until_precise(
+                executor, plan, state.result, state.precision, started=state.started
+            )
 
 
 async def _calibrate(
@@ -393,6 +438,9 @@ def _finish(
     if state.lag is not None:
         state.lag.stop()
         writer.append_client(state.lag.record())
+    if state.fleet is not None:  # --workers: one line per worker, on this process' clock
+        for record in state.fleet.records():
+            writer.append_client(record)
     if state.precision is not None:
         writer.info.precision = state.precision.closed(
             interrupted=interrupted, stopped_reason=state.result.stopped_reason

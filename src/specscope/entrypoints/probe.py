@@ -28,9 +28,10 @@ from specscope.experiments.precision_loop import PrecisionOutcome, repeat_rounds
 from specscope.probe.client import Timeouts, new_session
 from specscope.probe.connect import FlavorError, connect, detect_server
 from specscope.probe.flavors import FLAVORS
-from specscope.probe.health import LoopLagMonitor
+from specscope.probe.fleet import FleetError
 from specscope.probe.prompts import BuiltPrompt, prompt_length_problem
-from specscope.probe.workload import MAX_CONCURRENCY, run_workload
+from specscope.probe.runners import make_runner, workers_problem
+from specscope.probe.workload import MAX_CONCURRENCY
 from specscope.probe.workloads import PromptSource, Workload, resolve_workload
 from specscope.telemetry.evidence import (
     EvidenceSources,
@@ -97,6 +98,11 @@ class ProbeOptions:
     # the server's Prometheus /metrics: scraped before and after the requests, its run delta
     # kept in the run's telemetry and read by the headline (None: not scraped)
     metrics_url: str | None = None
+    # --workers N: the load runs as N worker processes, one event loop each (probe.fleet); 1:
+    # on this process' loop, as always
+    workers: int = 1
+    # --ray-address: the workers are Ray actors of that cluster ("local": a private one)
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -118,6 +124,8 @@ class ProbeOptions:
         if self.max_commit_len is not None and self.max_commit_len < 1:
             return f"--max-commit-len must be >= 1, got {self.max_commit_len}"
         if problem := precision_problem(self.precision, self.budget_s, self.budget_tokens):
+            return problem
+        if problem := workers_problem(self.workers, self.ray_address, self.concurrency):
             return problem
         return timeouts_problem(self.timeouts)
 
@@ -309,10 +317,18 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
         measured: list[RequestTrace] = []  # every finished request, in the order they ended
         repeats = PrecisionOutcome(o.precision) if o.precision > 0 else None
         status, reason, interrupted = "partial", "interrupted", True
-        lag = LoopLagMonitor()
+        runner = make_runner(
+            conn.client(session, o.timeouts),
+            o.workers,
+            o.ray_address,
+            timeouts=o.timeouts,
+            api_key=o.api_key,
+            auth=o.auth,
+            local_count=o.local_count,
+        )
         metrics_before = await scrape_before(o.metrics_url)
         try:
-            async with lag, conn.client(session, o.timeouts) as client:
+            async with runner:
 
                 async def send(specs: list[RequestSpec]) -> None:
                     with progress(len(specs)) as on_progress:
@@ -322,9 +338,7 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
                             measured.append(trace)
                             on_progress(trace)
 
-                        await run_workload(
-                            client, specs, o.concurrency, on_done, first_index=len(measured)
-                        )
+                        await runner.run(specs, o.concurrency, on_done, len(measured))
 
                 await send([spec(b) for b in built])
                 if repeats is not None:
@@ -332,10 +346,13 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             failed = sum(1 for t in measured if t.error is not None)
             status, interrupted = "complete", False
             reason = f"{failed} of {len(measured)} requests failed" if failed else ""
+        except FleetError as e:  # the workers could not start: nothing was sent
+            status, reason = "failed", str(e)
+            raise ProbeInputError(reason) from None
         finally:
-            lag.stop()
-            client_samples = lag.record()
-            writer.append_client(client_samples)
+            client_samples = runner.records()
+            for record in client_samples:
+                writer.append_client(record)
             telemetry = _server_metrics(o.metrics_url, writer, metrics_before)
             if repeats is not None:
                 info.precision = repeats.closed(interrupted=interrupted, stopped_reason=None)
@@ -345,7 +362,7 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             traces,
             max_commit_len=max_commit_len,
             server_info=info.server_info,
-            client=[client_samples],
+            client=client_samples,
             telemetry=telemetry,
         )
         serving = serving_metrics(

@@ -9,8 +9,9 @@ Nothing here prints: progress goes to a callback, results come back as data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from specscope.experiments.plan import Plan, PlanStep
 from specscope.experiments.target import Prompt, Target
@@ -32,6 +33,19 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
+
+
+class Runner(Protocol):
+    """Where a step's requests run instead of the target (`probe.fleet`: --workers N)."""
+
+    async def run(
+        self,
+        specs: Sequence[RequestSpec],
+        concurrency: int,
+        on_done: Callable[[RequestTrace], None],
+        first_index: int,
+        stop: Callable[[], bool] | None = None,
+    ) -> None: ...
 
 
 @dataclass
@@ -71,6 +85,7 @@ class Executor:
         ignore_eos: bool = True,
         api: str = "completions",
         first_index: int = 0,
+        runner: Runner | None = None,
     ):
         self.target = target
         self.writer = writer
@@ -81,6 +96,9 @@ class Executor:
         self.api = api
         self._next_index = first_index
         self._consecutive_errors = 0
+        # `diagnose --workers N`: the requests run on a fleet of workers (probe.runners); None:
+        # through the target, on this process' loop
+        self.runner = runner
 
     async def _prompt(self, step: PlanStep) -> str | list[int] | Prompt:
         """One request's prompt, asked of the target per request so that a target can make
@@ -144,6 +162,9 @@ class Executor:
 
         first = self._next_index
         self._next_index += len(specs)
+        if self.runner is not None:
+            await self.runner.run(specs, step.concurrency, done, first, stop=self._stopped)
+            return
         await run_workload(
             self.target, specs, step.concurrency, done, first_index=first, stop=self._stopped
         )

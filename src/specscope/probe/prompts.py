@@ -161,11 +161,18 @@ def load_local_tokenizer(path: str | Path) -> Callable[[str], int]:
         tok = Tokenizer.from_file(str(p))
     except Exception as e:  # the library raises a bare Exception on a bad file
         raise PromptError(f"--tokenizer: cannot read {p}: {e}") from None
+    return LocalCount(tok)
 
-    def count(text: str, *, special: bool = True) -> int:
-        return len(tok.encode(text, add_special_tokens=special).ids)
 
-    return count
+class LocalCount:
+    """Tokens of a text in a local tokenizer: a class, not a closure, so that it pickles into
+    a `probe --workers` process (which counts streamed delta text with it)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, text: str, *, special: bool = True) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=special).ids)
 
 
 def delta_counter(local: Callable[..., int]) -> Callable[[str], int]:

@@ -150,9 +150,30 @@ def _headline_rows(t: Table, o: ProbeResult) -> None:
     t.add_row("e2e p50 / p99", f"{_fmt(s['e2e_s_p50'], ' s')} / {_fmt(s['e2e_s_p99'], ' s')}")
 
 
+def _workers_row(t: Table, client: dict[str, Any]) -> None:
+    """`--workers N`: how many measured, where, their pooled loop lag, and any that was lost."""
+    workers = [w for w in client.get("workers") or [] if w.get("transport")]
+    if not workers:
+        return
+    hosts = sorted({str(w.get("host") or "?") for w in workers})
+    where = "this host" if all(w.get("clock_shared") for w in workers) else ", ".join(hosts)
+    text = f"{len(workers)} {workers[0]['transport']} workers on {where}"
+    if client.get("lag_p99_s") is not None:
+        text += f"; loop lag p99 {client['lag_p99_s'] * 1e3:.2f} ms over all their samples"
+    shifted = [w for w in workers if w.get("clock_applied_s")]
+    if shifted:
+        worst = max(w.get("clock_uncertainty_s") or 0.0 for w in shifted)
+        text += f"; {len(shifted)} clock(s) moved onto this one (within {worst * 1e3:.2f} ms)"
+    t.add_row("workers", untrusted(text))
+    for w in workers:
+        if w.get("lost"):
+            t.add_row(Text("worker lost", style="red"), untrusted(str(w["lost"])))
+
+
 def _caveat_rows(t: Table, s: dict[str, Any]) -> None:
     """What qualifies the figures: chunks vs steps (and why they differ), unreliable client
     steps, errors, prefix-cache hits and repetition loops."""
+    _workers_row(t, s.get("client") or {})
     t.add_row("tokens per chunk (mean)", _fmt(s["tokens_per_chunk_mean"], nd=2))
     why = chunks_vs_steps_note(s)
     if why:

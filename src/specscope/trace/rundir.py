@@ -51,6 +51,14 @@ def _atomic_write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def trace_line(trace: RequestTrace) -> str:
+    """A trace as its `requests.jsonl` line (also what a probe worker ships to its driver)."""
+    try:
+        return trace.model_dump_json(by_alias=True)
+    except PydanticSerializationError:  # text no UTF-8 writer takes: keep it, escaped
+        return json.dumps(scrub_tree(trace.model_dump(mode="json", by_alias=True)))
+
+
 class RunDirWriter:
     """Writes one run directory. Use as a context manager, or call `close(status)`."""
 
@@ -75,11 +83,7 @@ class RunDirWriter:
         _atomic_write_json(self.path / RUN_JSON, self.info.model_dump(mode="json", by_alias=True))
 
     def append_request(self, trace: RequestTrace) -> None:
-        try:
-            line = trace.model_dump_json(by_alias=True)
-        except PydanticSerializationError:  # text no UTF-8 writer takes: keep it, escaped
-            line = json.dumps(scrub_tree(trace.model_dump(mode="json", by_alias=True)))
-        self._requests.write(line + "\n")
+        self._requests.write(trace_line(trace) + "\n")
         self._requests.flush()
 
     def append_telemetry(self, records: Iterable[dict[str, Any]]) -> None:
