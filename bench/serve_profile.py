@@ -20,7 +20,13 @@ the frames it holds, the most specific first:
 The figure is each part's share of the samples taken while the server was busy (idle left
 out), with the leaf functions that carry the most samples.
 
+The server's own account of a step (`specscope serve` counts it in /metrics: the backend's
+time, the wait to get the step back on the event loop, the scheduler's delivery after it, the
+time between steps) is read from two scrapes around a load level with `--metrics BEFORE AFTER`:
+the mean of each part per step, and their sum against the mean step.
+
     python bench/serve_profile.py PROFILE.txt [PROFILE2.txt ...] [--top 12]
+    python bench/serve_profile.py --metrics BEFORE.txt AFTER.txt
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import argparse
 import re
 from collections import Counter
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 # (part, pattern on a frame's "function (path:line)" text), checked in this order against every
 # frame of a stack; the first part with a matching frame wins
@@ -46,6 +54,11 @@ IDLE = re.compile(
     r"^(\w+\.)?(select|poll|_poll|_run_once) \((selectors|asyncio/base_events)\.py"
     r"|^_worker \(concurrent/futures/thread\.py|^(\w+\.)?(wait|sleep) \(threading\.py"
 )
+# the innermost Python frame of an event loop implemented in C (uvloop): the loop's own work
+# (socket reads and writes, callback dispatch) or, without --gil, its wait for events
+LOOP_C = re.compile(
+    r"^(\w+\.)?(run|run_forever|run_until_complete) \(asyncio/(runners|base_events)\.py"
+)
 LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
 THREAD = re.compile(r"^thread \(\d+\): (?P<name>.*)$")
 
@@ -54,6 +67,8 @@ def part_of(frames: list[str]) -> str:
     """The part of the server one sample was in (frames outermost first)."""
     if frames and IDLE.match(frames[-1]):
         return "idle"
+    if frames and LOOP_C.match(frames[-1]):
+        return "loop"
     for part, pattern in PARTS:
         if any(pattern.search(f) for f in frames):
             return part
@@ -90,44 +105,87 @@ def _by_part(samples: list[Sample]) -> tuple[Counter[str], Counter[tuple[str, st
     return parts, leaves
 
 
-def summarize(samples: list[Sample], top: int) -> list[str]:
-    """Per thread its busy share; for the busiest thread (the event loop's, where the server's
-    step runs) the share of its busy time by part and the leaf functions that carry most."""
+def summarize(samples: list[Sample], top: int, slots: float | None = None) -> list[str]:
+    """The samples by thread and by part, with the leaf functions that carry most. Taken with
+    py-spy --gil (only the thread holding the interpreter is sampled), every sample is Python
+    work that had the GIL, whichever thread did it; `slots` (the seconds sampled x the rate)
+    gives the share of the time anyone held it."""
     threads: Counter[str] = Counter()
-    busy_by_thread: Counter[str] = Counter()
-    for thread, frames, n in samples:
+    for thread, _, n in samples:
         threads[thread] += n
-        if part_of(frames) != "idle":
-            busy_by_thread[thread] += n
-    if not threads:
+    total = sum(threads.values())
+    if not total:
         return ["no samples"]
-    lines = ["threads (samples, busy share):"]
-    for thread, n in threads.most_common(6):
-        lines.append(f"  {thread[:60]:<60} {n:>7}  busy {busy_by_thread[thread] / n:6.1%}")
-    main = busy_by_thread.most_common(1)[0][0] if busy_by_thread else threads.most_common(1)[0][0]
-    parts, leaves = _by_part([s for s in samples if s[0] == main])
-    busy = sum(parts.values()) - parts["idle"]
-    lines.append(f"{main[:60]}: by part (share of its busy samples, {busy}):")
+    head = f"{total} samples"
+    if slots:
+        head += f": the GIL held {total / slots:.0%} of the time sampled"
+    lines = [head, "by thread:"]
+    for thread, n in threads.most_common(5):
+        lines.append(f"  {n / total:6.1%}  {thread[:60]}")
+    parts, leaves = _by_part(samples)
+    busy = total - parts["idle"]
+    lines.append("by part (share of the samples not idle):")
     for part, n in parts.most_common():
-        share = "(not busy)" if part == "idle" else f"{n / busy:6.1%}" if busy else ""
+        share = "(idle)" if part == "idle" else f"{n / busy:6.1%}" if busy else ""
         lines.append(f"  {part:<11} {n:>7}  {share}")
-    lines.append(f"its busiest leaf functions, top {top}:")
+    lines.append(f"busiest leaf functions, top {top}:")
     for (part, leaf), n in leaves.most_common(top):
         lines.append(f"  {n / busy:6.1%}  [{part}] {leaf}" if busy else f"  {leaf}")
     return lines
 
 
+STEP_PARTS = ("engine", "wait", "post", "between")
+
+
+def _counters(text: str) -> dict[str, float]:
+    """Every counter sample of a /metrics text by its sample name (labels summed over)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    return out
+
+
+def step_parts(before: str, after: str) -> list[str]:
+    """Per step, the mean of each part the server counted between two scrapes."""
+    b, a = _counters(before), _counters(after)
+    steps = a.get("sglang:forward_steps_total", 0.0) - b.get("sglang:forward_steps_total", 0.0)
+    if steps <= 0:
+        return ["no step between the two scrapes"]
+    lines = [f"{steps:.0f} steps; per step, ms:"]
+    total = 0.0
+    for part in STEP_PARTS:
+        name = f"specscope:step_{part}_seconds_total"
+        if name not in a:
+            return [f"the server does not count {name} (not specscope serve?)"]
+        ms = (a[name] - b.get(name, 0.0)) / steps * 1e3
+        total += ms
+        lines.append(f"  {part:<8} {ms:8.3f}")
+    lines.append(f"  {'sum':<8} {total:8.3f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("profiles", nargs="+", type=Path)
+    ap.add_argument("profiles", nargs="*", type=Path)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--metrics", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    ap.add_argument(
+        "--slots", type=float, default=None, help="seconds sampled x the rate (py-spy --gil)"
+    )
     args = ap.parse_args(argv)
+    if args.metrics:
+        before, after = args.metrics
+        if not (before.is_file() and after.is_file()):
+            print(f"error: {before} or {after}: no such file")
+            return 2
+        print("\n".join(step_parts(before.read_text(), after.read_text())))
     for path in args.profiles:
         if not path.is_file():
             print(f"error: {path}: no such file")
             return 2
         print(f"== {path.name}")
-        print("\n".join(summarize(read_samples(path), args.top)))
+        print("\n".join(summarize(read_samples(path), args.top, args.slots)))
     return 0
 
 

@@ -7,8 +7,9 @@
 # .pyspy/ (py-spy's manylinux wheel) once. `served` starts `specscope serve --backend engine
 # --device cuda --drafter none --max-batch 256`, warms it up, then per level C: py-spy attached
 # to the server (sampling, non-blocking), `specscope probe --prompt-tokens 256 --max-tokens 256
-# --concurrency C --repeat 2` (--workers WORKERS from C = 64), py-spy stopped, its samples summed
-# by part (bench/serve_profile.py). DEVICE=cpu runs the same on this machine at small levels
+# --concurrency C --repeat 2` (--workers WORKERS from C = 64), py-spy stopped (--gil: only the
+# thread holding the interpreter is sampled), its samples summed by part and the server's own
+# account of a step read from /metrics before and after (bench/serve_profile.py). DEVICE=cpu runs the same on this machine at small levels
 # (a check of the script, not a figure). Everything comes back as $OUT/serve_profile_PART.tgz.
 set -u
 PART=${1:-served}
@@ -51,16 +52,22 @@ if [ "$PART" = served ]; then
     --json --out $W/warmup > /dev/null 2> $W/warmup.err
   for C in ${LEVELS//,/ }; do
     FLAGS=""; [ "$C" -ge 64 ] && [ "$WORKERS" -gt 1 ] && FLAGS="--workers $WORKERS"
-    $SPY record --pid $SRV --rate 250 --nonblocking --idle --threads --format raw -o $W/spy_$C.txt \
+    $SPY record --pid $SRV --rate 250 --nonblocking --gil --threads --format raw -o $W/spy_$C.txt \
       > $W/spy_$C.log 2>&1 &
     SPYP=$!
     sleep 1
+    $PY -c "import urllib.request as u; print(u.urlopen('$URL/metrics').read().decode())" > $W/metrics_$C.before
+    T0=$(date +%s.%N)
     timeout 240 $PY -m specscope.cli probe $URL --prompt-tokens 256 --max-tokens 256 \
       --concurrency $C --repeat 2 $FLAGS --json --out $W/probe_$C > $W/probe_$C.json \
       2> $W/probe_$C.err
     echo "probe C=$C rc=$?"
+    $PY -c "import urllib.request as u; print(u.urlopen('$URL/metrics').read().decode())" > $W/metrics_$C.after
     kill -INT $SPYP 2>/dev/null; wait $SPYP
-    $PY bench/serve_profile.py $W/spy_$C.txt >> $W/profile.txt 2>&1
+    HELD=$($PY -c "print((float('$(date +%s.%N)') - float('$T0')) * 250)")
+    echo "== C=$C" >> $W/profile.txt
+    $PY bench/serve_profile.py --metrics $W/metrics_$C.before $W/metrics_$C.after \
+      --slots "$HELD" $W/spy_$C.txt >> $W/profile.txt 2>&1
     $PY -c "import json,sys; s=json.load(open('$W/probe_$C.json'))['summary']; print('C=$C', {k: s.get(k) for k in ('decode_tps','mean_step_s','ok','failed')}, 'client', {k: (s.get('client') or {}).get(k) for k in ('lag_p99_s','lag_excess_s','limits_step_time')})" 2>&1 | tee -a $W/levels.txt
   done
   kill -INT $SRV; wait $SRV

@@ -88,6 +88,26 @@ class ServeMetrics:
             "Inter-token latency: chunk interval / tokens in the chunk, one sample per token (s).",
         )
         self.e2e = hist("sglang:e2e_request_latency_seconds", "End-to-end request latency (s).")
+        # Where a batched step's wall time goes (ours, no SGLang name; issue #38): each a
+        # seconds total over the steps counted by forward_steps, so two scrapes give the means.
+        self.step_engine = counter(
+            "specscope:step_engine_seconds",
+            "The backend's own time per step (the engine's forward, sampling, bookkeeping).",
+        )
+        self.step_wait = counter(
+            "specscope:step_wait_seconds",
+            "Awaiting a step beyond the backend's own time: the hand-off to its thread and the "
+            "event loop's delay in resuming the scheduler once it is done.",
+        )
+        self.step_post = counter(
+            "specscope:step_post_seconds",
+            "The scheduler's work after a step: counters, logs, events to the request streams.",
+        )
+        self.step_between = counter(
+            "specscope:step_between_seconds",
+            "From one step's end to the next one's start while requests run (admissions, "
+            "prefills, the event loop's other work).",
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

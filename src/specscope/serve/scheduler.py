@@ -90,6 +90,9 @@ class Scheduler:
         self.total_accept_tokens = 0
         self.total_forward_ct = 0
         self.last_gen_throughput = 0.0
+        # perf_counter at the last step's end while requests run (None when idle): the
+        # step_between metric's start
+        self._step_ended: float | None = None
 
     @property
     def spec_enabled(self) -> bool:
@@ -140,6 +143,7 @@ class Scheduler:
     async def _loop(self) -> None:
         while True:
             if not self.running and not self.waiting:
+                self._step_ended = None  # idle time is not time between steps
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -197,7 +201,19 @@ class Scheduler:
 
     async def _step(self) -> None:
         ids = list(self.running)
+        t0 = time.perf_counter()
+        if self._step_ended is not None:
+            self.metrics.step_between.inc(t0 - self._step_ended)
         batch: BatchStep = await self.backend.step(ids)
+        t1 = time.perf_counter()
+        self.metrics.step_engine.inc(batch.step_s)
+        self.metrics.step_wait.inc(max(0.0, t1 - t0 - batch.step_s))
+        self._deliver(batch)
+        self._step_ended = time.perf_counter()
+        self.metrics.step_post.inc(self._step_ended - t1)
+
+    def _deliver(self, batch: BatchStep) -> None:
+        """A step's outputs into the counters, the logs and each request's event queue."""
         iv = self._interval
         iv.steps += 1
         self.metrics.forward_steps.inc()
