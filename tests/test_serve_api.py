@@ -204,6 +204,12 @@ async def test_metrics_parse_and_count_what_was_served(twin_server) -> None:
     ]
     assert itl_count[0] > 0
     assert value["sglang:num_running_reqs"] == 0
+    # where the steps went: seconds totals over the forward steps, each part counted, none
+    # negative, the backend's own time (the twin's simulated step) the largest at this load
+    parts = {p: value[f"specscope:step_{p}_seconds"] for p in ("engine", "wait", "post", "between")}
+    assert all(v >= 0 for v in parts.values()), parts
+    assert value["sglang:forward_steps"] > 0 and parts["engine"] > 0
+    assert parts["post"] < parts["engine"], parts
 
 
 @pytest.mark.parametrize(
