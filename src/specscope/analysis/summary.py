@@ -16,6 +16,7 @@ import numpy as np
 
 from specscope.analysis.client_health import client_health, median_step_s
 from specscope.analysis.headline.headline import Headline, headline
+from specscope.analysis.headline.measure import cut_short
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
 from specscope.analysis.steps.speculation import as_stated, state_of_requests
 from specscope.analysis.workload.keys import workload_keys
@@ -94,6 +95,19 @@ def _client_block(
     return None if health is None else health.to_json()
 
 
+def _measured(
+    finished: list[RequestTrace], traces: Sequence[RequestTrace]
+) -> tuple[list[RequestTrace], list[str]]:
+    """The requests the headline reads and a note when they are not the finished ones: with
+    none finished (Ctrl-C before any did), what the cut ones streamed is the reading."""
+    if finished:
+        return finished, []
+    cut = cut_short(traces)
+    if not cut:
+        return [], []
+    return cut, [f"no request finished: the {len(cut)} cut short by Ctrl-C are measured"]
+
+
 def summarize(
     traces: Sequence[RequestTrace],
     *,
@@ -109,8 +123,9 @@ def summarize(
     health (`client`, null without samples); `telemetry` the server's records about the run
     (probe --metrics-url: the Prometheus run delta, whose engine-timed steps the headline holds
     the stream's against)."""
-    ok = [t for t in traces if t.ok]
+    finished = [t for t in traces if t.ok]
     failed = [t for t in traces if not t.ok]
+    ok, cut_note = _measured(finished, traces)
     recs = (
         list(reconstructions)
         if reconstructions is not None
@@ -118,7 +133,8 @@ def summarize(
     )
     speculation = state_of_requests(server_info or {}, traces, recs)
     recs = as_stated(speculation, recs)
-    ok_recs = [r for t, r in zip(traces, recs, strict=False) if t.ok]
+    measured = {t.index for t in ok}
+    ok_recs = [r for t, r in zip(traces, recs, strict=False) if t.index in measured]
 
     ttfts = [v for t in ok if (v := t.ttft_s) is not None]
     e2es = [v for t in ok if (v := t.e2e_s) is not None]
@@ -130,7 +146,7 @@ def summarize(
     server_block = _server_block(ok)
     return {
         "requests": len(traces),
-        "ok": len(ok),
+        "ok": len(finished),
         "errors": len(failed),
         "error_kinds": dict(Counter(t.error.kind for t in failed if t.error)),
         "ttft_s_p50": _round(_pct(ttfts, 50)),
@@ -152,7 +168,7 @@ def summarize(
             for k, v in head.json_fields().items()
             if k != "decode_tps"
         },
-        "headline_notes": list(head.notes),
+        "headline_notes": [*head.notes, *cut_note],
         "steps": _steps_block(ok_recs, head),
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,

@@ -21,6 +21,7 @@ out_console = Console()
 EXIT_OK = 0
 EXIT_TARGET_MISBEHAVED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C: what was measured is kept and printed
 
 
 def warn(message: object) -> None:

@@ -21,6 +21,7 @@ import typer
 from specscope.analysis.workload.keys import diagnosis_workload_keys
 from specscope.commands.common import (
     EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
     SLO_HELP,
@@ -82,8 +83,6 @@ from specscope.store import RunIndex
 from specscope.telemetry.evidence import EvidenceSources
 from specscope.trace import Run, load_run
 from specscope.trace.rundir import RunDirError, new_run_id
-
-EXIT_INTERRUPTED = 130
 
 
 def _parse_levels(text: str | None) -> tuple[int, ...] | None:

@@ -24,6 +24,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from specscope.commands.common import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TARGET_MISBEHAVED,
     SLO_HELP,
@@ -64,6 +65,7 @@ from specscope.probe.preflight import NotOpenAIServer
 from specscope.probe.prompts import MAX_PROMPT_TOKENS, PromptError, TokenizeError
 from specscope.probe.workloads import Workload
 from specscope.report.contract import probe_json
+from specscope.report.notices import render_interrupted, render_partial_probe
 from specscope.report.probe_terminal import render_probe
 from specscope.report.progress import request_progress
 from specscope.report.text import labelled
@@ -256,9 +258,15 @@ def _run(options: ProbeOptions) -> ProbeOutcome:
 
 
 def _print_outcome(outcome: ProbeOutcome, url: str, json_: bool) -> NoReturn:
-    """The summary (or the JSON object), then exit 1 when any request failed, else 0."""
+    """The summary (or the JSON object), then exit 130 after Ctrl-C (what was measured is
+    printed first, as diagnose does), 1 when any request failed, else 0."""
     if json_:
         print_json(probe_json(outcome, url))
     else:
+        if outcome.interrupted:
+            render_partial_probe(out_console)
         render_probe(outcome, out_console, err_console)
+    if outcome.interrupted:
+        render_interrupted(err_console)
+        raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(EXIT_TARGET_MISBEHAVED if outcome.summary["errors"] else EXIT_OK)

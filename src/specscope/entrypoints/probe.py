@@ -8,6 +8,7 @@ failed request 0 (kind `connection`), so every probe leaves a run directory behi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -164,6 +165,7 @@ class ProbeOutcome:
     serving: dict[str, Any] | None = None
     # --precision: what the repeats aimed for, reached and spent (analysis.precision.summary)
     precision: dict[str, Any] | None = None
+    interrupted: bool = False  # Ctrl-C: the run is partial, its figures what was measured
 
 
 def _no_progress(_total: int) -> contextlib.AbstractContextManager[Callable[[RequestTrace], None]]:
@@ -346,6 +348,10 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             failed = sum(1 for t in measured if t.error is not None)
             status, interrupted = "complete", False
             reason = f"{failed} of {len(measured)} requests failed" if failed else ""
+        except asyncio.CancelledError:
+            # Ctrl-C (asyncio.run cancels this task): the requests in flight were handed over
+            # as cancelled; what was measured is summarised below, as diagnose does
+            reason = "interrupted (Ctrl-C)"
         except FleetError as e:  # the workers could not start: nothing was sent
             status, reason = "failed", str(e)
             raise ProbeInputError(reason) from None
@@ -381,7 +387,7 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             summary.get("ok") or 0,
         )
         return ProbeOutcome(
-            writer.path, info, traces, summary, det.evidence, notes, serving, reached
+            writer.path, info, traces, summary, det.evidence, notes, serving, reached, interrupted
         )
 
 

@@ -23,8 +23,18 @@ def render_embedded_server(
 
 
 def render_interrupted(console: Console) -> None:
-    """Ctrl-C during diagnose's plan: what was measured is kept."""
+    """Ctrl-C during diagnose's plan or a probe's requests: what was measured is kept."""
     console.print("interrupted: keeping what was measured", markup=False)
+
+
+def render_partial_probe(console: Console) -> None:
+    """Above a probe's summary after Ctrl-C: whose figures these are."""
+    console.print(
+        "PARTIAL RUN — interrupted (Ctrl-C): the figures cover what was measured before it; "
+        "the requests in flight are kept as cancelled.",
+        markup=False,
+        style="bold yellow",
+    )
 
 
 def _path_line(console: Console, line: str) -> None:

@@ -156,19 +156,29 @@ def main_requests(traces: Sequence[RequestTrace]) -> tuple[tuple[RequestTrace, .
     return (rest or tuple(traces)), "all requests"
 
 
-def _measurable(r: RequestTrace) -> bool:
-    """A request the analysis reads: one that ended well, or a full generation cut short by
-    Ctrl-C, whose streamed steps are real steps at real positions (only its end is missing;
-    dropping them would leave a partial run's headline to its calibration request)."""
-    tokens = sum(1 for c in r.chunks if c.n_tokens > 0)
-    if r.ok:
-        return tokens > 0
-    return (
-        r.error is not None
+def cut_short(traces: Sequence[RequestTrace]) -> list[RequestTrace]:
+    """Requests stopped by Ctrl-C (`cancelled`) that streamed at least two token reads: their
+    steps are whole steps at real positions, only their ends are missing. A measurement with
+    no finished request is read from these (dropping them would leave a partial run's headline
+    to its 32-token calibration request); beside finished ones they are left out, since a cut
+    generation holds only its early, easier positions."""
+    return [
+        r
+        for r in traces
+        if r.error is not None
         and r.error.kind == CANCELLED
-        and tags.split(r.spec.tag)[0] == tags.FULL_GENERATION
-        and tokens >= 2
-    )
+        and sum(1 for c in r.chunks if c.n_tokens > 0) >= 2
+    ]
+
+
+def _measured(run: Run) -> tuple[RequestTrace, ...]:
+    """The requests the analysis reads: those that ended well with tokens, and the full
+    generations cut short by Ctrl-C where none of them ended (`cut_short`)."""
+    ok = tuple(r for r in run.requests if r.ok and any(c.n_tokens > 0 for c in r.chunks))
+    if any(tags.split(r.spec.tag)[0] == tags.FULL_GENERATION for r in ok):
+        return ok
+    cut = [r for r in cut_short(run.requests) if tags.split(r.spec.tag)[0] == tags.FULL_GENERATION]
+    return tuple(sorted([*ok, *cut], key=lambda r: r.index))
 
 
 def _cut_short_note(main: tuple[RequestTrace, ...]) -> str | None:
@@ -183,7 +193,7 @@ def _cut_short_note(main: tuple[RequestTrace, ...]) -> str | None:
 
 
 def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Measured:
-    ok = tuple(r for r in run.requests if _measurable(r))
+    ok = _measured(run)
     mcl = max_commit_len_from(run.info.server_info)
     recs = {r.index: reconstruct(r, max_commit_len=mcl) for r in ok}
     state = state_of_requests(
