@@ -3,6 +3,8 @@ bench/false_findings.py), and the significance machinery on data with a known an
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,39 @@ def test_content_variance_recovers_a_known_spread():
     est = sig.content_variance(values, groups)
     assert 0.03 <= est <= 0.07  # 0.04 true; the estimate is a 75% upper bound
     assert sig.content_variance(rng.gamma(20, 1 / 20, 4000), groups[:4000] % 20) < 0.005
+
+
+def _claim(effect: float, low: float, min_effect: float = 0.1, unit: str = "fraction"):
+    return sig.Test("m", effect, (low, 2 * effect - low), 1e-6, min_effect, unit)
+
+
+def test_evidence_margin_reads_the_interval_against_the_minimum():
+    """0 at the minimum, 1 where the interval's low end reaches it, capped; on the log scale
+    for ratios ("x"); 0 where nothing can be read."""
+    assert sig.evidence_margin(0.1, 0.0, 0.1) == 0.0
+    assert sig.evidence_margin(0.3, 0.1, 0.1) == pytest.approx(1.0)
+    assert sig.evidence_margin(5.0, 4.9, 0.1) == sig.MARGIN_CAP
+    assert sig.evidence_margin(0.3, 0.3, 0.1) == sig.MARGIN_CAP  # no spread: exact
+    # x2 with its interval down to x1, minimum x1.5: log(2 / 1.5) / log(2), not 0.5
+    assert sig.evidence_margin(1.0, 0.0, 0.5, "x") == pytest.approx(0.415, abs=1e-3)
+    assert sig.evidence_margin(1.0, 0.0, 0.5) == pytest.approx(0.5)
+    assert sig.evidence_margin(float("nan"), 0.0, 0.1) == 0.0
+
+
+def test_confidence_is_monotone_bounded_and_discriminates():
+    """The calibrated mapping: within [0, 0.99], never lower for more margin, a finding near its
+    minimum with a wide interval below one whose interval clears it, for every id's curve and
+    the pooled one (an id the bench seldom reports), and never above a claim's cap."""
+    ids = [*sig.CONFIDENCE_CURVES, "prefill_bound"]
+    lows = np.linspace(0.1, -0.5, 25)  # effect 0.2, min 0.1: margin from 1 down to ~0.14
+    for fid in ids:
+        confs = [sig.confidence(fid, _claim(0.2, lo)) for lo in lows]
+        assert all(0.0 <= c <= 0.99 for c in confs), (fid, confs)
+        assert all(a >= b for a, b in itertools.pairwise(confs)), (fid, confs)
+        weak = sig.confidence(fid, _claim(0.105, -0.2))
+        strong = sig.confidence(fid, _claim(0.5, 0.4))
+        assert weak < strong, (fid, weak, strong)
+        assert sig.confidence(fid, _claim(0.5, 0.4), cap=0.35) <= 0.35
+    # it spreads: a marginal decay is a coin toss, a clear one is not
+    assert sig.confidence("acceptance_decay", _claim(0.11, -0.1)) < 0.5
+    assert sig.confidence("step_time_drift", _claim(1.0, 0.95)) == 0.99

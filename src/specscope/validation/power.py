@@ -335,7 +335,8 @@ def false_rate(outs: list[PowerOutcome], fid: str) -> float:
 
 
 def reliability(
-    outs: list[PowerOutcome], edges: tuple[float, ...] = (0.0, 0.5, 0.8, 0.9, 0.95, 1.0001)
+    outs: list[PowerOutcome],
+    edges: tuple[float, ...] = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0001),
 ) -> list[tuple[float, float, int, float, float]]:
     """(bin low, bin high, findings, mean confidence, share right) per confidence bin, over
     every reported finding with a sampled test (validity checks excluded)."""
@@ -354,3 +355,43 @@ def reliability(
                 )
             )
     return rows
+
+
+def _context_per_token(share: float, sc: tw.Scenario, context: float) -> float:
+    """The per-context-token step cost that makes the context term `share` of the step at this
+    context (drift left out, time scale 1)."""
+    rest = sc.step.s0 + sc.step.per_verified_token * sc.acceptance.verified_tokens
+    return share * rest / ((1 - share) * context)
+
+
+def calibration_cases(
+    scenarios: dict[str, tw.Scenario], *, seeds: range, quick: bool = True
+) -> list[PowerCase]:
+    """Effects on both sides of their minimum (realistic noise), where a finding can be wrong
+    (true sizes, truth_of): decays from a 5% to a 36% lower commit length (minimum 10%),
+    step-time drift from 4% to 22% of the mean step (10%), window cliffs from 7% to 47% lower
+    commit length (10%), context shares from 8% to 30% (15%); two-point bias follows from them
+    (0 to 52%, 15%). What confidence is calibrated on (bench/false_findings.py --calibration),
+    with the null and effect cases: its share right per confidence holds for this mix of sizes."""
+    h, w = scenarios["healthy"], scenarios["draft-window"]
+    mean_step = 0.036  # healthy's mean step over 2700 -> 4200 (s)
+    variants: list[tuple[str, tw.Scenario, int, int]] = []
+    for floor in (0.98, 0.95, 0.93, 0.91, 0.89, 0.87, 0.84, 0.8):
+        sc = with_tables(h, acceptance={"decay_per_output_token": 0.0003, "decay_floor": floor})
+        variants.append((f"cal:decay-floor-{floor}", sc, 2700, 1500))
+    for share in (0.04, 0.07, 0.09, 0.11, 0.13, 0.16, 0.25):
+        sc = with_tables(h, step={"drift_per_output_token": share * mean_step / 1500})
+        variants.append((f"cal:drift-{share}", sc, 2700, 1500))
+    for pen in (0.97, 0.93, 0.9, 0.87, 0.83, 0.7):
+        variants.append(
+            (f"cal:window-{pen}", with_tables(w, acceptance={"window_penalty": pen}), 1500, 1200)
+        )
+    for share in (0.08, 0.12, 0.14, 0.16, 0.18, 0.22, 0.3):
+        per = _context_per_token(share, h, 2700 + 750)
+        sc = with_tables(h, step={"per_context_token": per})
+        variants.append((f"cal:context-{share}", sc, 2700, 1500))
+    return [
+        PowerCase(name, realistic(sc), p, g, seed=s + 50_000 * i, quick=quick)
+        for s in seeds
+        for i, (name, sc, p, g) in enumerate(variants)
+    ]

@@ -1432,7 +1432,7 @@ def decide(f: Facts) -> Decisions:
                     next=c.next,
                     factor=c.factor,
                     evidence=c.evidence + _test_evidence(c.test, q, len(tested)),
-                    confidence=sig.confidence(q, c.test, cap=c.cap),
+                    confidence=sig.confidence(c.id, c.test, cap=c.cap),
                 )
             )
         else:
