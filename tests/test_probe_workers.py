@@ -23,11 +23,13 @@ from rich.console import Console
 from specscope.entrypoints.probe import ProbeOptions, probe_run
 from specscope.probe.client import Timeouts
 from specscope.probe.flavors import FLAVORS, make_flavor
+from specscope.probe.fleet import Fleet
 from specscope.probe.prompts import LocalCount
 from specscope.probe.worker import WORKER_LOST, ClockFit, WorkerSetup, split_shares
 from specscope.report.probe_terminal import render_probe
 from specscope.trace import load_run
-from specscope.trace.model import RequestSpec
+from specscope.trace.model import Chunk, RequestSpec, RequestTrace
+from specscope.trace.rundir import trace_line
 from support.diagnose import cli
 from support.twin_truth import timed_truth
 
@@ -294,3 +296,48 @@ def test_diagnose_runs_its_plan_on_workers(tmp_path, monkeypatch):
     assert [r["worker"] for r in run.client] == [0, 1]
     assert all(r["transport"] == "process" and r["lag_us"] for r in run.client)
     assert not mp.active_children()
+
+
+class _OtherHost(Fleet):
+    """A fleet whose workers read another boot's clock, 5 us behind the driver's (no process:
+    the transport answers each share at once), to check the driver's side alone."""
+
+    transport = "fake"
+
+    async def _open(self) -> None:
+        for s in self.workers:
+            s.clock, s.host, s.fit = "another-boot", "elsewhere", ClockFit(5_000, 100)
+
+    async def _job(self, share) -> None:
+        for i, spec in zip(share.indices, share.specs, strict=True):
+            chunk = Chunk(t_ns=2_000, n_tokens=1)
+            trace = RequestTrace(
+                index=i, spec=spec, t_send_ns=1_000, t_end_ns=3_000, chunks=[chunk]
+            )
+            self.events.put_nowait((share.worker, "trace", trace_line(trace)))
+        self.events.put_nowait((share.worker, "done", None))
+
+    async def _stop(self, worker: int) -> None:
+        return None
+
+    async def _close(self) -> None:
+        for s in self.workers:
+            s.record = {"worker": s.worker, "pid": 7, "t0_ns": 10, "t_us": [0, 5], "lag_us": [1, 2]}
+
+
+def test_another_hosts_stamps_are_moved_onto_the_drivers_clock():
+    got: list[RequestTrace] = []
+
+    async def run() -> list[dict]:
+        setup = WorkerSetup("http://h:1", make_flavor("vllm"), Timeouts())
+        async with _OtherHost(2, setup) as fleet:
+            await fleet.run(_specs(4), 2, got.append, 10)
+        return fleet.records()
+
+    records = asyncio.run(run())
+    assert sorted(t.index for t in got) == [10, 11, 12, 13]
+    assert all((t.t_send_ns, t.chunks[0].t_ns, t.t_end_ns) == (6_000, 7_000, 8_000) for t in got)
+    for r in records:
+        assert r["t0_ns"] == 5_010 and not r["clock_shared"] and r["host"] == "elsewhere"
+        assert (r["clock_offset_s"], r["clock_applied_s"]) == (5e-6, 5e-6)
+        assert r["clock_uncertainty_s"] == 1e-7 and r["transport"] == "fake"
