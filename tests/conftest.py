@@ -101,6 +101,9 @@ TIMED_MODULES = frozenset(
         "tests/test_peer_vllm.py",
         "tests/test_probe_peer.py",
         "tests/test_diagnose_baseline.py",
+        # the workers' truth checks hold the step time to 1%: a starved core moves it
+        "tests/test_probe_workers.py",
+        "tests/test_probe_ray.py",
     }
 )
 TIMED_LANE = "timed"

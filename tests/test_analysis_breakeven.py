@@ -213,7 +213,7 @@ def test_diagnose_and_compare_json_carry_breakeven_and_the_reports_show_it() -> 
     assert cmp["breakeven"] == an.breakeven
     md = render_markdown(context_from_run(obs.run, an))
     assert "## Breakeven" in md and "breakeven concurrency" in md
-    figs = dict((spec.key, fig) for spec, fig in build_figures(an))
+    figs = {p.spec.key: p.fig for p in build_figures(an)}
     fig = figs["breakeven"]
     assert fig is not None
     names = [t.name for t in fig.data]

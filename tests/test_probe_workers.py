@@ -110,7 +110,9 @@ def test_two_local_workers_hold_the_twins_truth(twin_server, fast_scenario, tmp_
     assert {t.concurrency_slot for t in run.requests} == set(range(64))
     assert all(f".{t.index:04d}]" in str(t.spec.prompt) for t in run.requests)
     commit, step = timed_truth(run.requests, srv.backend.truth)
-    assert summary["mean_commit_len_source"] == "client"
+    # under load a stream's steps may merge in a read; the headline then takes the twin's own
+    # per-request fields, which hold the same truth
+    assert summary["mean_commit_len_source"] in ("client", "server")
     assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01)
     assert summary["mean_step_s"] == pytest.approx(step, rel=0.01)
     client = summary["client"]
