@@ -173,7 +173,7 @@ async def repeat_until_precise(
     if pp is None:
         raise ValueError("the plan has no precision target")
     out = outcome if outcome is not None else PrecisionOutcome(pp.target)
-    budget_s = repeats_budget_s(pp, clock() - (clock() if started is None else started))
+    budget_s = repeats_budget_s(pp, 0.0 if started is None else clock() - started)
     out.budget_s, out.budget_tokens = budget_s, pp.budget_tokens
     step = _measurement(plan, pp)
     if pp.target <= 0 or step is None:
