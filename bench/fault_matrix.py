@@ -15,7 +15,8 @@ no fault's cause on the clean rows, on this CPU and on the H200.
 
 `--workload W` tries the rows on another workload (e.g. the window row on `prose-edit`, whose
 answer copies the prompt from its start): a row's null figure was measured on its own workload,
-so the overridden rows are judged as faulted rows.
+so an overridden row is judged as a faulted row unless it was measured null on that workload
+(validation.faults.NULL_ON_WORKLOAD).
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _size(args: argparse.Namespace, rows: list[fm.Row]) -> fm.Size:
-    """The device's size with the command line's overrides (a null row on another workload
-    is not known to be null there)."""
+def _size(args: argparse.Namespace) -> fm.Size:
+    """The device's size with the command line's overrides (a row moved to another workload
+    is null there only where measured so: validation.faults.null_reason)."""
     size = fm.SIZES[args.device]
     given: dict[str, object] = {
         "prompt_tokens": args.prompt_tokens,
@@ -76,9 +77,6 @@ def _size(args: argparse.Namespace, rows: list[fm.Row]) -> fm.Size:
         "host_us": args.host_us,
         "window": args.window,
     }
-    if args.workload:
-        moved = {r.name for r in rows if r.workload != args.workload}
-        given["null_rows"] = {k: v for k, v in size.null_rows.items() if k not in moved}
     return dataclasses.replace(size, **{k: v for k, v in given.items() if v is not None})
 
 
@@ -165,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.timeout <= 0:
         print("fault_matrix: --repeats must be >= 1 and --timeout > 0", file=sys.stderr)
         return 2
-    size = _size(args, rows)
+    size = _size(args)
     if args.workload:
         if args.workload not in BUILT_IN:
             known = ", ".join(BUILT_IN)

@@ -58,12 +58,16 @@ def _outcome(
     (and its client lag line onto `lag_lines`, when given)."""
     size = fm.SIZES[device]
     out = fm.Outcome(row, repeat, device, run_dir=str(run_dir))
-    out.null_reason = size.null_rows.get(row)
     try:
-        a = analyze_run(load_run(run_dir))
+        run = load_run(run_dir)
+        a = analyze_run(run)
     except (RunDirError, OSError, ValueError) as e:
+        out.null_reason = size.null_rows.get(row)
         out.error = f"cannot re-analyse {run_dir}: {e}"
         return out
+    # the run's own workload: a row that has since moved to another is judged as it ran
+    out.workload = str(run.info.args.get("workload") or "")
+    out.null_reason = fm.null_reason(size, device, row, out.workload or None)
     out.findings = [
         {
             "id": f.id,

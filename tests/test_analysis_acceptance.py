@@ -72,6 +72,37 @@ def test_window_between_two_sweep_points_inside_a_generation():
     assert hi - lo < 600
 
 
+def _copy_then_own_text(rng, prompts, *, window, gen_prompt=2700, gens=(1500, 1500)):
+    """Short sweep requests around a window (5 tokens a step below it, 1 above) and long
+    generations that start above it at 1 a step and later repeat their own text (4 a step):
+    the long generations' own change outweighs the sweep in a search over every step."""
+    k, ctx, pos = _sample(rng, prompts, [64] * len(prompts), window=window, low=1.0)
+    for g in gens:
+        gk, gc, gp = _sample(rng, [gen_prompt], [g], base=1.0)
+        late = gp > 400
+        gk[late] = np.clip(rng.poisson(3.0, late.sum()) + 1, 1, 8)
+        k, ctx, pos = np.r_[k, gk], np.r_[ctx, gc], np.r_[pos, gp]
+    return k, ctx, pos
+
+
+def test_a_window_is_found_among_early_steps_when_long_generations_change_on_their_own():
+    rng = np.random.default_rng(5)
+    k, ctx, pos = _copy_then_own_text(rng, [256, 512, 768, 1280, 1536, 2048, 2700], window=1024)
+    fit = acc.fit_acceptance(k, ctx, pos)
+    assert fit.window_present
+    lo, hi = fit.window.at_range
+    assert lo <= 1024 <= hi and hi - lo <= 512  # between the sweep's requests around it
+    assert fit.window.before == pytest.approx(5.0, rel=0.15)
+
+
+def test_the_early_look_finds_no_window_where_short_requests_agree():
+    rng = np.random.default_rng(6)
+    k, ctx, pos = _copy_then_own_text(rng, [256, 512, 768, 1280, 1536, 2048], window=None)
+    k[pos < 64] = np.clip(rng.poisson(0.2, int((pos < 64).sum())) + 1, 1, 8)  # all ~1.2
+    fit = acc.fit_acceptance(k, ctx, pos)
+    assert not fit.window_present
+
+
 def test_decay_is_not_mistaken_for_a_window():
     rng = np.random.default_rng(2)
     k, ctx, pos = _sample(rng, SWEEP, GENS, decay_to=2.5, decay_at=300)

@@ -56,6 +56,25 @@ def test_quick_plan_states_its_trims():
     assert quick.total_generated_tokens < diagnosis_plan.build(2700, 1500).total_generated_tokens
 
 
+def test_a_stated_window_inside_the_span_gets_prompts_on_each_side():
+    plan = diagnosis_plan.build(2700, 1500, quick=True, draft_window=1024)
+    spans = [
+        (s.prompt_tokens, s.prompt_tokens + s.max_tokens)
+        for s in plan.steps
+        if s.experiment == "context_sweep"
+    ]
+    assert sum(end <= 1024 for _, end in spans) >= 2  # whole requests below the window
+    assert sum(start > 1024 for start, _ in spans) >= 3
+    default = context_sweep.default_points(2700, 1500, quick=True)
+    assert set(default) <= {start for start, _ in spans}
+    assert any("draft window" in s.purpose for s in plan.steps)
+    # a window the generation never reaches, or none stated: the default sweep
+    for window in (None, 4200, 8192):
+        plan = diagnosis_plan.build(2700, 1500, quick=True, draft_window=window)
+        starts = [s.prompt_tokens for s in plan.steps if s.experiment == "context_sweep"]
+        assert starts == default
+
+
 def test_experiment_modules_validate_their_parameters():
     with pytest.raises(ValueError, match="n2 > n1"):
         two_point.plan(100, n1=64, n2=64)

@@ -21,6 +21,7 @@ from typing import Any
 
 from specscope.analysis.diagnosis.verdict import with_partial
 from specscope.analysis.result import Analysis
+from specscope.analysis.steps.speculation import stated_draft_window
 from specscope.embedded import EmbeddedServer, embedded_server
 from specscope.entrypoints.options import OptionError, precision_problem
 from specscope.experiments import ExecutionResult, Executor, Plan, diagnosis_plan
@@ -334,6 +335,7 @@ async def _measure(
             precision=options.precision,
             budget_s=options.budget_s,
             budget_tokens=options.budget_tokens,
+            draft_window=(stated_draft_window(desc.get("server_info") or {}) or (None,))[0],
         )
         info = _run_info(options, url, desc, args, embedded_notes)
         try:

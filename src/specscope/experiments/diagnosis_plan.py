@@ -57,8 +57,11 @@ def build(
     precision: float | None = None,
     budget_s: float | None = None,
     budget_tokens: int | None = None,
+    draft_window: int | None = None,
 ) -> Plan:
     """`categories` (more than one): end with a workload mix, one request per category.
+    `draft_window`: the window the server states for its drafter; where the generation crosses
+    it, the context sweep adds prompts on each side of it (context_sweep.window_points).
     `precision` (default by `quick`; 0 = off), `budget_s` (default by `quick`) and
     `budget_tokens` (default: no limit) bound the full generation's adaptive repeats."""
     if prompt_tokens < 1 or max_tokens < 2:
@@ -92,6 +95,7 @@ def build(
             max_tokens=sweep_tokens,
             repeat=repeat,
             max_context=max_context,
+            window=draft_window,
         )
     )
 

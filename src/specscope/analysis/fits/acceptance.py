@@ -237,13 +237,9 @@ def _window_choice(
     if ctx is not None and np.std(ctx) > 0:
         window_choice = _best_step(y, [ones], ctx)
         if window_choice and _confirm_window(y, ctx, pos, window_choice[0]) is None:
-            if _bic(window_choice[1], n, 3) < bic_none - 10:
-                notes.append(
-                    "commit length changes with context inside a generation, but requests that "
-                    "start at a longer context do not confirm a window cliff, so it is tested as an "
-                    "output-position effect (decay) instead of a draft window"
-                )
-            window_choice = None
+            window_choice = _early_cut(y, ctx, pos, ones) or _unconfirmed(
+                window_choice, n, bic_none, notes
+            )
         prompt = ctx - pos
         separable = float(np.ptp(prompt)) >= 64
         if not separable:
@@ -252,6 +248,40 @@ def _window_choice(
                 "the same; a context sweep tells them apart"
             )
     return window_choice, separable
+
+
+def _unconfirmed(choice: _Step, n: int, bic_none: float, notes: list[str]) -> None:
+    """No window: the best cut over every step is not seen across requests (say so where it
+    would have mattered)."""
+    if _bic(choice[1], n, 3) < bic_none - 10:
+        notes.append(
+            "commit length changes with context inside a generation, but requests that "
+            "start at a longer context do not confirm a window cliff, so it is tested as an "
+            "output-position effect (decay) instead of a draft window"
+        )
+
+
+def _early_cut(y: np.ndarray, ctx: np.ndarray, pos: np.ndarray, ones: np.ndarray) -> _Step | None:
+    """The cliff searched among early steps only (output position < EARLY_POS), where requests
+    of different prompt lengths meet: the second look when the cut over every step is not
+    confirmed.
+
+    Why: inside long generations commit length moves for reasons of their own (the text stops
+    copying the prompt, or starts repeating itself), and with most steps there the search over
+    every step places its cut where those generations change, not where the context crosses a
+    window; the sweep's short requests either side of the window are then outvoted. Among early
+    steps the cut falls between prompt lengths. It is kept only where it is confirmed the same
+    way (|t| >= CONFIRM_T, output position as a covariate); its fit over every step is what the
+    model search compares, and its range is the gap between the early contexts around it."""
+    early = pos < EARLY_POS
+    if early.sum() < 2 * MIN_SIDE or np.ptp(ctx[early]) <= 0:
+        return None
+    found = _best_step(y[early], [ones[early], pos[early] / KTOK], ctx[early])
+    if found is None or _confirm_window(y, ctx, pos, found[0]) is None:
+        return None
+    cut, _, rng = found
+    rss = _ols(np.column_stack([ones, (ctx > cut).astype(float)]), y)[1]
+    return cut, rss, rng
 
 
 def _decay_column(decay_choice: _Decay | None, pos: np.ndarray) -> np.ndarray | None:
