@@ -10,10 +10,16 @@ Factors and directions (one-sided: only what makes speculation pay less is alarm
 
 Stated error rate: each CUSUM's threshold is set so that its in-control run length is
 samples_per_day x factors / false_alarms_per_day canaries (cusum.threshold_for), with the
-baseline's spread taken at its upper bound (baseline.py); bench/watch_detection.py measures
-the rate that results. After an alert a factor stays quiet until REARM_SAMPLES canaries in a
+baseline's spread taken at its upper bound (baseline.py) and its reference widened by the
+baseline mean's own uncertainty (MEAN_GUARD_Z); bench/watch_detection.py measures the rate
+that results. After an alert a factor stays quiet until REARM_SAMPLES canaries in a
 row sit within the shift of interest of the baseline again (a `recovered` event), so a
-persisting change raises one alert, not one per canary."""
+persisting change raises one alert, not one per canary.
+
+The warm-up baseline goes on learning from each canary after the warm-up until it holds
+refine_n canaries or an alarm fires (`_refine`): a change in that time is still tested against
+the baseline learned so far (a large one alarms within two canaries, before it is learned in);
+a small slow one partly is, which the alert's ratio then understates."""
 
 from __future__ import annotations
 
@@ -31,6 +37,10 @@ Z95 = 1.959964
 OFF_SAMPLES = 2
 REARM_SAMPLES = 6
 KEEP = 4096  # observations kept per factor (memory bounded over days)
+# The baseline's mean is itself an estimate (six canaries over a 60 s warm-up): the reference
+# k is widened by this many of its standard errors (a one-sided 95% bound), else a warm-up
+# that read the mean low by one standard error turns ordinary canaries into a slow alarm.
+MEAN_GUARD_Z = 1.645
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class DetectorConfig:
     probe_every_s: float = 10.0  # the canary's period: turns a rate per day into samples
     min_shift: float = math.log(1.10)  # the smallest change of interest, log ratio (10%)
     false_alarms_per_day: float = 0.1  # the design rate, all factors together
+    refine_n: int = 60  # canaries a warm-up baseline keeps learning from (no alarm meanwhile)
 
     @property
     def target_arl0(self) -> float:
@@ -113,6 +124,7 @@ class Detector:
         self.factors: dict[str, _Factor] = {}
         self._off: deque[CanarySample] = deque(maxlen=OFF_SAMPLES)
         self.off_alerting = False
+        self.refining: bool | None = None  # None: not started; False: done (or a given one)
         if baseline is not None:
             self._arm(baseline)
 
@@ -125,15 +137,39 @@ class Detector:
         return {name: (f.cusum.value, f.cusum.h) for name, f in self.factors.items()}
 
     def _arm(self, baseline: Baseline) -> None:
+        """Set (or, while refining, update) each factor's series, reference and threshold; a
+        factor's running statistic is kept."""
         self.baseline = baseline
-        self.warmup.clear()
         for name, series, trend, sign in (
             ("commit_len", baseline.commit, baseline.commit_trend, -1),
             ("step_time", baseline.step, baseline.step_trend, +1),
         ):
-            k = self.config.min_shift / 2 / series.sd_eff
+            k = self.config.min_shift / 2 / series.sd_eff + MEAN_GUARD_Z / math.sqrt(series.n)
             h = threshold_for(k, self.config.target_arl0)
-            self.factors[name] = _Factor(name, series, trend, Cusum(k, h, sign))
+            old = self.factors.get(name)
+            if old is None:
+                self.factors[name] = _Factor(name, series, trend, Cusum(k, h, sign))
+            else:
+                old.series, old.trend, old.cusum.k, old.cusum.h = series, trend, k, h
+
+    def _refine(self, s: CanarySample) -> None:
+        """A warm-up baseline keeps learning from every canary until it holds refine_n of them
+        (ten minutes at the default period), unless an alarm fires first: six warm-up canaries
+        read the mean and spread too roughly for a rate of false alarms per day to hold."""
+        b = self.baseline
+        if b is None or b.source != "warm-up" or self.refining is False:
+            return
+        if any(f.alerting for f in self.factors.values()) or self.off_alerting:
+            self.refining = False
+            self.warmup.clear()
+            return
+        self.warmup.append(s)
+        learned = learn_baseline(list(self.warmup))
+        if learned is not None:
+            self._arm(learned)
+        if len(self.warmup) >= self.config.refine_n:
+            self.refining = False
+            self.warmup.clear()
 
     def observe(self, s: CanarySample) -> list[Alert | Recovery]:
         if self.t0 is None:
@@ -144,11 +180,13 @@ class Detector:
                 learned = learn_baseline(list(self.warmup))
                 if learned is not None:
                     self._arm(learned)
+                    self.refining = True
             return []
         events: list[Alert | Recovery] = self._speculation(s)
         if s.reliable and not self.off_alerting:
             events += self._feed(self.factors["commit_len"], s.log_commit, s.commit_trend, s.t)
         events += self._feed(self.factors["step_time"], s.log_step, s.step_trend, s.t)
+        self._refine(s)
         return events
 
     def _feed(self, f: _Factor, value: float, trend: float, t: float) -> list[Alert | Recovery]:
