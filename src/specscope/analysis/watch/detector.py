@@ -18,8 +18,10 @@ persisting change raises one alert, not one per canary.
 
 The warm-up baseline goes on learning from each canary after the warm-up until it holds
 refine_n canaries or an alarm fires (`_refine`): a change in that time is still tested against
-the baseline learned so far (a large one alarms within two canaries, before it is learned in);
-a small slow one partly is, which the alert's ratio then understates."""
+the baseline learned so far and only canaries within REFINE_Z of it, with every statistic
+below half its threshold, are learned in (`_typical`): a large change alarms within two
+canaries without being learned; a small one (under ~3 baseline spreads) in those ten minutes
+partly is, which delays its alert and makes its ratio understate it."""
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ KEEP = 4096  # observations kept per factor (memory bounded over days)
 # k is widened by this many of its standard errors (a one-sided 95% bound), else a warm-up
 # that read the mean low by one standard error turns ordinary canaries into a slow alarm.
 MEAN_GUARD_Z = 1.645
+REFINE_Z = 3.0  # a canary further than this from the baseline is not learned into it
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,8 @@ class Detector:
             self.refining = False
             self.warmup.clear()
             return
+        if not self._typical(s):
+            return
         self.warmup.append(s)
         learned = learn_baseline(list(self.warmup))
         if learned is not None:
@@ -170,6 +175,16 @@ class Detector:
         if len(self.warmup) >= self.config.refine_n:
             self.refining = False
             self.warmup.clear()
+
+    def _typical(self, s: CanarySample) -> bool:
+        """Whether a canary may join the baseline being refined: within REFINE_Z of it on
+        both factors (a symmetric cut, so it does not bias the mean) while no statistic is
+        half-way to its threshold (a change under way is not learned in)."""
+        if any(f.cusum.value > f.cusum.h / 2 for f in self.factors.values()):
+            return False
+        step = self.factors["step_time"].series.z(s.log_step)
+        commit = self.factors["commit_len"].series.z(s.log_commit) if s.reliable else 0.0
+        return abs(step) <= REFINE_Z and abs(commit) <= REFINE_Z
 
     def observe(self, s: CanarySample) -> list[Alert | Recovery]:
         if self.t0 is None:

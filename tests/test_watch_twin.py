@@ -1,0 +1,74 @@
+"""End to end: `specscope watch --json` against a served twin that switches from `healthy` to
+`seed-regression` at a known time (twin/switch.py), at half the twin's time scale and a
+canary a second: an alert naming step_time (the story's factor at the canary's length) after
+the switch and none before, every stdout line one event object, the server's own figures
+(Prometheus and the tailed log) in the windows, every window kept in the run directory.
+Loopback only; about 45 s of wall time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specscope.twin.server import start_twin_server
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+EVENTS = {"start", "window", "alert", "recovered", "error", "summary"}
+SWITCH_AFTER = 22.0
+DURATION = 40.0
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+@pytest.mark.timeout(120)
+def test_watch_alerts_step_time_after_the_switch_and_not_before(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    before = time.time()
+    handle = start_twin_server(
+        "healthy",
+        time_scale=0.5,
+        switch_to="seed-regression",
+        switch_after=SWITCH_AFTER,
+        log_file=log,
+        decode_log_interval=20,
+    )
+    switch_at = before + SWITCH_AFTER
+    try:
+        cmd = [
+            sys.executable, "-m", "specscope.cli", "watch", handle.url,
+            "--probe-every", "1", "--interval", "2", "--warmup", "8",
+            "--duration", str(DURATION), "--metrics-url", f"{handle.url}/metrics",
+            "--logs", str(log), "--out", str(tmp_path / "run"), "--json",
+        ]  # fmt: skip
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=DURATION + 40, env=_env(), check=False
+        )
+    finally:
+        handle.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events and all(isinstance(e, dict) and e.get("event") in EVENTS for e in events)
+    assert events[0]["event"] == "start" and events[-1]["event"] == "summary"
+    alerts = [e for e in events if e["event"] == "alert"]
+    assert [a for a in alerts if a["t"] < switch_at] == [], alerts
+    assert alerts, "no alert after the switch"
+    first = alerts[0]
+    assert first["factor"] == "step_time" and first["cause"] == "kv_layout"
+    assert switch_at <= first["since"] <= first["t"] <= switch_at + 15
+    assert first["ci"][0] > 1.0 and first["ratio"] > 1.2
+    windows = [e for e in events if e["event"] == "window"]
+    assert len(windows) >= DURATION / 2 - 3
+    assert any(w["state"] == "warmup" for w in windows)
+    assert all(w["speculation"] == "on" for w in windows if w["canaries"])
+    sources = {s for w in windows if w["server"] for s in w["server"]["sources"]}
+    assert "prometheus" in sources and len(sources) >= 2, sources  # the tailed log's format too
+    kept = (tmp_path / "run" / "windows.jsonl").read_text().splitlines()
+    assert len(kept) == len(windows)
