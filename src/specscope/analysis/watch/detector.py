@@ -18,10 +18,11 @@ persisting change raises one alert, not one per canary.
 
 The warm-up baseline goes on learning from each canary after the warm-up until it holds
 refine_n canaries or an alarm fires (`_refine`): a change in that time is still tested against
-the baseline learned so far and only canaries within REFINE_Z of it, with every statistic
-below half its threshold, are learned in (`_typical`): a large change alarms within two
-canaries without being learned; a small one (under ~3 baseline spreads) in those ten minutes
-partly is, which delays its alert and makes its ratio understate it."""
+the baseline learned so far, and a canary is learned in only REFINE_DELAY canaries after it
+ended, if no alarm fired meanwhile, and if it was typical (within REFINE_Z spreads, no
+statistic half-way up: `_typical`): a change that alarms within a minute is never learned; a
+smaller one in those ten minutes partly is, which delays its alert and makes its ratio
+understate it. No canary is left out for being on one side, so the mean is not biased."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ KEEP = 4096  # observations kept per factor (memory bounded over days)
 # k is widened by this many of its standard errors (a one-sided 95% bound), else a warm-up
 # that read the mean low by one standard error turns ordinary canaries into a slow alarm.
 MEAN_GUARD_Z = 1.645
-REFINE_Z = 3.0  # a canary further than this from the baseline is not learned into it
+REFINE_Z = 6.0  # a canary further than this from the baseline is not learned into it
+# A canary joins the refined baseline only this many canaries later, if no alarm fired
+# meanwhile: a change is tested for a minute before it could be learned in.
+REFINE_DELAY = 6
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class Detector:
         self._off: deque[CanarySample] = deque(maxlen=OFF_SAMPLES)
         self.off_alerting = False
         self.refining: bool | None = None  # None: not started; False: done (or a given one)
+        self._unconfirmed: deque[CanarySample] = deque()  # canaries waiting REFINE_DELAY
         if baseline is not None:
             self._arm(baseline)
 
@@ -165,16 +170,22 @@ class Detector:
         if any(f.alerting for f in self.factors.values()) or self.off_alerting:
             self.refining = False
             self.warmup.clear()
+            self._unconfirmed.clear()
             return
-        if not self._typical(s):
+        self._unconfirmed.append(s)
+        if len(self._unconfirmed) <= REFINE_DELAY:
             return
-        self.warmup.append(s)
+        oldest = self._unconfirmed.popleft()
+        if not self._typical(oldest):
+            return
+        self.warmup.append(oldest)
         learned = learn_baseline(list(self.warmup))
         if learned is not None:
             self._arm(learned)
         if len(self.warmup) >= self.config.refine_n:
             self.refining = False
             self.warmup.clear()
+            self._unconfirmed.clear()
 
     def _typical(self, s: CanarySample) -> bool:
         """Whether a canary may join the baseline being refined: within REFINE_Z of it on
