@@ -54,7 +54,9 @@ class MetricsWatcher:
 class LogTail:
     """Follows a log file as `tail -F` does: new complete lines each read; a file replaced
     (another inode) or cut shorter (truncated) is read again from its start; a missing file
-    is waited for (a rotation in progress), said once."""
+    is waited for (a rotation in progress), said once. As with `tail -F`, a file truncated and
+    refilled past the old length between two reads is not seen to be truncated (its new start
+    is lost): reads are once per window, so keep --interval below the log's rotation cadence."""
 
     path: Path
     _fd: int | None = None
