@@ -26,6 +26,7 @@ from specscope.report.watch_events import Event, write_event
 from specscope.report.watch_terminal import WatchView
 from specscope.watch.baseline import BaselineError, baseline_from_run
 from specscope.watch.canary import WatchStartError
+from specscope.watch.exporter import Exporter
 from specscope.watch.loop import Watch
 from specscope.watch.options import WatchOptionError, WatchOptions
 from specscope.watch.rundir import WatchRunDir
@@ -37,10 +38,8 @@ def _options(url: str, given: dict[str, Any]) -> WatchOptions:
         endpoint = parse_endpoint(url)
     except EndpointError as e:
         fail_usage(str(e))
-    try:
-        argv = tuple(shlex.split(given.pop("alert_cmd") or ""))
-    except ValueError as e:
-        fail_usage(f"--alert-cmd: cannot split into arguments ({e})")
+    argv = _split("--alert-cmd", given.pop("alert_cmd"))
+    given["logs_cmd"] = _split("--logs-cmd", given["logs_cmd"])
     if given["logs"] is not None and given["logs"].is_dir():
         fail_usage(f"--logs {given['logs']}: is a directory, expected a log file")
     try:
@@ -49,12 +48,22 @@ def _options(url: str, given: dict[str, Any]) -> WatchOptions:
         fail_usage(str(e))
 
 
-def _sink(json_: bool, run_dir: WatchRunDir | None) -> Any:
+def _split(flag: str, text: str | None) -> tuple[str, ...]:
+    """A command line split as a shell would split it (it then runs without one)."""
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:
+        fail_usage(f"{flag}: cannot split into arguments ({e})")
+
+
+def _sink(json_: bool, run_dir: WatchRunDir | None, exporter: Exporter | None) -> Any:
     view = None if json_ else WatchView(err_console)
 
     def sink(event: Event) -> None:
         if run_dir is not None:
             run_dir.write(event)
+        if exporter is not None:
+            exporter.update(event)
         if view is None:
             write_event(event, sys.stdout)
         else:
@@ -69,6 +78,9 @@ def watch(
         str | None, typer.Option(help="The server's Prometheus /metrics, scraped every window")
     ] = None,
     logs: Annotated[Path | None, typer.Option(help="A server log file to tail")] = None,
+    logs_cmd: Annotated[
+        str | None, typer.Option(help="A command printing the server log as it comes (no shell)")
+    ] = None,
     probe_every: Annotated[float, typer.Option(help="Seconds between canaries (0: none)")] = 10.0,
     interval: Annotated[float, typer.Option(help="Seconds per window event")] = 10.0,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
@@ -91,6 +103,9 @@ def watch(
     ] = 0.1,
     out: Annotated[Path | None, typer.Option(help="Keep every window here (JSON lines)")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Event lines (JSON) on stdout")] = False,
+    serve_metrics: Annotated[
+        int | None, typer.Option(help="Serve the watch's estimates for Prometheus on this port")
+    ] = None,
 ) -> None:
     if baseline is not None:
         try:
@@ -104,6 +119,7 @@ def watch(
         {
             "metrics_url": metrics_url,
             "logs": logs,
+            "logs_cmd": logs_cmd,
             "probe_every_s": probe_every,
             "interval_s": interval,
             "duration_s": duration,
@@ -119,15 +135,21 @@ def watch(
             "out": out,
         },
     )
-    _run(o, base, json_)
+    if serve_metrics is not None and not 1 <= serve_metrics <= 65535:
+        fail_usage(f"--serve-metrics must be a port within 1..65535, got {serve_metrics}")
+    _run(o, base, json_, serve_metrics)
 
 
-def _run(o: WatchOptions, base: Any, json_: bool) -> None:
+def _run(o: WatchOptions, base: Any, json_: bool, port: int | None) -> None:
     try:
         run_dir = WatchRunDir(o.out, _recorded(o)) if o.out is not None else None
     except OSError as e:
         fail_usage(f"--out {o.out}: cannot write ({e.strerror or e})")
-    sink = _sink(json_, run_dir)
+    try:
+        exporter = Exporter(port) if port is not None else None
+    except OSError as e:
+        fail_usage(f"--serve-metrics {port}: cannot listen ({e.strerror or e})")
+    sink = _sink(json_, run_dir, exporter)
     w = Watch(o, sink, base)
     code = EXIT_OK
     try:
@@ -142,6 +164,8 @@ def _run(o: WatchOptions, base: Any, json_: bool) -> None:
     sink(summary)
     if run_dir is not None:
         run_dir.close()
+    if exporter is not None:
+        exporter.close()
     raise typer.Exit(code)
 
 
@@ -151,6 +175,7 @@ def _recorded(o: WatchOptions) -> dict[str, Any]:
         "url": o.url,
         "metrics_url": o.metrics_url,
         "logs": str(o.logs) if o.logs else None,
+        "logs_cmd": list(o.logs_cmd),
         "probe_every_s": o.probe_every_s,
         "interval_s": o.interval_s,
         "duration_s": o.duration_s,

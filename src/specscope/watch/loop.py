@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import math
 import time
 from collections import deque
@@ -29,6 +30,7 @@ from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace
 from specscope.watch.alertcmd import alert as run_alert
 from specscope.watch.canary import Canary, start_canary
+from specscope.watch.logcmd import LogCommand
 from specscope.watch.options import WatchOptions
 from specscope.watch.passive import Fault, LogTail, MetricsWatcher
 
@@ -98,11 +100,8 @@ class Watch:
             canary = await start_canary(session, o)
             self.server_info = canary.server_info
             self._emit(self._start_event())
-            metrics = MetricsWatcher(o.metrics_url) if o.metrics_url else None
-            if metrics is not None:
-                await metrics.read()  # the reference scrape
-            tail = LogTail(o.logs) if o.logs is not None else None
-            loops = [self._window_loop(metrics, tail)]
+            readers = await self._readers()
+            loops = [self._window_loop(readers)]
             if o.probe_every_s > 0:
                 loops.append(self._canary_loop(canary))
             try:
@@ -111,10 +110,32 @@ class Watch:
             except TimeoutError:
                 pass
             finally:
-                if tail is not None:
-                    tail.close()
+                await self._close(readers)
             await self._drain()
         return self.summary()
+
+    async def _readers(self) -> list[tuple[str, Any]]:
+        """The passive readers asked for, the metrics one with its reference scrape taken."""
+        o = self.o
+        readers: list[tuple[str, Any]] = []
+        if o.metrics_url:
+            metrics = MetricsWatcher(o.metrics_url)
+            await metrics.read()
+            readers.append(("metrics", metrics))
+        if o.logs is not None:
+            readers.append(("logs", LogTail(o.logs)))
+        if o.logs_cmd:
+            logcmd = LogCommand(o.logs_cmd)
+            await logcmd.read()  # started now: its lines from here on
+            readers.append(("logs", logcmd))
+        return readers
+
+    @staticmethod
+    async def _close(readers: list[tuple[str, Any]]) -> None:
+        for _, reader in readers:
+            closed = getattr(reader, "close", None)
+            if closed is not None and inspect.isawaitable(done := closed()):
+                await done
 
     def _start_event(self) -> Start:
         o, b = self.o, self.detector.baseline
@@ -181,19 +202,18 @@ class Watch:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _window_loop(self, metrics: MetricsWatcher | None, tail: LogTail | None) -> None:
+    async def _window_loop(self, readers: list[tuple[str, Any]]) -> None:
+        """A window every interval_s: the passive readers read (each (source, reader) pair's
+        `read()`, awaited when it is a coroutine), then the window emitted."""
         loop = asyncio.get_running_loop()
         due, start = loop.time(), self.clock()
         while True:
             due += self.o.interval_s
             await asyncio.sleep(max(0.0, due - loop.time()))
             records: list[SpecRecord] = []
-            for source, reader in (("metrics", metrics), ("logs", tail)):
-                if reader is None:
-                    continue
-                got, faults = (
-                    await reader.read() if isinstance(reader, MetricsWatcher) else reader.read()
-                )
+            for source, reader in readers:
+                got = reader.read()
+                got, faults = await got if inspect.isawaitable(got) else got
                 records += got
                 self._faults(source, faults)
             end = self.clock()

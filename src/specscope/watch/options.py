@@ -25,6 +25,7 @@ class WatchOptions:
     auth: aiohttp.BasicAuth | None = None
     metrics_url: str | None = None
     logs: Path | None = None
+    logs_cmd: tuple[str, ...] = ()
     probe_every_s: float = 10.0  # 0: no canary (passive only)
     interval_s: float = 10.0
     duration_s: float | None = None
@@ -58,6 +59,8 @@ class WatchOptions:
             raise WatchOptionError(f"--prompt-tokens must be within 1..{1 << 20}")
         if not self.min_shift > 1.0:
             raise WatchOptionError(f"--min-change must be > 1 (a ratio), got {self.min_shift}")
+        if self.logs is not None and self.logs_cmd:
+            raise WatchOptionError("--logs and --logs-cmd: give one log source, not both")
         if not self.false_alarms_per_day > 0:
             raise WatchOptionError("--false-alarms-per-day must be > 0")
 

@@ -1,0 +1,87 @@
+"""The watch's optional outputs and sources: `--serve-metrics` serves the documented names on
+loopback; `--logs-cmd` reads a command's log lines through the parsers, is restarted when it
+exits, and is killed as a group at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import urllib.request
+
+from specscope.analysis.watch.detector import Alert
+from specscope.analysis.watch.events import WatchError, Window
+from specscope.analysis.watch.window import WindowFigures
+from specscope.watch.exporter import Exporter
+from specscope.watch.logcmd import LogCommand
+
+LINE = (
+    "[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #token: 2702, token usage: 0.02, "
+    "accept len: 2.05, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 32.70, "
+    "#queue-req: 0"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_metrics_exposes_the_documented_names():
+    port = _free_port()
+    ex = Exporter(port)
+    try:
+        figures = WindowFigures(1, 50, 4.8, (4.5, 5.1), 0.0165, (0.016, 0.017), 290.9, (280, 300))
+        cusum = {"step_time": (1.5, 4.5), "commit_len": (0.0, 9.0)}
+        ex.update(Window(1.0, 0.0, 1.0, "watching", figures, 0, "on", "r", None, cusum, None))
+        ex.update(Alert("step_time", 1.5, (1.4, 1.6), 0.0, 1.0, None, (), "r", 2, 6.0, 4.5))
+        ex.update(WatchError(1.0, "canary", "connection", "refused"))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        ex.close()
+    for line in (
+        "specscope_watch_decode_tps 290.9",
+        "specscope_watch_commit_len 4.8",
+        "specscope_watch_step_seconds 0.0165",
+        "specscope_watch_speculation 1.0",
+        'specscope_watch_cusum_statistic{factor="step_time"} 1.5',
+        'specscope_watch_cusum_threshold{factor="commit_len"} 9.0',
+        'specscope_watch_alerts_total{factor="step_time"} 1.0',
+        'specscope_watch_errors_total{source="canary"} 1.0',
+        "specscope_watch_windows_total 1.0",
+    ):
+        assert line in text, line
+
+
+def test_logs_cmd_reads_lines_restarts_and_is_killed():
+    async def go() -> tuple[list, list, list, list]:
+        code = f"import sys, time; print({LINE!r}, flush=True); time.sleep(0.5)"
+        cmd = LogCommand([sys.executable, "-c", code])
+        first = await cmd.read()  # starts it
+        await asyncio.sleep(2.0)  # it printed and exited
+        second = await cmd.read()
+        third = await cmd.read()
+        await cmd.close()
+        return first[0], second[0], second[1], third[1]
+
+    _, records, faults, after = asyncio.run(go())
+    assert [r.commit_len for r in records] == [2.05]
+    assert [k for k, _ in faults] == ["log_cmd_exited"]  # and started again
+    assert after == []
+
+    async def hangs() -> int | None:
+        cmd = LogCommand([sys.executable, "-c", "import time; time.sleep(60)"])
+        await cmd.read()
+        proc = cmd._proc
+        await cmd.close()
+        assert proc is not None
+        return proc.returncode
+
+    assert asyncio.run(hangs()) is not None  # killed, not left running
+
+
+def test_logs_cmd_that_cannot_run_is_a_fault():
+    records, faults = asyncio.run(LogCommand(["/nonexistent/command"]).read())
+    assert records == [] and [k for k, _ in faults] == ["log_cmd_failed"]
