@@ -83,7 +83,9 @@ def false_alarms(sc: Scenario, watches: int, hours: float, every: float) -> list
     return alerts
 
 
-def delay(before: Scenario, after: Scenario, run: int, every: float) -> tuple[float | None, str, int]:
+def delay(
+    before: Scenario, after: Scenario, run: int, every: float
+) -> tuple[float | None, str, int]:
     """(delay in s or None past GIVE_UP_S, the first alert's factor, alerts before the switch)."""
     det = Detector(DetectorConfig(probe_every_s=every), t0=0.0)
     early = 0

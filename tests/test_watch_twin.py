@@ -72,3 +72,36 @@ def test_watch_alerts_step_time_after_the_switch_and_not_before(tmp_path: Path) 
     assert "prometheus" in sources and len(sources) >= 2, sources  # the tailed log's format too
     kept = (tmp_path / "run" / "windows.jsonl").read_text().splitlines()
     assert len(kept) == len(windows)
+
+
+def test_the_twin_switches_scenario_at_its_time():
+    import asyncio
+
+    from specscope.backend import SamplingParams
+    from specscope.twin.scenario import load_scenario
+    from specscope.twin.switch import SwitchingTwinBackend
+
+    fast = load_scenario("healthy").scaled(0.01)
+    backend = SwitchingTwinBackend(fast, load_scenario("seed-regression"), after_s=0.3)
+
+    async def one(rid: str) -> str:
+        await backend.prefill(rid, [1, 2, 3], SamplingParams(max_tokens=4))
+        await backend.step([rid])
+        backend.release(rid)
+        return backend.scenario.name
+
+    assert asyncio.run(one("a")) == "healthy"
+    assert backend.switched_at_unix is None
+    time.sleep(0.35)
+    assert asyncio.run(one("b")) == "seed-regression"
+    assert backend.scenario.time_scale == 0.01  # the first scenario's time scale is kept
+    assert backend.info.extra["switched_at_unix"] == backend.switched_at_unix
+
+
+def test_serve_refuses_an_unknown_switch_scenario_in_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "specscope.cli", "serve", "--switch-to", "no-such-scenario"],
+        capture_output=True, text=True, timeout=60, env=_env(), check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: no-such-scenario: no such scenario file")
