@@ -105,3 +105,47 @@ def test_serve_refuses_an_unknown_switch_scenario_in_one_line():
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.startswith("error: no-such-scenario: no such scenario file")
+
+
+@pytest.mark.timeout(120)
+def test_a_restart_without_speculation_is_survived_and_alerts_speculation_off(tmp_path: Path):
+    """The server goes away (canary errors: recorded, no alert), comes back on the same port
+    without a drafter: one alert, speculation_off, after it answers again; exit 0."""
+    from specscope.twin.scenario import load_scenario
+
+    healthy = load_scenario("healthy").scaled(0.5)
+    plain = healthy.model_copy(
+        update={"acceptance": healthy.acceptance.model_copy(update={"depth_probs": []})}
+    )
+    first = start_twin_server(healthy)
+    url, port = first.url, first.port
+    cmd = [
+        sys.executable, "-m", "specscope.cli", "watch", url, "--probe-every", "0.5",
+        "--interval", "1", "--warmup", "5", "--duration", "30", "--json",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    second = None
+    try:
+        time.sleep(12)
+        first.stop()
+        time.sleep(3)
+        back = time.time()
+        second = start_twin_server(plain, port=port)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if second is not None:
+            second.stop()
+    assert proc.returncode == 0, err[-2000:]
+    events = [json.loads(line) for line in out.splitlines()]
+    errors = [e for e in events if e["event"] == "error"]
+    assert errors and all(e["source"] == "canary" for e in errors)
+    alerts = [e for e in events if e["event"] == "alert"]
+    assert [a["factor"] for a in alerts] == ["speculation_off"], alerts
+    assert back <= alerts[0]["since"] <= alerts[0]["t"] <= back + 10
+    assert alerts[0]["cause"] is None and alerts[0]["ratio"] < 0.3
+    late = [e for e in events if e["event"] == "window" and e["start"] > back + 3 and e["canaries"]]
+    assert late and all(w["speculation"] == "off" for w in late)
