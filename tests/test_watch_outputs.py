@@ -85,3 +85,36 @@ def test_logs_cmd_reads_lines_restarts_and_is_killed():
 def test_logs_cmd_that_cannot_run_is_a_fault():
     records, faults = asyncio.run(LogCommand(["/nonexistent/command"]).read())
     assert records == [] and [k for k, _ in faults] == ["log_cmd_failed"]
+
+
+def test_diagnose_on_alert_runs_the_cli_without_a_shell_and_reads_its_cause(monkeypatch):
+    import json
+    import subprocess
+
+    from specscope.analysis.watch.events import Diagnosis
+    from specscope.report.watch_events import event_json
+    from specscope.watch import diagnosis
+
+    seen = {}
+
+    def fake_run(argv, **kw):
+        seen["argv"], seen["kw"] = argv, kw
+        out = {"verdict": ["Step time grew.", "Fix the KV layout."], "run_dir": "/r",
+               "findings": [{"id": "step_time_drift", "cause": "kv_layout"}]}  # fmt: skip
+        return subprocess.CompletedProcess(argv, 0, json.dumps(out).encode(), b"")
+
+    monkeypatch.setattr(diagnosis.subprocess, "run", fake_run)
+    done = diagnosis._diagnose("http://127.0.0.1:1", None, 5.0)
+    assert seen["argv"][1:] == ["-m", "specscope.cli", "diagnose", "http://127.0.0.1:1", "--quick", "--json"]  # fmt: skip
+    assert "shell" not in seen["kw"] and seen["kw"]["timeout"] == 5.0
+    assert (done.run_dir, done.exit_code, done.cause) == ("/r", 0, "kv_layout")
+    assert done.message == "Step time grew. Fix the KV layout."
+    line = event_json(Diagnosis(1.0, "step_time", done.run_dir, 0, done.cause, done.message))
+    assert line["event"] == "diagnosis" and line["cause"] == "kv_layout"
+
+    def slow(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+
+    monkeypatch.setattr(diagnosis.subprocess, "run", slow)
+    late = diagnosis._diagnose("http://127.0.0.1:1", None, 5.0)
+    assert late.exit_code is None and "still running after 5 s" in late.message

@@ -19,7 +19,7 @@ import pytest
 from specscope.twin.server import start_twin_server
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-EVENTS = {"start", "window", "alert", "recovered", "error", "summary"}
+EVENTS = {"start", "window", "alert", "recovered", "error", "diagnosis", "summary"}
 SWITCH_AFTER = 22.0
 DURATION = 40.0
 

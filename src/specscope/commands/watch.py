@@ -103,6 +103,10 @@ def watch(
     ] = 0.1,
     out: Annotated[Path | None, typer.Option(help="Keep every window here (JSON lines)")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Event lines (JSON) on stdout")] = False,
+    diagnose_on_alert: Annotated[
+        bool,
+        typer.Option("--diagnose-on-alert", help="Run `specscope diagnose --quick` on an alert"),
+    ] = False,
     serve_metrics: Annotated[
         int | None, typer.Option(help="Serve the watch's estimates for Prometheus on this port")
     ] = None,
@@ -127,6 +131,7 @@ def watch(
             "baseline_dir": baseline,
             "alert_cmd": alert_cmd,
             "alert_timeout_s": alert_timeout,
+            "diagnose_on_alert": diagnose_on_alert,
             "prompt_tokens": prompt_tokens,
             "max_tokens": max_tokens,
             "workload": workload,
@@ -182,6 +187,7 @@ def _recorded(o: WatchOptions) -> dict[str, Any]:
         "warmup_s": o.warmup_s,
         "baseline": str(o.baseline_dir) if o.baseline_dir else None,
         "alert_cmd": list(o.alert_cmd),
+        "diagnose_on_alert": o.diagnose_on_alert,
         "prompt_tokens": o.prompt_tokens,
         "max_tokens": o.max_tokens,
         "workload": o.workload,

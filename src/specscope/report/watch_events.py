@@ -10,9 +10,9 @@ import math
 from typing import Any, TextIO
 
 from specscope.analysis.watch.detector import Alert, Recovery
-from specscope.analysis.watch.events import Start, Summary, WatchError, Window
+from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 
-Event = Start | Window | Alert | Recovery | WatchError | Summary
+Event = Start | Window | Alert | Recovery | WatchError | Diagnosis | Summary
 
 
 def _num(x: float | None, digits: int = 6) -> float | None:
@@ -82,6 +82,8 @@ def event_json(e: Event) -> dict[str, Any]:
         return {"event": "recovered", "factor": e.factor, "t": _num(e.t, 3)}
     if isinstance(e, WatchError):
         return {"event": "error", **dataclasses.asdict(e), "t": _num(e.t, 3)}
+    if isinstance(e, Diagnosis):
+        return {"event": "diagnosis", **dataclasses.asdict(e), "t": _num(e.t, 3)}
     name = "start" if isinstance(e, Start) else "summary"
     return {"event": name, **dataclasses.asdict(e)}
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specscope.analysis.watch.detector import Alert, Recovery
-from specscope.analysis.watch.events import Start, Summary, WatchError, Window
+from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 from specscope.report.text import untrusted
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -93,6 +93,17 @@ class WatchView:
             highlight=False,
         )
 
+    def diagnosis(self, d: Diagnosis) -> None:
+        where = d.run_dir or "(no run directory)"
+        self.console.print(
+            Text.assemble(
+                f"diagnosis after the {d.factor} alert (exit {d.exit_code}, top cause "
+                f"{d.cause or 'none'}, {where}): ",
+                untrusted(d.message),
+            ),
+            highlight=False,
+        )
+
     def summary(self, s: Summary) -> None:
         hours = (s.t - s.started) / 3600
         self.console.print(
@@ -114,6 +125,7 @@ class WatchView:
             (Alert, self.alert),
             (Recovery, self.recovered),
             (WatchError, self.error),
+            (Diagnosis, self.diagnosis),
             (Summary, self.summary),
         ):
             if isinstance(event, kind):

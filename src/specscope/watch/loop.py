@@ -20,7 +20,7 @@ from typing import Any
 
 from specscope.analysis.watch.baseline import Baseline
 from specscope.analysis.watch.detector import Alert, Detector, DetectorConfig
-from specscope.analysis.watch.events import Start, Summary, WatchError, Window
+from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 from specscope.analysis.watch.sample import CanarySample, sample_from_trace
 from specscope.analysis.watch.server import server_figures, window_speculation
 from specscope.analysis.watch.window import window_figures
@@ -30,6 +30,7 @@ from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace
 from specscope.watch.alertcmd import alert as run_alert
 from specscope.watch.canary import Canary, start_canary
+from specscope.watch.diagnosis import diagnose as run_diagnosis
 from specscope.watch.logcmd import LogCommand
 from specscope.watch.options import WatchOptions
 from specscope.watch.passive import Fault, LogTail, MetricsWatcher
@@ -75,6 +76,7 @@ class Watch:
         self._faults_on: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.server_info: dict[str, Any] = {}
+        self.diagnosing = False  # a --diagnose-on-alert run is under way: the canary pauses
 
     def _emit(self, event: Event) -> None:
         if isinstance(event, WatchError):
@@ -158,8 +160,9 @@ class Watch:
         loop = asyncio.get_running_loop()
         due = loop.time()
         while True:
-            trace = await canary.send()
-            self._on_trace(trace, canary.max_commit_len)
+            if not self.diagnosing:
+                trace = await canary.send()
+                self._on_trace(trace, canary.max_commit_len)
             due += self.o.probe_every_s
             if due < loop.time():
                 due = loop.time()
@@ -187,9 +190,30 @@ class Watch:
             if isinstance(event, Alert):
                 self.alerts.append(alert_json(event))
                 if self.o.alert_cmd:
-                    task = asyncio.create_task(self._alert_cmd(event))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._spawn(self._alert_cmd(event))
+                if self.o.diagnose_on_alert and not self.diagnosing:
+                    self.diagnosing = True
+                    self._spawn(self._diagnose(event))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _diagnose(self, a: Alert) -> None:
+        """--diagnose-on-alert: the canary pauses while the diagnosis runs."""
+        out = None
+        if self.o.out is not None:
+            out = self.o.out / f"diagnose-{a.factor}-{int(a.t)}"
+        try:
+            done = await run_diagnosis(self.o.url, out)
+        finally:
+            self.diagnosing = False
+        self._emit(
+            Diagnosis(
+                self.clock(), a.factor, done.run_dir, done.exit_code, done.cause, done.message
+            )
+        )
 
     async def _alert_cmd(self, a: Alert) -> None:
         problem = await run_alert(self.o.alert_cmd, event_line(a) + "\n", self.o.alert_timeout_s)

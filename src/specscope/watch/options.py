@@ -32,6 +32,7 @@ class WatchOptions:
     baseline_dir: Path | None = None
     alert_cmd: tuple[str, ...] = ()
     alert_timeout_s: float = 10.0
+    diagnose_on_alert: bool = False
     out: Path | None = None
     prompt_tokens: int = 512
     max_tokens: int = 256

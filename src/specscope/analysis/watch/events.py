@@ -51,6 +51,18 @@ class WatchError:
 
 
 @dataclass(frozen=True)
+class Diagnosis:
+    """A `specscope diagnose` run on an alert (--diagnose-on-alert) and what it found."""
+
+    t: float
+    factor: str  # the alert that started it
+    run_dir: str | None
+    exit_code: int | None  # None: it did not finish in time
+    cause: str | None  # the diagnosis' top cause
+    message: str  # its verdict, or its error
+
+
+@dataclass(frozen=True)
 class Summary:
     t: float
     started: float
