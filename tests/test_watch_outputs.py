@@ -5,9 +5,12 @@ exits, and is killed as a group at the end."""
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import sys
 import urllib.request
+
+import pytest
 
 from specscope.analysis.watch.detector import Alert
 from specscope.analysis.watch.events import WatchError, Window
@@ -118,3 +121,27 @@ def test_diagnose_on_alert_runs_the_cli_without_a_shell_and_reads_its_cause(monk
     monkeypatch.setattr(diagnosis.subprocess, "run", slow)
     late = diagnosis._diagnose("http://127.0.0.1:1", None, 5.0)
     assert late.exit_code is None and "still running after 5 s" in late.message
+
+
+@pytest.mark.timeout(120)
+def test_a_recorded_probe_is_a_baseline_and_a_bad_dir_one_line(tmp_path, twin_server):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from specscope.watch.baseline import BaselineError, baseline_from_run
+
+    url = twin_server("healthy", time_scale=0.2).url
+    src = Path(__file__).resolve().parents[1] / "src"
+    done = subprocess.run(
+        [sys.executable, "-m", "specscope.cli", "probe", url, "--prompt-tokens", "512",
+         "--max-tokens", "256", "--repeat", "6", "--out", str(tmp_path / "run"), "--json"],
+        capture_output=True, text=True, timeout=100, env={**os.environ, "PYTHONPATH": str(src)},
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1000:]
+    base = baseline_from_run(tmp_path / "run")
+    assert base.source == str(tmp_path / "run") and base.step.n == 6
+    assert 4.0 < math.exp(base.commit.mean) < 5.8 and base.speculating
+    with pytest.raises(BaselineError, match="not a specscope run directory"):
+        baseline_from_run(tmp_path)
