@@ -79,7 +79,7 @@ class WatchView:
         lo, hi = a.ci
         self.console.print(
             f"[bold red]ALERT[/] {a.factor}: x{a.ratio:.3f} [{lo:.3f}, {hi:.3f}] since "
-            f"{_clock(a.since)}; likely cause {a.cause or 'unknown'} ({a.reason}); run "
+            f"{_clock(a.since)}; {_causes(a)} ({a.reason}); run "
             "`specscope diagnose` to separate the candidates",
             highlight=False,
         )
@@ -113,8 +113,10 @@ class WatchView:
             highlight=False,
         )
         for a in s.alerts:
+            said = a.get("cause") or " or ".join(a.get("candidates") or ()) or "unknown"
+            kind = "cause" if a.get("cause") else "candidates"
             self.console.print(
-                f"  alert {a['factor']} x{a['ratio']} cause {a['cause']}", highlight=False
+                f"  alert {a['factor']} x{a['ratio']} {kind} {said}", highlight=False
             )
 
     def render(self, event: object) -> None:
@@ -131,3 +133,10 @@ class WatchView:
             if isinstance(event, kind):
                 method(event)  # type: ignore[operator]
                 return
+
+
+def _causes(a: Alert) -> str:
+    """The cause where one is decided, else the candidates left (never a guess named as one)."""
+    if a.cause:
+        return f"cause {a.cause}"
+    return "candidates " + " or ".join(a.candidates) if a.candidates else "cause unknown"

@@ -1,12 +1,17 @@
-"""An alert's likely cause, in the diagnosis' vocabulary (analysis.diagnosis.cards.Cause).
+"""An alert's candidate causes, in the diagnosis' vocabulary (analysis.diagnosis.cards.Cause).
 
 A watch has one cheap piece of evidence the diagnosis uses too: whether the change sits in the
-later output positions (each canary's second half against its first) or everywhere. A fall in
-commit length that deepens along the generation is `acceptance_position` (drafts accepted less
-further in), a uniform one `drafter_quality`; step time that grows along the generation is
-`kv_layout` (stateful degradation, the story's page_size=1; `host_per_token` the other
-candidate), a uniform rise `acceptance_concurrency` (the canary's steps cost more because the
-server batches other traffic with it; eager fallback, `graph_mode`, would look the same).
+later output positions (each canary's second half against its first) or everywhere. It narrows
+the candidates, it does not decide between them, so an alert's `cause` stays null and its
+`candidates` list what is left, the likelier first (the diagnosis' rule: a cause is named only
+when every other candidate is ruled out; specscope once blamed KV fragmentation for a server that
+re-detokenized its whole output at every step, and a canary's trend cannot tell those two apart):
+- commit length that falls deeper along each canary's generation: acceptance_position, or a
+  draft window the longer contexts cross; an even fall: drafter_quality (the text changed, or
+  the drafter), or a window shorter than every canary's context;
+- step time that grows along each canary's generation: host_per_token or kv_layout (a fresh
+  request at the reached context separates them: `specscope diagnose`); an even rise:
+  acceptance_concurrency (other traffic batched with the canary) or graph_mode (eager fallback).
 A full `specscope diagnose` separates the candidates; the alert suggests it."""
 
 from __future__ import annotations
@@ -43,12 +48,12 @@ def trend_moved(base: Series, post: Sequence[float], sign: int) -> bool:
 def commit_cause(base: Series, post_trends: Sequence[float]) -> CauseGuess:
     if trend_moved(base, post_trends, -1):
         return CauseGuess(
-            Cause.acceptance_position.value,
-            (Cause.acceptance_position.value, Cause.drafter_quality.value),
+            None,
+            (Cause.acceptance_position.value, Cause.draft_window.value),
             "the fall deepens along each canary's generation",
         )
     return CauseGuess(
-        Cause.drafter_quality.value,
+        None,
         (Cause.drafter_quality.value, Cause.draft_window.value),
         "the fall is even along each canary's generation",
     )
@@ -57,12 +62,13 @@ def commit_cause(base: Series, post_trends: Sequence[float]) -> CauseGuess:
 def step_cause(base: Series, post_trends: Sequence[float]) -> CauseGuess:
     if trend_moved(base, post_trends, +1):
         return CauseGuess(
-            Cause.kv_layout.value,
-            (Cause.kv_layout.value, Cause.host_per_token.value),
-            "step time grows along each canary's generation (stateful degradation)",
+            None,
+            (Cause.host_per_token.value, Cause.kv_layout.value),
+            "step time grows along each canary's generation (host work or KV state that grows "
+            "with the output)",
         )
     return CauseGuess(
-        Cause.acceptance_concurrency.value,
+        None,
         (Cause.acceptance_concurrency.value, Cause.graph_mode.value),
         "step time rose evenly along each canary's generation",
     )
