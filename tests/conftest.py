@@ -104,6 +104,9 @@ TIMED_MODULES = frozenset(
         # the workers' truth checks hold the step time to 1%: a starved core moves it
         "tests/test_probe_workers.py",
         "tests/test_probe_ray.py",
+        # the watch learns the twin's step time in a warm-up and alerts on a rise: a core
+        # starved mid-run reads as one (an alert before the switch fails the test)
+        "tests/test_watch_twin.py",
     }
 )
 TIMED_LANE = "timed"

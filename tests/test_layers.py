@@ -28,6 +28,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "twin",
             "engine",
             "trace",
+            "watch",
         },
         "entrypoints": {
             "embedded",
@@ -53,6 +54,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "engine": {"backend"},
         "validation": {"twin", "analysis", "experiments", "trace"},
         "peers": set(),
+        "watch": {"probe", "telemetry", "analysis", "report", "trace"},
     }.items()
 }
 # The named exceptions of §2, one module to one module (or package, for twin.server).
@@ -82,6 +84,7 @@ ANALYSIS_ALLOWED: dict[str, frozenset[str]] = {
         "summary": {"headline", "steps", "workload", "client_health"},
         "client_health": set(),
         "result": set(),
+        "watch": {"steps", "diagnosis"},
     }.items()
 }
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from specscope.commands import compare, diagnose, logs, probe, report, runs, serve
+from specscope.commands import compare, diagnose, logs, probe, report, runs, serve, watch
 from specscope.commands.common import JSON_ERRORS, err_console, say_error
 
 app = typer.Typer(
@@ -60,6 +60,9 @@ app.command("serve", help="Serve the twin or the engine as an OpenAI-compatible 
     serve.serve
 )
 app.command("runs", help="List measured runs.")(runs.runs)
+app.command("watch", help="Watch a live server: canary, counters, logs; alert on a change.")(
+    watch.watch
+)
 
 
 def _takes_text(param: Any) -> bool:

@@ -45,14 +45,19 @@ def _twin_backend(
     time_scale: float | None,
     truth_file: Path | None,
     seed: int | None,
+    switch: tuple[str | None, float] = (None, 0.0),
 ) -> Any:
     from specscope.twin.backend import TwinBackend
     from specscope.twin.scenario import ScenarioError, load_scenario
+    from specscope.twin.switch import SwitchingTwinBackend
 
     try:
         sc = load_scenario(scenario, variant)
+        then = load_scenario(switch[0]) if switch[0] is not None else None
     except ScenarioError as exc:
         fail_usage(str(exc))
+    if switch[1] < 0:
+        fail_usage(f"--switch-after must be >= 0 seconds, got {switch[1]}")
     if time_scale is not None:
         if time_scale <= 0:
             fail_usage(f"--time-scale must be > 0, got {time_scale}")
@@ -61,6 +66,8 @@ def _twin_backend(
         sc = sc.model_copy(update={"seed": seed})
     if truth_file is not None and not truth_file.parent.is_dir():
         fail_usage(f"--truth-file {truth_file}: directory {truth_file.parent} does not exist")
+    if then is not None:
+        return SwitchingTwinBackend(sc, then, switch[1], truth_file)
     return TwinBackend(sc, truth_file)
 
 
@@ -127,6 +134,13 @@ def serve(
     tree_kv: Annotated[str | None, typer.Option(help="Engine: compact | inplace")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (twin: overrides scenario)")] = None,
     fault: Annotated[list[str] | None, typer.Option(help=FAULTS_HELP)] = None,
+    switch_to: Annotated[
+        str | None,
+        typer.Option(help="Twin: change to this scenario after --switch-after seconds (watch)"),
+    ] = None,
+    switch_after: Annotated[
+        float, typer.Option(help="Twin: wall seconds after start of the --switch-to change")
+    ] = 90.0,
 ) -> None:
     from specscope.serve.options import ServeOptions
     from specscope.serve.runner import serve_forever
@@ -140,8 +154,12 @@ def serve(
     if log_file is not None and not log_file.parent.is_dir():
         fail_usage(f"--log-file {log_file}: directory {log_file.parent} does not exist")
     host_faults, engine_faults = _faults(fault or [], backend)
+    if switch_to is not None and backend != "twin":
+        fail_usage("--switch-to changes the twin's scenario: use --backend twin")
     if backend == "twin":
-        be = _twin_backend(scenario, variant, time_scale, truth_file, seed)
+        be = _twin_backend(
+            scenario, variant, time_scale, truth_file, seed, (switch_to, switch_after)
+        )
     elif backend == "engine":
         given = {
             "model": model,

@@ -1,0 +1,182 @@
+"""The watch's event stream and its faults (ARCHITECTURE §8, docs/watch.md): the keys of each
+event, one line each; a bad URL or an unreachable server is one clear line with the contract's
+exit code; Ctrl-C ends with a summary and exit 130; the alert command runs without a shell and
+within its timeout; the log tail survives rotation; a Prometheus restart is an error, not a
+delta. Loopback only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specscope.analysis.watch.detector import Alert
+from specscope.analysis.watch.events import WatchError, Window
+from specscope.analysis.watch.window import EMPTY
+from specscope.report.watch_events import event_line
+from specscope.telemetry.prometheus import MetricsSnapshot
+from specscope.watch import passive
+from specscope.watch.alertcmd import run_alert_cmd
+from specscope.watch.passive import LogTail, MetricsWatcher
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+LOG_LINE = (
+    "[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #token: 2702, token usage: 0.02, "
+    "accept len: {acc}, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 32.70, "
+    "#queue-req: 0\n"
+)
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run(
+        [sys.executable, "-m", "specscope.cli", "watch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_alert_and_window_lines_carry_the_contract_keys():
+    alert = Alert(
+        "step_time", 1.5, (1.4, 1.6), 100.0, 110.0, "kv_layout", ("kv_layout",), "r", 2, 6.0, 4.5
+    )
+    line = event_line(alert)
+    assert "\n" not in line
+    obj = json.loads(line)
+    assert list(obj)[:6] == ["event", "factor", "ratio", "ci", "since", "cause"]
+    assert obj["event"] == "alert" and obj["ci"] == [1.4, 1.6] and obj["cause"] == "kv_layout"
+    window = Window(1.0, 0.0, 1.0, "warmup", EMPTY, 0, "unknown", "why", None, {}, None)
+    w = json.loads(event_line(window))
+    for key in ("event", "t", "state", "decode_tps", "decode_tps_ci", "mean_commit_len",
+                "mean_commit_len_ci", "mean_step_s", "mean_step_s_ci", "speculation"):  # fmt: skip
+        assert key in w
+    e = json.loads(event_line(WatchError(2.0, "canary", "connection", "refused\nagain")))
+    assert e == {"event": "error", "t": 2.0, "source": "canary", "kind": "connection",
+                 "message": "refused\nagain"}  # fmt: skip
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+def test_a_bad_url_is_one_line_and_exit_2(json_flag):
+    done = _cli("not-a-url", *(["--json"] if json_flag else []))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("error: URL must look like http://HOST:PORT")
+    if json_flag:
+        assert json.loads(done.stdout) == {"error": lines[0][len("error: ") :], "exit_code": 2}
+
+
+def test_an_unreachable_server_is_one_line_and_exit_1():
+    done = _cli(f"http://127.0.0.1:{_free_port()}", "--duration", "5")
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("error: server not reachable: http://127.0.0.1:")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_bad_option_is_one_line_and_exit_2():
+    done = _cli("http://127.0.0.1:1", "--interval", "0")
+    assert done.returncode == 2 and "--interval must be" in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_ends_with_a_summary_and_exit_130(twin_server):
+    url = twin_server("healthy", time_scale=0.5).url
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    cmd = [sys.executable, "-m", "specscope.cli", "watch", url, "--probe-every", "0.5",
+           "--interval", "1", "--json"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()  # each event flushed as it happens
+            seen.append(json.loads(line)["event"])
+            if seen[-1] == "window":
+                break
+        assert seen[:1] == ["start"] and seen[-1] == "window"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    last = json.loads(out.strip().splitlines()[-1])
+    assert last["event"] == "summary" and last["interrupted"] is True
+
+
+def test_the_alert_command_gets_the_json_without_a_shell(tmp_path):
+    sink = tmp_path / "got.json"
+    code = f"import sys; open({str(sink)!r}, 'w').write(sys.stdin.read())"
+    assert run_alert_cmd([sys.executable, "-c", code], '{"event": "alert"}\n', 10) is None
+    assert json.loads(sink.read_text()) == {"event": "alert"}
+    # a shell would expand this; without one it is one literal argument
+    argv_code = f"import sys; open({str(sink)!r}, 'w').write(sys.argv[1])"
+    assert run_alert_cmd([sys.executable, "-c", argv_code, "$(echo hi) *"], "{}", 10) is None
+    assert sink.read_text() == "$(echo hi) *"
+    slow = run_alert_cmd([sys.executable, "-c", "import time; time.sleep(30)"], "{}", 0.5)
+    assert slow is not None and "still running after 0.5 s" in slow
+    failed = run_alert_cmd([sys.executable, "-c", "import sys; sys.exit('boom')"], "{}", 10)
+    assert failed is not None and "exit 1" in failed and "boom" in failed
+    missing = run_alert_cmd([str(tmp_path / "no-such-command")], "{}", 10)
+    assert missing is not None and "cannot run" in missing
+
+
+def test_the_log_tail_reads_new_lines_and_survives_rotation(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(LOG_LINE.format(acc=9.99))  # history before the watch: not read
+    tail = LogTail(log)
+    assert tail.read() == ([], [])
+    with log.open("a") as fh:
+        fh.write(LOG_LINE.format(acc=2.05) + LOG_LINE.format(acc=2.10)[:40])  # a partial line
+    records, faults = tail.read()
+    assert [r.commit_len for r in records] == [2.05] and faults == []
+    log.rename(tmp_path / "server.log.1")  # rotation: a new file under the old name
+    records, faults = tail.read()
+    assert records == [] and [k for k, _ in faults] == ["log_missing"]
+    log.write_text(LOG_LINE.format(acc=3.0))
+    records, faults = tail.read()
+    assert [r.commit_len for r in records] == [3.0]
+    assert [k for k, _ in faults] == ["log_rotated"]
+    log.write_text("")  # truncated in place (copytruncate), seen before it grows again
+    records, faults = tail.read()
+    assert records == [] and [k for k, _ in faults] == ["log_rotated"]
+    with log.open("a") as fh:
+        fh.write(LOG_LINE.format(acc=1.5))
+    records, faults = tail.read()
+    assert [r.commit_len for r in records] == [1.5] and faults == []
+    tail.close()
+
+
+def test_a_counter_going_down_is_a_restart_not_a_delta(monkeypatch):
+    import asyncio
+
+    snaps = iter(
+        [
+            MetricsSnapshot(0.0, "vllm", {"drafts": 100.0, "accepted_tokens": 200.0}),
+            MetricsSnapshot(10.0, "vllm", {"drafts": 150.0, "accepted_tokens": 300.0}),
+            MetricsSnapshot(20.0, "vllm", {"drafts": 5.0, "accepted_tokens": 4.0}),
+        ]
+    )
+    monkeypatch.setattr(passive, "scrape_metrics", lambda url, timeout_s: next(snaps))
+    w = MetricsWatcher("http://127.0.0.1:1/metrics")
+    assert asyncio.run(w.read()) == ([], [])
+    records, faults = asyncio.run(w.read())
+    assert [r.commit_len for r in records] == [3.0] and faults == []
+    records, faults = asyncio.run(w.read())
+    assert records == [] and [k for k, _ in faults] == ["server_restart"]
