@@ -138,6 +138,7 @@ def test_a_restart_without_speculation_is_survived_and_alerts_speculation_off(tm
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(30)  # no child left behind for a later test of this worker to find
         if second is not None:
             second.stop()
     assert proc.returncode == 0, err[-2000:]
