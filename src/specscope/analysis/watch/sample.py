@@ -5,6 +5,7 @@ generation (what tells a position effect from a uniform one when an alert fires)
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,11 +53,8 @@ def _half_ratio(values: Sequence[float]) -> float:
 
 
 def _sd(values: Sequence[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return 0.0
-    m = sum(values) / n
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    """The sample standard deviation, 0 for fewer than two values."""
+    return statistics.stdev(values) if len(values) >= 2 else 0.0
 
 
 def sample_from_steps(
