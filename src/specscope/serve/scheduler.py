@@ -51,6 +51,9 @@ class RequestState:
     t_arrival: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[StepEvent | ErrorEvent] = field(default_factory=asyncio.Queue)
     completion_tokens: int = 0
+    # every token committed, in order, as the scheduler received them: the server's own record,
+    # returned as output_ids on the native API's final response (SGLang does the same)
+    output_ids: list[int] = field(default_factory=list)
     verify_ct: int = 0
     accepted_drafts: int = 0
     proposed_drafts: int = 0
@@ -281,6 +284,7 @@ class Scheduler:
                 continue
             n = len(out.tokens)
             state.completion_tokens += n
+            state.output_ids += out.tokens
             state.verify_ct += 1
             state.accepted_drafts += out.accepted_drafts
             state.proposed_drafts += out.proposed_drafts
