@@ -85,3 +85,35 @@ def test_streams_match_the_servers_token_record(served):
         assert "output_ids" not in chunks[0] or len(chunks) == 1
         outputs.add(tuple(ids))
     assert len(outputs) > 1  # distinct prompts: a mixed-up delivery would not hide as equal
+
+
+async def _generate(url: str, n: int) -> tuple[int, dict]:
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": n, "ignore_eos": True}}
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(f"{url}/generate", json=body) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+def test_a_failing_step_fails_its_requests_not_the_server(served, monkeypatch):
+    """The step thread catches what the engine raises: the request gets a 500, its pages come
+    back, and the next request is served as usual."""
+    url, backend = served
+    real = backend.stepper.step
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second step of the first request
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend.stepper, "step", broken)
+    status, _ = asyncio.run(_generate(url, 4))
+    assert status == 500
+    assert len(calls) == 2
+    status, body = asyncio.run(_generate(url, 4))
+    assert status == 200 and len(body["output_ids"]) == 4
+    assert backend.kv.free_pages == backend.kv.num_pages
