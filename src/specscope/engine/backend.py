@@ -13,8 +13,10 @@ Life of a request:
 - `release` frees the pages and the stepper's state (also on client disconnect).
 So every step is the same kind of forward, and a step's time is honest decode time.
 
-Torch work runs in a worker thread (asyncio.to_thread) under one lock: the event loop keeps
-streaming while the model computes, and the KV pool is never touched by two threads at once.
+Torch work runs off the event loop under one lock, so the KV pool is never touched by two
+threads at once: `serve` drives `prefill_locked` / `step_locked` from a step thread of its own
+(serve/step_thread.py: the next step never waits on the event loop); the async `prefill` /
+`step` (asyncio.to_thread) remain for callers that await a backend.
 """
 
 from __future__ import annotations
@@ -98,6 +100,16 @@ class EngineBackend:
 
     async def step(self, request_ids: list[str]) -> BatchStep:
         return await asyncio.to_thread(self._locked, self.step_sync, request_ids)
+
+    def prefill_locked(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams
+    ) -> None:
+        """`prefill` for a caller on its own thread (serve's step thread)."""
+        self._locked(self.prefill_sync, request_id, prompt_ids, params)
+
+    def step_locked(self, request_ids: list[str]) -> BatchStep:
+        """`step` for a caller on its own thread (serve's step thread)."""
+        return self._locked(self.step_sync, request_ids)
 
     def release(self, request_id: str) -> None:
         # Never block the event loop behind a running step: defer to the end of that step.

@@ -90,23 +90,26 @@ class ServeMetrics:
         self.e2e = hist("sglang:e2e_request_latency_seconds", "End-to-end request latency (s).")
         # Where a batched step's wall time goes (ours, no SGLang name; issue #38): each a
         # seconds total over the steps counted by forward_steps, so two scrapes give the means.
+        # With the engine (stepped by serve's step thread) all four are measured on that thread
+        # and add up to its step period; with the twin (an asyncio task) on the event loop.
         self.step_engine = counter(
             "specscope:step_engine_seconds",
             "The backend's own time per step (the engine's forward, sampling, bookkeeping).",
         )
         self.step_wait = counter(
             "specscope:step_wait_seconds",
-            "Awaiting a step beyond the backend's own time: the hand-off to its thread and the "
-            "event loop's delay in resuming the scheduler once it is done.",
+            "A step call's time beyond the backend's own: the engine's lock and the interpreter "
+            "(step thread), or the event loop's delay in resuming the scheduler (asyncio task).",
         )
         self.step_post = counter(
             "specscope:step_post_seconds",
-            "The scheduler's work after a step: counters, logs, events to the request streams.",
+            "The step loop's work after a step: freeing finished requests and handing the step "
+            "to the event loop (step thread), or counters, logs and events (asyncio task).",
         )
         self.step_between = counter(
             "specscope:step_between_seconds",
             "From one step's end to the next one's start while requests run (admissions, "
-            "prefills, the event loop's other work).",
+            "prefills, reaping; with the asyncio task also the event loop's other work).",
         )
 
     def render(self) -> bytes:

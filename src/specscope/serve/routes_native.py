@@ -50,11 +50,14 @@ def build_router(ctx: ServeContext) -> APIRouter:
 
         def body(text: str, done: int, reason: str | None, final: bool) -> dict:
             e2e = time.perf_counter() - state.t_arrival if final else None
-            return {
+            out = {
                 "text": text,
                 "meta_info": fmt.meta_info(state, done, reason, final, ndt, e2e),
                 "index": 0,
             }
+            if final:  # SGLang's field: the request's token ids, for checking the text against
+                out["output_ids"] = list(state.output_ids)
+            return out
 
         async def frames() -> AsyncIterator[str]:
             text = ctx.faults.text_stream(

@@ -1,5 +1,11 @@
 """Continuous batching: one loop admits waiting requests and steps all running ones together.
 
+Two ways to run that loop, one scheduler: a backend whose step is synchronous (the engine,
+`ThreadSteppable`) is stepped by a thread of its own (step_thread.py) that reports each step
+to the event loop in one call; an async-native backend (the twin, whose step sleeps on its
+clock) is stepped by an asyncio task. Either way the counting, the logs and the request events
+happen here, on the event loop.
+
 Like SGLang's scheduler: a step's duration depends on the whole batch, new requests join between
 steps (prefill first), finished or disconnected requests leave between steps and release what
 they hold. The loop also keeps the server-side speculation counters that SGLang reports (per
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from specscope.backend import Backend, BackendError, BatchStep, SamplingParams
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
+from specscope.serve.step_thread import StepReport, StepThread, ThreadSteppable
 
 
 @dataclass
@@ -44,6 +51,9 @@ class RequestState:
     t_arrival: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[StepEvent | ErrorEvent] = field(default_factory=asyncio.Queue)
     completion_tokens: int = 0
+    # every token committed, in order, as the scheduler received them: the server's own record,
+    # returned as output_ids on the native API's final response (SGLang does the same)
+    output_ids: list[int] = field(default_factory=list)
     verify_ct: int = 0
     accepted_drafts: int = 0
     proposed_drafts: int = 0
@@ -85,6 +95,7 @@ class Scheduler:
         self.running: dict[str, RequestState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._thread: StepThread | None = None
         self._interval = _Interval()
         # Lifetime acceptance for /get_server_info (SGLang: spec_total_num_accept_tokens / forward_ct).
         self.total_accept_tokens = 0
@@ -100,9 +111,25 @@ class Scheduler:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
+        if isinstance(self.backend, ThreadSteppable):
+            loop = asyncio.get_running_loop()
+            self._thread = StepThread(
+                self.backend,
+                self.waiting,
+                self.max_batch,
+                self._on_report,
+                loop.call_soon_threadsafe,
+            )
+            self._thread.start()
+            return
         self._task = asyncio.create_task(self._loop(), name="specscope-scheduler")
 
     async def stop(self) -> None:
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.stop)  # it frees what it held
+            self.waiting.clear()
+            self.running.clear()
+            return
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -128,6 +155,8 @@ class Scheduler:
         self.waiting.append(state)
         self.metrics.num_queue_reqs.set(len(self.waiting))
         self._wake.set()
+        if self._thread is not None:
+            self._thread.kick()
 
     def cancel(self, request_id: str) -> None:
         """The client went away: free the request at the next step boundary."""
@@ -138,6 +167,8 @@ class Scheduler:
         if state is not None and not state.finished:
             state.cancelled = True
         self._wake.set()
+        if self._thread is not None:
+            self._thread.kick()
 
     # -- loop ----------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -194,10 +225,40 @@ class Scheduler:
 
     def _fail(self, state: RequestState, message: str, status: int) -> None:
         self.running.pop(state.request_id, None)
-        self.backend.release(state.request_id)
+        if self._thread is None:
+            self.backend.release(state.request_id)
+        else:  # the step thread owns it: it frees it (and counts the abort) at its next boundary
+            state.cancelled = True
+            self._thread.kick()
         state.finished = True
         self.metrics.num_aborted.inc()
         state.events.put_nowait(ErrorEvent(message, status))
+
+    def _on_report(self, report: StepReport) -> None:
+        """One pass of the step thread, on the event loop: admissions, rejections, frees, then
+        the step's outputs through the same counting and delivery as the async path."""
+        for state in report.admitted:
+            self.running[state.request_id] = state
+            self.metrics.prompt_tokens.inc(len(state.prompt_ids))
+        for state, message, status in report.rejected:
+            self.metrics.num_aborted.inc()
+            state.events.put_nowait(ErrorEvent(message, status))
+        for rid in report.reaped:
+            if self.running.pop(rid, None) is not None:
+                self.metrics.num_aborted.inc()
+        if report.error is not None:
+            self.log.info(f"Scheduler error: {report.error}")
+            for state in report.failed:
+                self._fail(state, f"internal error: {report.error.split(':')[0]}", 500)
+        self.metrics.num_queue_reqs.set(len(self.waiting))
+        self.metrics.num_running_reqs.set(len(self.running))
+        batch = report.batch
+        if batch is not None:
+            self.metrics.step_between.inc(report.between_s)
+            self.metrics.step_engine.inc(batch.step_s)
+            self.metrics.step_wait.inc(report.wait_s)
+            self.metrics.step_post.inc(report.post_s)
+            self._deliver(batch)
 
     async def _step(self) -> None:
         ids = list(self.running)
@@ -223,6 +284,7 @@ class Scheduler:
                 continue
             n = len(out.tokens)
             state.completion_tokens += n
+            state.output_ids += out.tokens
             state.verify_ct += 1
             state.accepted_drafts += out.accepted_drafts
             state.proposed_drafts += out.proposed_drafts
@@ -246,7 +308,8 @@ class Scheduler:
             if out.finished:
                 state.finished = True
                 del self.running[out.request_id]
-                self.backend.release(out.request_id)
+                if self._thread is None:  # the step thread has freed it already
+                    self.backend.release(out.request_id)
                 self.metrics.num_requests.inc()
             if not state.cancelled:
                 state.events.put_nowait(
