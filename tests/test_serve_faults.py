@@ -31,12 +31,14 @@ def test_bad_fault_values_say_which(spec, words):
         faults.parse_host_faults([spec])
 
 
-def test_the_default_stream_is_incremental_and_detok_full_is_not():
+def test_without_a_fault_the_step_loop_does_no_text_work_and_detok_full_renders_it_all():
     def decode(ids: list[int]) -> str:
         return bytes(ids).decode("utf-8", errors="replace")
 
-    assert type(faults.HostFaults().text_stream(decode)) is TextStream
-    assert type(faults.HostFaults(detok_full=True).text_stream(decode)) is FullTextStream
+    assert faults.HostFaults().step_work(decode) is None
+    assert type(faults.HostFaults(detok_full=True).step_work(decode)) is FullTextStream
+    scan = faults.HostFaults(host_per_token_us=3).step_work(decode)
+    assert type(scan) is faults.StopScanStream and type(scan._inner) is TextStream
 
 
 def test_host_per_token_scans_the_whole_text_more_as_the_output_grows(monkeypatch):
@@ -46,7 +48,7 @@ def test_host_per_token_scans_the_whole_text_more_as_the_output_grows(monkeypatc
     scanned: list[int] = []
     monkeypatch.setattr(faults, "scan_cost", lambda: (0.0 + 1e-12, 1e-9))
     monkeypatch.setattr(faults, "_found_stop", lambda text: scanned.append(len(text)))
-    stream = faults.HostFaults(host_per_token_us=2.0).text_stream(
+    stream = faults.HostFaults(host_per_token_us=2.0).step_work(
         lambda ids: bytes(ids).decode("utf-8", errors="replace")
     )
     per_step = []
@@ -67,7 +69,7 @@ def test_host_per_token_costs_about_its_time_at_any_text_length():
     text is not scanned thousands of times too often). Only a floor is asserted: a loaded
     machine makes the same work take longer."""
     for chars_per_token in (1, 40):
-        stream = faults.HostFaults(host_per_token_us=50.0).text_stream(
+        stream = faults.HostFaults(host_per_token_us=50.0).step_work(
             lambda ids, c=chars_per_token: "x" * (c * len(ids))
         )
         stream.add(list(range(99)))
@@ -113,3 +115,53 @@ def test_a_server_with_host_faults_streams_the_same_text(twin_server):
         "healthy", time_scale=0.02, faults=faults.HostFaults(detok_full=True, host_per_token_us=5)
     )
     assert completion(faulty.url) == clean and clean
+
+
+def test_a_host_fault_runs_on_the_step_path_between_one_step_and_the_next():
+    """The fault's work for step n runs on the step thread after step n and before step n + 1
+    (the next step waits for it), not on the event loop beside the steps."""
+    import threading
+    from collections import deque
+
+    from specscope.backend import BatchStep, SamplingParams, StepOutput
+    from specscope.serve.scheduler import RequestState
+    from specscope.serve.step_thread import StepThread
+
+    order: list[tuple[str, int, str]] = []
+    done = threading.Event()
+
+    class Backend:
+        steps = 0
+
+        def prefill_locked(self, request_id, prompt_ids, params) -> None:
+            pass
+
+        def step_locked(self, request_ids) -> BatchStep:
+            self.steps += 1
+            order.append(("step", self.steps, threading.current_thread().name))
+            last = self.steps == 3
+            outs = [StepOutput(rid, [self.steps], finished=last) for rid in request_ids]
+            return BatchStep(outs, step_s=0.0)
+
+        def release(self, request_id) -> None:
+            pass
+
+    class Work:
+        def add(self, ids, final=False) -> str:
+            order.append(("work", ids[0], threading.current_thread().name))
+            return ""
+
+    def report(r) -> None:
+        if r.batch and r.batch.outputs[0].finished:
+            done.set()
+
+    state = RequestState("r1", [1, 2], SamplingParams(max_tokens=3))
+    state.step_work = Work()
+    thread = StepThread(Backend(), deque([state]), 4, report, lambda fn, r: fn(r))
+    thread.start()
+    assert done.wait(10)
+    thread.stop()
+    assert [(kind, n) for kind, n, _ in order] == [
+        ("step", 1), ("work", 1), ("step", 2), ("work", 2), ("step", 3), ("work", 3)
+    ]  # fmt: skip
+    assert {name for *_, name in order} == {"specscope-step"}

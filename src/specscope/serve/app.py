@@ -28,7 +28,9 @@ def create_app(backend: Backend, options: ServeOptions | None = None) -> FastAPI
     log = ServerLog(opts.log_file, opts.log_to_stderr)
     metrics = ServeMetrics(model_name)
     max_batch = opts.max_batch or int(extra.get("max_batch", 256))
-    scheduler = Scheduler(backend, metrics, log, max_batch, opts.decode_log_interval, opts.step_log)
+    scheduler = Scheduler(
+        backend, metrics, log, max_batch, opts.decode_log_interval, opts.step_log, opts.faults
+    )
     ctx = ServeContext(
         backend=backend,
         scheduler=scheduler,

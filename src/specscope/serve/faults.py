@@ -2,6 +2,13 @@
 switched on by `specscope serve --fault NAME[=VALUE]` so that a diagnosis can be checked against
 a cause known in advance (docs/faults.md says what each does and what a right diagnosis says).
 
+Both are output processing in the step loop: after each step and before the next one, the loop
+that steps the backend works on every running request's whole output so far, as a scheduler
+does that renders each request's text itself to check its stops (SGLang's did before its
+detokenizer became a process of its own; specscope's own server did, and drifted). So the work
+sits on the step's path (`step_thread.run_step_work`): the next step waits for it, and it grows
+with the output. The text the streams send is rendered apart from it, incrementally.
+
 - `detok-full`: the whole output re-detokenized at every step (`formatting.FullTextStream`), the
   cost that once made specscope's own server drift.
 - `host-per-token=US`: the whole generated text scanned for stop strings at every step, as a
@@ -41,8 +48,11 @@ class HostFaults:
             out.append(f"host-per-token={self.host_per_token_us:g}")
         return out
 
-    def text_stream(self, detokenize: Callable[[list[int]], str]) -> TextStream | StopScanStream:
-        """The detokenizer a response streams through, with the faults that live there."""
+    def step_work(self, detokenize: Callable[[list[int]], str]) -> StepWork | None:
+        """One request's output processing in the step loop, with the faults that live there
+        (None without a fault: the loop then does no per-request text work at all)."""
+        if not (self.detok_full or self.host_per_token_us > 0):
+            return None
         stream = (FullTextStream if self.detok_full else TextStream)(detokenize)
         if self.host_per_token_us > 0:
             return StopScanStream(stream, self.host_per_token_us)
@@ -127,3 +137,7 @@ class StopScanStream:
     @property
     def text(self) -> str:
         return self._inner.text
+
+
+# What a host fault runs per request in the step loop (`add(ids, final)` after each step).
+StepWork = TextStream | StopScanStream

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specscope.serve.scheduler import RequestState
+if TYPE_CHECKING:  # the scheduler imports the faults, whose text streams live here
+    from specscope.serve.scheduler import RequestState
 
 
 def sse(obj: dict[str, Any] | str) -> str:

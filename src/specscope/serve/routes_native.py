@@ -60,9 +60,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
             return out
 
         async def frames() -> AsyncIterator[str]:
-            text = ctx.faults.text_stream(
-                ctx.backend.detokenize
-            )  # SGLang streams the cumulative text
+            text = fmt.TextStream(ctx.backend.detokenize)  # SGLang streams the cumulative text
             async for em in emissions(state, first, ctx.metrics, interval, ctx.per_token_events):
                 if em.finish_reason == "abort":
                     return  # simulated mid-stream disconnect

@@ -134,7 +134,7 @@ async def _respond(
             u0 = fmt.usage(n_prompt, 0) if continuous else None
             yield fmt.sse(shape.opening(rid, created, model, u0))
         done = 0
-        text = ctx.faults.text_stream(ctx.backend.detokenize)
+        text = fmt.TextStream(ctx.backend.detokenize)
         async for em in emissions(
             state, first, ctx.metrics, ctx.stream_interval, ctx.per_token_events
         ):

@@ -22,9 +22,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from specscope.backend import Backend, BackendError, BatchStep, SamplingParams
+from specscope.serve.faults import HostFaults, StepWork
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
-from specscope.serve.step_thread import StepReport, StepThread, ThreadSteppable
+from specscope.serve.step_thread import StepReport, StepThread, ThreadSteppable, run_step_work
 
 
 @dataclass
@@ -54,6 +55,9 @@ class RequestState:
     # every token committed, in order, as the scheduler received them: the server's own record,
     # returned as output_ids on the native API's final response (SGLang does the same)
     output_ids: list[int] = field(default_factory=list)
+    # the request's output processing in the step loop, where a host fault puts work there
+    # (faults.HostFaults.step_work; None: none)
+    step_work: StepWork | None = None
     verify_ct: int = 0
     accepted_drafts: int = 0
     proposed_drafts: int = 0
@@ -84,11 +88,13 @@ class Scheduler:
         max_batch: int,
         decode_log_interval: int = 40,
         step_log: bool = True,
+        faults: HostFaults | None = None,
     ):
         self.backend = backend
         self.metrics = metrics
         self.log = log
         self.max_batch = max_batch
+        self.faults = faults or HostFaults()
         self.decode_log_interval = max(1, decode_log_interval)
         self.step_log = step_log and backend.info.num_draft_tokens > 0
         self.waiting: deque[RequestState] = deque()
@@ -152,6 +158,7 @@ class Scheduler:
     def submit(self, state: RequestState) -> None:
         hist_len = max(1, self.backend.info.num_draft_tokens)
         state.histogram = [0] * hist_len
+        state.step_work = self.faults.step_work(self.backend.detokenize)
         self.waiting.append(state)
         self.metrics.num_queue_reqs.set(len(self.waiting))
         self._wake.set()
@@ -269,6 +276,7 @@ class Scheduler:
         t1 = time.perf_counter()
         self.metrics.step_engine.inc(batch.step_s)
         self.metrics.step_wait.inc(max(0.0, t1 - t0 - batch.step_s))
+        run_step_work(batch, self.running)
         self._deliver(batch)
         self._step_ended = time.perf_counter()
         self.metrics.step_post.inc(self._step_ended - t1)

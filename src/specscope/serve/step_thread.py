@@ -7,6 +7,10 @@ resuming the scheduler, which cost the engine up to 3.9 ms a step at C = 64 on t
 each step's outcome to the loop in one `call_soon_threadsafe` (all requests' events together),
 so the loop only does the counting, the logging and the streaming, off the step's path.
 
+A server's host faults (faults.py) are output processing in this loop: `run_step_work` runs
+each request's after the step and before the hand-off, on the step's path as in a scheduler that
+renders its requests' text itself.
+
 The thread owns the requests it steps (`active`); the loop never releases them itself, it marks
 them cancelled and the thread frees them at its next step boundary. Counters and events stay on
 the loop, as in the async path (`Scheduler`), so that /metrics, logs and streams read one state.
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +29,16 @@ from specscope.backend import BackendError, BatchStep, SamplingParams
 # The scheduler's RequestState (request_id, prompt_ids, params, cancelled); not imported, so
 # that scheduler.py can import this module.
 RequestState = Any
+
+
+def run_step_work(batch: BatchStep, states: Mapping[str, RequestState]) -> None:
+    """Each request's output processing in the step loop (`state.step_work`, set only where a
+    host fault is on): the next step waits for it, as it would in a scheduler that does it."""
+    for out in batch.outputs:
+        state = states.get(out.request_id)
+        work = None if state is None else state.step_work
+        if work is not None:
+            work.add(out.tokens, out.finished)
 
 
 @runtime_checkable
@@ -51,7 +65,7 @@ class StepReport:
     batch: BatchStep | None = None
     wait_s: float = 0.0  # the step call's time beyond the backend's own
     between_s: float = 0.0  # from the previous step's end to this one's start (0: first step)
-    post_s: float = 0.0  # after the step, up to the hand-off (reaping finished requests)
+    post_s: float = 0.0  # after the step, up to the hand-off (step work, freeing finished ones)
     error: str | None = None  # the step raised: every request it held has been freed
     failed: list[RequestState] = field(default_factory=list)
 
@@ -144,6 +158,8 @@ class StepThread:
             report.between_s = t0 - self._step_ended
         try:
             batch = self.backend.step_locked(ids)
+            t1 = time.perf_counter()
+            run_step_work(batch, self.active)
         except Exception as exc:  # a backend bug fails its requests, never the server
             report.error = f"{type(exc).__name__}: {exc}"
             report.failed = list(self.active.values())
@@ -152,7 +168,6 @@ class StepThread:
             self.active.clear()
             self._step_ended = None
             return
-        t1 = time.perf_counter()
         report.batch = batch
         report.wait_s = max(0.0, t1 - t0 - batch.step_s)
         for out in batch.outputs:
