@@ -6,7 +6,9 @@ that its threads are gone before the server starts) is the anchor; then `specsco
 --concurrency C --repeat 2 --json` at each level. Printed per level: the served step (probe's
 summary.mean_step_s), per-request and aggregate tok/s, the engine alone's step, the ratios
 served / engine, and the client's lag (probe's client object: a lagging client would make the
-server look slow, hence --workers). No thresholds: the ratios are the figure.
+server look slow, hence --workers); then, per level, the server's own account of a step from
+its /metrics before and after (bench/serve_profile.step_parts: the engine, the wait beyond it,
+the step work after it, the time between steps). No thresholds: the ratios are the figure.
 
     python bench/serve_throughput.py --device cpu --concurrency 1,4 [--gguf PATH]
     python3 bench/serve_throughput.py --device cuda --concurrency 1,16,64,256 --workers 4
@@ -23,6 +25,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from serve_profile import step_parts  # bench/: the script's own folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT, OUTPUT = 256, 256
@@ -70,6 +74,12 @@ def probe(url: str, concurrency: int, workers: int, max_tokens: int, repeat: int
         cmd += ["--workers", str(workers)]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
+
+
+def scrape(url: str) -> str:
+    """The server's /metrics text."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        return r.read().decode()
 
 
 def row(c: int, result: dict, engine_s: float | None) -> str:
@@ -124,10 +134,15 @@ def main() -> None:
             f"{'C':>5} | {'served ms':>9} {'req tok/s':>9} {'agg tok/s':>9} | "
             f"{'engine ms':>9} {'tok/s':>9} | {'eng/srv':>6} | {'lag p99':>7} ms"
         )
+        parts = {}
         for c in levels:
+            before = scrape(url)
             result = probe(url, c, args.workers, args.max_tokens, args.repeat)
+            parts[c] = step_parts(before, scrape(url))
             (work / f"probe_{c}.json").write_text(json.dumps(result))
             print(row(c, result, anchor.get(c)), flush=True)
+        for c, lines in parts.items():
+            print(f"C={c}, the server's account: " + " ".join(x.strip() for x in lines))
     finally:
         proc.terminate()
         proc.wait(30)
