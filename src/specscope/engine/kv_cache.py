@@ -111,9 +111,9 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=self.device)
         self._free: list[int] = list(range(num_pages))
         self._where: dict[int, int] = {p: i for i, p in enumerate(self._free)}
-        # Every free page has at least one entry here (a sorted list is a heap); entries of
-        # pages taken since are stale and skipped when they reach the top.
-        self._lowest: list[int] = list(range(num_pages))
+        # Contiguous policy: every free page has at least one entry here (a sorted list is a
+        # heap); entries of pages taken since are stale and skipped when they reach the top.
+        self._lowest: list[int] = list(range(num_pages)) if policy == "contiguous" else []
         self._rng = random.Random(seed)
         self.seqs: dict[str, SeqKV] = {}
         self.device_table: DeviceBlockTable | None = None
