@@ -7,15 +7,15 @@ GPU work (docs/ARCHITECTURE.md §7.1): per-request `accept_tokens`, `KVCache._ne
 graph replay's staging. A tiny random-weights model keeps the compute small, so that
 bookkeeping shows on a CPU too.
 
-Per batch: prefill `--context` tokens per request, warm up, then time `--steps` calls of
-`EngineBackend.step_sync` over the whole batch (the serving path; with `--device cuda` the
-CUDA-graph runner unless `--eager`). The anchor is, on the eager path, `Transformer.forward_taps`
-+ argmax on one pre-packed batch of the same requests (their real contexts; writes go to the
-pool's scratch slot), and on the graph path one replay of the batch's captured graph. Reported
-(medians over the steps): step ms; model ms, the time inside the model's forward within each
-step (eager path only); anchor ms; host ms = step - model time of the same step (eager), or
-step - anchor (graphs: the replay is asynchronous, so the anchor stands for the GPU work);
-host us per request; step / anchor.
+Per batch: prefill `--context` (+ 0..page_size-1, staggered) tokens per request, warm up, then
+time `--steps` calls of `EngineBackend.step_sync` over the whole batch (the serving path; with
+`--device cuda` the CUDA-graph runner unless `--eager`). The anchor is, on the eager path,
+`Transformer.forward_taps` + argmax on one pre-packed batch of the same requests (their real
+contexts; writes go to the pool's scratch slot), and on the graph path one replay of the batch's
+captured graph. Reported (medians over the steps): step ms; model ms, the time inside the
+model's forward within each step (eager path only); anchor ms; host ms = step - model time of
+the same step (eager), or step - anchor (graphs: the replay is asynchronous, so the anchor
+stands for the GPU work); host us per request; step / anchor.
 `--profile N` runs the timed steps under cProfile and prints the N costliest functions (own time).
 
     PYTHONPATH=src .venv/bin/python bench/engine_step_python.py            # CPU, tiny model
@@ -138,9 +138,10 @@ def measure(backend, batch: int, args, profiler: cProfile.Profile | None) -> dic
     """Prefill `batch` requests, time the decode steps and the anchor; release them."""
     gen = torch.Generator().manual_seed(batch)
     vocab = backend.lm.config.vocab_size
-    prompts = [
-        torch.randint(1, vocab, (args.context,), generator=gen).tolist() for _ in range(batch)
-    ]
+    # Staggered lengths, as a server's requests are: each step some of them start a new KV page
+    # (equal lengths would put every page change into one step in page_size, which a median hides).
+    lengths = [args.context + i % args.page_size for i in range(batch)]
+    prompts = [torch.randint(1, vocab, (n,), generator=gen).tolist() for n in lengths]
     params = SamplingParams(max_tokens=args.warmup + args.steps + 2, ignore_eos=True)
     ids = [f"b{batch}-r{i}" for i in range(batch)]
     backend.prefill_many_sync([(rid, p, params) for rid, p in zip(ids, prompts, strict=True)])
