@@ -189,3 +189,42 @@ def test_commit_never_passes_the_allocated_rows():
     with pytest.raises(ValueError):
         kv.commit(seq, 2)
     assert kv.context_slots(seq).tolist() == kv.slot_ids(seq, 0, 2)
+
+
+def min_scan_page(kv: KVCache, seq) -> int:
+    """What the contiguous policy promises (and first did by scanning the free list): the page
+    after the request's last one when free, else the lowest free page."""
+    free = set(kv._free)
+    after = seq.pages[-1] + 1 if seq.pages else None
+    return after if after in free else min(free)
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_contiguous_hands_out_what_a_scan_of_the_free_list_would(page_size):
+    """The free list's lowest-page heap (stale entries, rebuilds) picks exactly the page a scan
+    picks, through interleaved growth, truncation and release of many requests."""
+    kv = cache(num_pages=96, page_size=page_size)
+    rng = __import__("random").Random(7)
+    live: list[str] = []
+    for i in range(600):
+        op = rng.random()
+        if op < 0.15 and len(live) < 8:
+            rid = f"r{i}"
+            kv.admit(rid, 10 * page_size)
+            live.append(rid)
+        elif op < 0.25 and live:
+            kv.release(live.pop(rng.randrange(len(live))))
+        elif live:
+            seq = kv.seqs[rng.choice(live)]
+            if rng.random() < 0.2 and seq.num_rows:
+                kv.truncate(seq, rng.randrange(seq.num_rows))
+            elif len(seq.pages) < seq.reserved_pages or seq.num_rows % page_size:
+                pages_before = len(seq.pages)
+                expected = min_scan_page(kv, seq) if seq.num_rows % page_size == 0 else None
+                kv.alloc_rows(seq, 1)
+                if expected is not None:
+                    assert len(seq.pages) == pages_before + 1 and seq.pages[-1] == expected
+            seq.context_len = seq.num_rows
+            assert kv.context_slots(seq).tolist() == kv.slot_ids(seq, 0, seq.num_rows)
+    assert kv.free_pages + sum(len(s.pages) for s in kv.seqs.values()) == kv.num_pages
+    assert len(kv._lowest) <= 2 * kv.num_pages

@@ -239,29 +239,39 @@ class EngineBackend:
     def accept_tokens(self, req: Request, tokens: list[int]) -> StepOutput:
         """Commit sampled tokens to a request, applying EOS, stop strings, max_tokens and the
         context limit; tokens after a finishing one are dropped. Speculative steps reuse this
-        with several tokens."""
+        with several tokens. Called per request per step, so it works on slices: the tokens
+        before the first EOS, capped by the room left; only stop strings need a per-token look
+        (each prefix is detokenized)."""
         out = StepOutput(request_id=req.request_id, tokens=[])
         if req.finished:
             out.finished, out.finish_reason = True, req.finish_reason
             return out
         p = req.params
-        eos = self.codec.eos_ids
-        for tok in tokens:
-            if tok in eos and not p.ignore_eos:
-                req.finished, req.finish_reason = True, "stop"
-                break
-            req.tokens.append(tok)
-            out.tokens.append(tok)
-            if p.stop and self._hits_stop(req):
-                req.finished, req.finish_reason = True, "stop"
-                break
-            if len(req.generated) >= p.max_tokens or len(req.tokens) >= self.max_context:
-                req.finished, req.finish_reason = True, "length"
-                break
+        # A token is appended, then the limits are checked: so at least one fits.
+        room = max(1, req.room(self.max_context))
+        eos = None if p.ignore_eos else self.codec.eos_ids
+        cut = next((i for i, tok in enumerate(tokens) if tok in eos), None) if eos else None
+        take = tokens[: min(room, len(tokens) if cut is None else cut)]
+        stopped = False
+        if p.stop:
+            for i, tok in enumerate(take):
+                req.tokens.append(tok)
+                if self._hits_stop(req):
+                    take, stopped = take[: i + 1], True
+                    break
+        else:
+            req.tokens.extend(take)
+        out.tokens = take
+        # Precedence as token by token: a stop string, then the limits, then the EOS after.
+        reason = "stop" if stopped else "length" if len(take) == room else None
+        if reason is None and cut is not None:
+            reason = "stop"
+        if reason is not None:
+            req.finished, req.finish_reason = True, reason
         out.finished, out.finish_reason = req.finished, req.finish_reason
         return out
 
     def _hits_stop(self, req: Request) -> bool:
         longest = max(len(s) for s in req.params.stop)
-        tail = self.codec.decode(req.generated[-(longest + 8) :])
+        tail = self.codec.decode(req.tokens[max(req.num_prompt, len(req.tokens) - longest - 8) :])
         return any(s and s in tail for s in req.params.stop)

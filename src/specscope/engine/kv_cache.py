@@ -8,6 +8,10 @@ Policies (the story's question is whether the second one slows attention down):
 - `contiguous`: a request's next page is the one right after its last page when free, else the
   lowest free page — a lone request gets one adjacent run of slots;
 - `scattered`: the next page is drawn at random from the free list — fragmentation on purpose.
+Both hand out a page in O(1) / O(log pages), never a scan of the free pages: the free list is a
+swap-remove array with an index (a random pick, a named take), and the lowest free page comes
+off a min-heap whose stale entries (pages taken by another path) are dropped as they surface;
+at batch 256 a scan per new page was milliseconds of the engine thread's step (§7.1).
 
 Admission control instead of mid-generation failure: `admit` reserves the pages a request can
 ever need (prompt + max_tokens + speculation headroom) and raises `BackendError` (503) when the
@@ -26,11 +30,13 @@ stale, and `sync_device_table` writes only those entries before the next forward
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from specscope.backend import BackendError
@@ -105,6 +111,9 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=self.device)
         self._free: list[int] = list(range(num_pages))
         self._where: dict[int, int] = {p: i for i, p in enumerate(self._free)}
+        # Contiguous policy: every free page has at least one entry here (a sorted list is a
+        # heap); entries of pages taken since are stale and skipped when they reach the top.
+        self._lowest: list[int] = list(range(num_pages)) if policy == "contiguous" else []
         self._rng = random.Random(seed)
         self.seqs: dict[str, SeqKV] = {}
         self.device_table: DeviceBlockTable | None = None
@@ -144,14 +153,30 @@ class KVCache:
         seq = self.seqs.pop(request_id, None)
         if seq is None:
             return
-        for p in seq.pages:
-            self._where[p] = len(self._free)
-            self._free.append(p)
+        self._give(seq.pages)
         seq.pages.clear()
         if self.device_table is not None and seq.table_row:
             self.device_table.give_row(seq.table_row)
 
     # -- page allocation --------------------------------------------------------------------
+    def _give(self, pages: list[int]) -> None:
+        """Put pages back on the free list (and the lowest-page heap)."""
+        for p in pages:
+            self._where[p] = len(self._free)
+            self._free.append(p)
+            if self.policy == "contiguous":  # the only policy that asks for the lowest page
+                heapq.heappush(self._lowest, p)
+        if len(self._lowest) > 2 * self.num_pages:  # mostly stale entries: rebuild (amortized)
+            self._lowest = sorted(self._free)
+
+    def _take_lowest(self) -> int:
+        """The lowest free page (what `min(free)` would give), off the heap."""
+        heap = self._lowest
+        while True:
+            page = heapq.heappop(heap)
+            if page in self._where:
+                return self._take(page)
+
     def _take(self, page: int) -> int:
         i = self._where.pop(page)
         last = self._free.pop()
@@ -174,15 +199,26 @@ class KVCache:
         after = seq.pages[-1] + 1 if seq.pages else None
         if after is not None and after in self._where:
             return self._take(after)
-        return self._take(min(self._free))
+        return self._take_lowest()
 
     def slot_ids(self, seq: SeqKV, start: int, stop: int) -> list[int]:
         """Pool slots of rows start..stop-1, computed on the host (O(rows), no device work)."""
         ps, pages = self.page_size, seq.pages
+        if stop - start == 1:  # a decode step's one row: no comprehension
+            return [pages[start // ps] * ps + start % ps]
         return [pages[r // ps] * ps + r % ps for r in range(start, stop)]
 
     def _slots_of_rows(self, seq: SeqKV, start: int, stop: int) -> torch.Tensor:
-        return torch.tensor(self.slot_ids(seq, start, stop), dtype=torch.long, device=self.device)
+        """`slot_ids` as a long tensor, computed page-wise in numpy: a whole context per request
+        per eager step is too many rows for a Python loop."""
+        if stop <= start:
+            return torch.empty(0, dtype=torch.long, device=self.device)
+        ps = self.page_size
+        first, last = start // ps, (stop - 1) // ps + 1
+        pages = np.asarray(seq.pages[first:last], dtype=np.int64)
+        slots = (pages[:, None] * ps + np.arange(ps, dtype=np.int64)).reshape(-1)
+        rows = slots[start - first * ps : stop - first * ps]
+        return torch.from_numpy(rows).to(self.device)
 
     # -- the per-request operations ---------------------------------------------------------
     def alloc_rows(self, seq: SeqKV, n: int) -> list[int]:
@@ -234,9 +270,7 @@ class KVCache:
             raise ValueError(f"cannot truncate {seq.num_rows} rows to {num_rows}")
         seq.num_rows = num_rows
         keep = self.pages_for(num_rows)
-        for p in seq.pages[keep:]:
-            self._where[p] = len(self._free)
-            self._free.append(p)
+        self._give(seq.pages[keep:])
         del seq.pages[keep:]
         seq.table_synced = min(seq.table_synced, keep)
 

@@ -27,6 +27,11 @@ class Request:
     def generated(self) -> list[int]:
         return self.tokens[self.num_prompt :]
 
+    @property
+    def num_generated(self) -> int:
+        """len(generated) without copying the list (read per request per step)."""
+        return len(self.tokens) - self.num_prompt
+
     def room(self, max_context: int) -> int:
         """Tokens this request may still emit (max_tokens and the context limit)."""
-        return min(self.params.max_tokens - len(self.generated), max_context - len(self.tokens))
+        return min(self.params.max_tokens - self.num_generated, max_context - len(self.tokens))
