@@ -305,7 +305,9 @@ def _swept(server_info, *, spec_on, commit, step_s, tps) -> Facts:
     import dataclasses
 
     points = tuple(zip((1, 4), tps, step_s, strict=True))
-    conc = Concurrency(points, {c: [t] * 4 for c, t, _ in points}, dict(zip((1, 4), commit)))
+    conc = Concurrency(
+        points, {c: [t] * 4 for c, t, _ in points}, dict(zip((1, 4), commit, strict=True))
+    )
     return dataclasses.replace(_facts(server_info, spec_on=spec_on), concurrency=conc)
 
 
@@ -353,3 +355,22 @@ def test_a_batch_that_commits_as_much_is_not_acceptance(commit):
     assert ("acceptance_concurrency" in ruled) == (commit[1] > 2.0)
     assert "host_per_token" not in ruled
     assert found.cause == ("host_per_token" if commit[1] > 2.0 else None)
+
+
+@pytest.mark.parametrize(
+    ("commit", "step_s", "tps", "cause"),
+    [
+        # batch-accept on this CPU (draft-budget=4, live 2026-12-04): commit length's fall is 53%
+        # of the slowdown, beside a batch of four's own cost
+        ((2.80, 1.67), (0.1089, 0.1729), (25.7, 9.7), "acceptance_concurrency"),
+        # clean-load, the same server without the fault: commit length holds, the CPU's batch
+        # cost is left with no cause on the list (no graphs, no drift)
+        ((2.79, 2.79), (0.1083, 0.1842), (26.2, 15.3), None),
+    ],
+)
+def test_the_cpu_load_rows_sweeps(commit, step_s, tps, cause):
+    f = _swept(ENGINE_CPU, spec_on=True, commit=commit, step_s=step_s, tps=tps)
+    drift = () if cause is None else ("step_time_drift",)  # the fault's run had one, no cause
+    found = _one("batching_interference", f, *drift)
+    assert found.cause == cause
+    assert found.candidates == ([cause] if cause else [])

@@ -268,7 +268,7 @@ CARDS: tuple[RuleCard, ...] = (
             {
                 "per-request tps ratio": 0.8,
                 "commit length holds within": 0.10,
-                "commit share of the fall": 0.6,
+                "commit share of the fall, above": 0.5,
             }
         ),
     ),

@@ -262,10 +262,13 @@ def _coalescing(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
 
 # The batching test's separation (cards: batching_interference): commit length at the highest
 # concurrency within this share of concurrency 1's holds (acceptance not in question); a fall in
-# commit length that makes at least this share of the per-request slowdown (in logs, beside the
-# step's growth) is a fall in acceptance, not in what a step costs.
+# commit length that makes more than this share of the per-request slowdown (in logs, beside the
+# step's growth) is mostly a fall in acceptance, not in what a step costs. Half, not more: on
+# the CPU a batch of four costs ~1.6x a step whatever it drafts (clean n-gram server, 108 -> 184
+# ms), so a drafter that loses 40% of its tokens a step in a batch makes 53% of the slowdown
+# there (the batch-accept row, docs/faults.md); on the H200 the step barely grows.
 COMMIT_HOLDS = BY_ID["batching_interference"].thresholds["commit length holds within"]
-ACCEPTANCE_SHARE = BY_ID["batching_interference"].thresholds["commit share of the fall"]
+ACCEPTANCE_SHARE = BY_ID["batching_interference"].thresholds["commit share of the fall, above"]
 
 
 def _batch_split(f: Facts) -> tuple[str, float, float] | None:
@@ -299,7 +302,7 @@ def _batching(f: Facts, found: Mapping[str, Finding], __: str) -> Excluded:
         out[C.acceptance_concurrency] = "speculation is off: a step commits one token at any batch"
     elif split is not None and split[1] >= 1 - COMMIT_HOLDS:
         out[C.acceptance_concurrency] = f"commit length holds with concurrency ({split[0]})"
-    if split is not None and split[2] >= ACCEPTANCE_SHARE:
+    if split is not None and split[2] > ACCEPTANCE_SHARE:
         why = (
             f"the slowdown is in the tokens a step commits ({split[2]:.0%} of it: {split[0]}), "
             "not in what a step costs"
