@@ -388,6 +388,38 @@ def test_recorded_h200_runs_keep_their_verdicts(tmp_path, recorded, null_rows):
         assert tops["window"] == "draft_window"
 
 
+@pytest.mark.slow
+def test_recorded_cpu_load_runs_keep_their_verdicts(tmp_path):
+    """The load rows' live CPU runs (bench/results/fault_matrix_cpu_load_runs.tar.xz, 2026-12-04:
+    batch-accept #0 at 561645f, the rest at 9009701), re-analysed: the budget drafter named in
+    all three (#0 was wrong live, its commit length's fall 53% of the slowdown under the 60%
+    first chosen; the separation's share is "more than half" since), graph-off held null (no
+    CUDA graphs on the CPU), the control never blamed on a load fault. A regression guard:
+    the share was set after seeing run #0."""
+    out = tmp_path / "reanalysed.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "fault_matrix_reanalyze.py"),
+            str(ROOT / "bench" / "results" / "fault_matrix_cpu_load_runs.tar.xz"),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    obj = json.loads(out.read_text())
+    wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
+    assert obj["total"] == 8 and not wrong, (wrong, done.stdout)
+    tops = [o["top_cause"] for o in obj["outcomes"] if o["row"] == "batch-accept"]
+    assert tops == ["acceptance_concurrency"] * 3
+    assert {o["row"] for o in obj["outcomes"] if o["null_reason"]} == {"graph-off"}
+
+
 def test_reanalysis_of_a_missing_file_is_one_line(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fault_matrix_reanalyze.py"), str(tmp_path / "x")],
