@@ -12,6 +12,10 @@ no fault's cause on the clean rows, on this CPU and on the H200.
     .venv/bin/python bench/fault_matrix.py [--device cpu|cuda] [--faults a,b] [--repeats N]
         [--out FILE.json [--resume]] [--budget-s S] [--timeout S] [--dry-run]
         [--prompt-tokens P] [--max-tokens N] [--host-us US] [--window W] [--workload W]
+        [--concurrency LEVELS] [--graph-batch B]
+
+The load rows (`clean-load`, `graph-off`, `batch-accept`: validation.faults.Row.load) show only
+with several requests in flight: their diagnose adds `--concurrency LEVELS` (the size's, 1,4).
 
 `--workload W` tries the rows on another workload (e.g. the window row on `prose-edit`, whose
 answer copies the prompt from its start): a row's null figure was measured on its own workload,
@@ -51,6 +55,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, help="override the device's generation length")
     ap.add_argument("--host-us", type=float, help="override host-per-token=US")
     ap.add_argument("--window", type=int, help="override --draft-window W")
+    ap.add_argument("--concurrency", help="override the load rows' levels, e.g. 1,2,4")
+    ap.add_argument("--graph-batch", type=int, help="override graph-off-above=B")
     ap.add_argument("--workload", help="run every selected row on this workload instead")
     ap.add_argument("--work-dir", type=Path, help="server logs and run dirs (default: a temp dir)")
     ap.add_argument(
@@ -76,6 +82,8 @@ def _size(args: argparse.Namespace) -> fm.Size:
         "max_tokens": args.max_tokens,
         "host_us": args.host_us,
         "window": args.window,
+        "concurrency": args.concurrency,
+        "graph_batch": args.graph_batch,
     }
     return dataclasses.replace(size, **{k: v for k, v in given.items() if v is not None})
 

@@ -286,3 +286,91 @@ def test_a_cliff_on_a_drafter_the_server_says_has_no_window_is_the_text():
     assert unstated.cause is None and unstated.candidates == ["draft_window", "drafter_quality"]
     stated = _one("draft_window", _facts({"speculative_draft_window_size": 1024, **ENGINE_CPU}))
     assert stated.cause == "draft_window"
+
+
+# --- batching_interference: commit length and step time by concurrency ------------------------
+GRAPHS_UP_TO_2 = {
+    "page_size": 16,
+    "backend": {
+        "device": "cuda",
+        "fast_path": "CUDA graphs up to batch 2, eager forward above",
+        "graph_max_batch": 2,
+    },
+}
+
+
+def _swept(server_info, *, spec_on, commit, step_s, tps) -> Facts:
+    """Facts with a concurrency sweep at 1 and 4: commit length, step time and per-request tps
+    at each level (lowest level first)."""
+    import dataclasses
+
+    points = tuple(zip((1, 4), tps, step_s, strict=True))
+    conc = Concurrency(
+        points, {c: [t] * 4 for c, t, _ in points}, dict(zip((1, 4), commit, strict=True))
+    )
+    return dataclasses.replace(_facts(server_info, spec_on=spec_on), concurrency=conc)
+
+
+def test_a_step_cost_cliff_above_the_stated_graph_batch_is_graph_mode():
+    """Plain decoding (one token a step at any batch), steps 8x dearer at concurrency 4 on a
+    server whose graphs stop at batch 2: the graphs, acceptance and host work ruled out."""
+    f = _swept(
+        GRAPHS_UP_TO_2, spec_on=False, commit=(1.0, 1.0), step_s=(0.0014, 0.011), tps=(700, 90)
+    )
+    found = _one("batching_interference", f)
+    assert found.cause == "graph_mode"
+    assert {r.id for r in found.ruled_out} == {"acceptance_concurrency", "host_per_token"}
+
+
+def test_graphs_that_cover_every_batch_sent_are_not_in_question():
+    covered = {**GRAPHS_UP_TO_2, "backend": {**GRAPHS_UP_TO_2["backend"], "graph_max_batch": 8}}
+    f = _swept(covered, spec_on=False, commit=(1.0, 1.0), step_s=(0.0014, 0.011), tps=(700, 90))
+    found = _one("batching_interference", f)
+    assert found.cause is None and "graph_mode" in {r.id for r in found.ruled_out}
+    # without a sweep nothing ran above batch 2: the stated graphs hold for the whole run
+    assert "graph_mode" in {
+        r.id for r in _one("speculation_overhead", _facts(GRAPHS_UP_TO_2)).ruled_out
+    }
+
+
+def test_a_batch_that_commits_fewer_tokens_a_step_is_acceptance_concurrency():
+    """2.5 -> 1.2 tokens a step while a step costs 20% more: the slowdown is in acceptance
+    (80% of it), so the step's cost (host work, graphs) is ruled out, a drift or not."""
+    f = _swept(ENGINE_CPU, spec_on=True, commit=(2.5, 1.2), step_s=(0.10, 0.12), tps=(25, 10))
+    found = _one("batching_interference", f, "step_time_drift")
+    assert found.cause == "acceptance_concurrency"
+    assert "tokens a step commits" in next(
+        r.reason for r in found.ruled_out if r.id == "host_per_token"
+    )
+
+
+@pytest.mark.parametrize("commit", [(2.5, 2.4), (2.5, 1.2)])
+def test_a_batch_that_commits_as_much_is_not_acceptance(commit):
+    """Commit length within 10% from 1 to 4: acceptance ruled out, the steps' own cost left
+    (on CPU with a drift: host work). A fall of commit length that is a small share of a large
+    step-cost growth leaves acceptance in question and rules no step cost out by itself."""
+    f = _swept(ENGINE_CPU, spec_on=True, commit=commit, step_s=(0.05, 0.40), tps=(50, 5))
+    found = _one("batching_interference", f, "step_time_drift")
+    ruled = {r.id for r in found.ruled_out}
+    assert ("acceptance_concurrency" in ruled) == (commit[1] > 2.0)
+    assert "host_per_token" not in ruled
+    assert found.cause == ("host_per_token" if commit[1] > 2.0 else None)
+
+
+@pytest.mark.parametrize(
+    ("commit", "step_s", "tps", "cause"),
+    [
+        # batch-accept on this CPU (draft-budget=4, live 2026-12-04): commit length's fall is 53%
+        # of the slowdown, beside a batch of four's own cost
+        ((2.80, 1.67), (0.1089, 0.1729), (25.7, 9.7), "acceptance_concurrency"),
+        # clean-load, the same server without the fault: commit length holds, the CPU's batch
+        # cost is left with no cause on the list (no graphs, no drift)
+        ((2.79, 2.79), (0.1083, 0.1842), (26.2, 15.3), None),
+    ],
+)
+def test_the_cpu_load_rows_sweeps(commit, step_s, tps, cause):
+    f = _swept(ENGINE_CPU, spec_on=True, commit=commit, step_s=step_s, tps=tps)
+    drift = () if cause is None else ("step_time_drift",)  # the fault's run had one, no cause
+    found = _one("batching_interference", f, *drift)
+    assert found.cause == cause
+    assert found.candidates == ([cause] if cause else [])

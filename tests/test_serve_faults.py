@@ -82,7 +82,11 @@ def test_host_per_token_costs_about_its_time_at_any_text_length():
     ("args", "words"),
     [(["--fault", "no-such"], "no such fault"),
      (["--fault", "host-per-token=x"], "µs per token"),
-     (["--fault", "spec-no-accept"], "use --backend engine")],
+     (["--fault", "spec-no-accept"], "use --backend engine"),
+     (["--backend", "engine", "--fault", "graph-off-above"], "graph-off-above=N needs a batch size"),
+     (["--backend", "engine", "--fault", "graph-off-above=0"], "a batch size >= 1, got '0'"),
+     (["--backend", "engine", "--fault", "draft-budget=two"], "drafted tokens per step >= 1"),
+     (["--backend", "engine", "--fault", "prompt-only-ngram=3"], "takes no value")],
 )  # fmt: skip
 def test_bad_fault_flags_are_one_line_usage_errors(args, words):
     from typer.testing import CliRunner

@@ -12,14 +12,14 @@ from typing import Annotated, Any
 import typer
 
 from specscope.commands.common import err_console, fail_usage
-from specscope.engine.speculative.faults import FAULT_HELP
+from specscope.engine.faults import ENGINE_FAULT_HELP, parse_engine_faults
 from specscope.report.notices import render_listening
 from specscope.serve.faults import HOST_FAULTS, FaultError, HostFaults, parse_host_faults
 
 DEFAULT_SCENARIO = "seed-regression"
 FAULTS_HELP = (
     "A known fault to check a diagnosis against (repeatable; docs/faults.md): "
-    + "; ".join(f"{name}: {what}" for name, what in {**HOST_FAULTS, **FAULT_HELP}.items())
+    + "; ".join(f"{name}: {what}" for name, what in {**HOST_FAULTS, **ENGINE_FAULT_HELP}.items())
 )
 
 
@@ -29,13 +29,16 @@ def _faults(specs: list[str], backend: str) -> tuple[HostFaults, tuple[str, ...]
         host, rest = parse_host_faults(specs)
     except FaultError as exc:
         fail_usage(str(exc))
-    unknown = [r for r in rest if r.partition("=")[0] not in FAULT_HELP]
+    unknown = [r for r in rest if r.partition("=")[0] not in ENGINE_FAULT_HELP]
     if unknown:
-        fail_usage(
-            f"--fault {unknown[0]}: no such fault (known: {', '.join([*HOST_FAULTS, *FAULT_HELP])})"
-        )
+        known = ", ".join([*HOST_FAULTS, *ENGINE_FAULT_HELP])
+        fail_usage(f"--fault {unknown[0]}: no such fault (known: {known})")
     if rest and backend != "engine":
-        fail_usage(f"--fault {rest[0]} is a fault of the engine's drafter: use --backend engine")
+        fail_usage(f"--fault {rest[0]} is a fault of the engine: use --backend engine")
+    try:  # a bad value is one line here, before a model is loaded
+        parse_engine_faults(rest)
+    except ValueError as exc:
+        fail_usage(str(exc))
     return host, tuple(rest)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from specscope.engine.backend import EngineBackend
+from specscope.engine.faults import EagerAbove
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model
 from specscope.engine.options import EngineOptions
@@ -72,7 +73,9 @@ def assemble(
             if warmup:
                 graph_runner.warmup()
             runner = graph_runner
-    return EngineBackend(
+            if opts.graph_off_above is not None:
+                runner = EagerAbove(graph_runner, graph_runner.eager, opts.graph_off_above)
+    backend = EngineBackend(
         loaded,
         kv,
         stepper,
@@ -80,3 +83,28 @@ def assemble(
         max_batch=opts.max_batch,
         seed=opts.seed,
     )
+    backend.info.extra.update(graph_statement(runner, opts))
+    return backend
+
+
+def graph_statement(runner: Runner | None, opts: EngineOptions) -> dict[str, Any]:
+    """What the server states about its CUDA graphs beside `fast_path` (the runner's class):
+    the largest batch they cover (`graph_max_batch`), so that a diagnosis does not take graphs
+    that stop below the running batch for graphs on every step (causes._graph_mode), and the
+    engine's faults as given (`engine_faults`: the record of a seeded run; no rule reads it).
+    On CPU there are no graphs, and `graph-off-above` is stated as having nothing to act on."""
+    out: dict[str, Any] = {}
+    faults = [*(opts.speculation.faults if opts.speculation else ())]
+    if opts.graph_off_above is not None:
+        faults.insert(0, f"graph-off-above={opts.graph_off_above}")
+    if isinstance(runner, EagerAbove):
+        cover = min(runner.max_graph_batch, runner.fast.buckets[-1])  # type: ignore[attr-defined]
+        out["graph_max_batch"] = cover
+        out["fast_path"] = f"CUDA graphs up to batch {cover}, eager forward above"
+    elif runner is not None:  # the graph runner: every batch up to its largest bucket
+        out["graph_max_batch"] = runner.buckets[-1]  # type: ignore[attr-defined]
+    elif opts.graph_off_above is not None:
+        faults[0] += " (no CUDA graphs on this device: no effect)"
+    if faults:
+        out["engine_faults"] = ", ".join(faults)
+    return out

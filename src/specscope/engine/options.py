@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specscope.engine.speculative.faults import FAULT_HELP
+from specscope.engine.faults import parse_engine_faults
+from specscope.engine.speculative.faults import check_drafter_faults
 
 DEVICES = ("cpu", "cuda")
 KV_POLICIES = ("contiguous", "scattered")
@@ -44,9 +45,7 @@ class SpeculationOptions:
             raise ValueError(f"tree_kv must be one of {TREE_KV_MODES}, got {self.tree_kv!r}")
         if self.num_draft_tokens < 1 or self.budget < 1:
             raise ValueError("num_draft_tokens and budget must be >= 1")
-        unknown = [f for f in self.faults if f not in FAULT_HELP]
-        if unknown:
-            raise ValueError(f"unknown engine fault(s) {unknown} (known: {list(FAULT_HELP)})")
+        check_drafter_faults(self.faults)
         if not (
             self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:", "dflash:"))
         ):
@@ -77,6 +76,8 @@ class EngineOptions:
     torch_compile: bool = True  # fuse the token-wise layer parts (the graphs work without it)
     single_token_gemv: bool = True  # batch-1 decode: fused multiply-reduce instead of cuBLAS
     speculation: SpeculationOptions | None = None
+    # the `graph-off-above=B` fault (engine/faults.py): batches above B leave the CUDA graphs
+    graph_off_above: int | None = None
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -85,11 +86,21 @@ class EngineOptions:
             raise ValueError(f"kv_alloc must be one of {KV_POLICIES}, got {self.kv_alloc!r}")
         if self.page_size < 1 or self.max_batch < 1:
             raise ValueError("page_size and max_batch must be >= 1")
+        if self.graph_off_above is not None and self.graph_off_above < 1:
+            raise ValueError(f"graph_off_above must be >= 1, got {self.graph_off_above}")
 
     @classmethod
     def from_flags(cls, **flags: Any) -> EngineOptions:
         """Options from flat keyword flags (the CLI's names; speculation ones included).
-        `drafter` absent or "none" means no speculation. Unknown names raise ValueError."""
+        `drafter` absent or "none" means no speculation. `faults` holds every engine fault
+        (`NAME[=VALUE]`): the runner's become options here, the drafter's stay with the
+        speculation options. Unknown names raise ValueError."""
+        flags = dict(flags)
+        if flags.get("faults"):
+            parsed = parse_engine_faults(flags["faults"])
+            flags["faults"] = parsed.drafter or None
+            if parsed.graph_off_above is not None:
+                flags["graph_off_above"] = parsed.graph_off_above
         engine_names = {f.name for f in fields(cls)} - {"speculation"}
         spec_names = {f.name for f in fields(SpeculationOptions)}
         unknown = set(flags) - engine_names - spec_names

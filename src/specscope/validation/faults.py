@@ -55,6 +55,8 @@ FAULT_CAUSES = _causes(
     Cause.draft_window,
     Cause.stream_coalescing,
     Cause.kv_layout,
+    Cause.graph_mode,
+    Cause.acceptance_concurrency,
 )
 # What a clean plain server may be blamed on: nothing, or attention growing with context.
 CLEAN_PLAIN = _causes(None, Cause.attention_context)
@@ -64,10 +66,12 @@ CLEAN_PLAIN = _causes(None, Cause.attention_context)
 class Row:
     """One seeded fault (or a clean control): the server's flags, the prompts, what is right.
 
-    `serve` may hold `{host_us}` and `{window}`, filled from the device's `Size`. Right means
-    the top cause is in `expected`, or (`negate`) is not in it; with `every_finding`, every
-    finding's cause must also be in `expected` (a clean row may not be blamed on anything else,
-    even below the top)."""
+    `serve` may hold `{host_us}`, `{window}` and `{graph_batch}`, filled from the device's
+    `Size`. Right means the top cause is in `expected`, or (`negate`) is not in it; with
+    `every_finding`, every finding's cause must also be in `expected` (a clean row may not be
+    blamed on anything else, even below the top). `load`: the fault shows only with several
+    requests in flight, so diagnose adds a concurrency sweep (`--concurrency`, the size's
+    levels) as a user diagnosing a server under load would."""
 
     name: str
     serve: tuple[str, ...]
@@ -77,6 +81,7 @@ class Row:
     every_finding: bool = False
     clean: bool = False
     note: str = ""
+    load: bool = False
 
 
 ROWS: tuple[Row, ...] = (
@@ -145,6 +150,35 @@ ROWS: tuple[Row, ...] = (
         note="kv_layout where its cost shows above the machine's noise, else the clean plain "
         "diagnosis (docs/faults.md): the table says which held",
     ),
+    Row(
+        "clean-load",
+        ("--drafter", "ngram", "--num-draft-tokens", "4"),
+        "code-edit",
+        FAULT_CAUSES,
+        negate=True,
+        clean=True,
+        load=True,
+        note="the load rows' control: the n-gram server under the same concurrency sweep, "
+        "top cause none of the seeded faults' causes",
+    ),
+    Row(
+        "graph-off",
+        ("--drafter", "none", "--fault", "graph-off-above={graph_batch}"),
+        "long-writing",
+        _causes(Cause.graph_mode),
+        load=True,
+        note="steps of batches above the size's graph_batch run eager; the sweep's highest "
+        "level lies above it",
+    ),
+    Row(
+        "batch-accept",
+        ("--drafter", "ngram", "--num-draft-tokens", "4", "--fault", "draft-budget=4"),
+        "code-edit",
+        _causes(Cause.acceptance_concurrency),
+        load=True,
+        note="4 drafted tokens a step shared by the batch: whole drafts alone, one token each "
+        "at concurrency 4",
+    ),
 )
 ROWS_BY_NAME = {r.name: r for r in ROWS}
 
@@ -185,6 +219,10 @@ class Size:
     window: int  # --draft-window W
     precision: float | None = None
     repeat: int | None = None
+    # the load rows' concurrency sweep (diagnose --concurrency), and the batch above which the
+    # graph-off row's steps leave the CUDA graphs: below the sweep's highest level
+    concurrency: str = "1,4"
+    graph_batch: int = 2
     # rows whose fault costs less than the machine's noise here (measured: the figure is the
     # reason): a right diagnosis of them is the clean plain one
     null_rows: dict[str, str] = field(default_factory=dict)
@@ -205,6 +243,11 @@ LOOPING_CPU = (
     "SmolLM2-135M loops from about token 27 on the code-edit prompts at 192 -> 256 tokens (every "
     "main generation of the first matrix pass, --no-ignore-eos or not; headline_loops): the "
     "acceptance shape along a generation cannot be read from loops"
+)
+
+NO_GRAPHS_CPU = (
+    "the CPU runs every step on the eager forward (no CUDA graphs): graph-off-above is accepted "
+    "and changes nothing, and the server states it (engine_faults, no graph_max_batch)"
 )
 
 # Rows once run on a workload where their fault had nothing to act on, measured null there:
@@ -263,6 +306,7 @@ SIZES: dict[str, Size] = {
             "detokenizer at token 256 (bench/detok_cost.py), tens of microseconds: under 0.1% "
             "of a ~75 ms CPU step, below the noise",
             "position": LOOPING_CPU,
+            "graph-off": NO_GRAPHS_CPU,
         },
     ),
 }
@@ -298,7 +342,8 @@ def window_gap(size: Size) -> tuple[int, int] | None:
 
 def serve_argv(row: Row, size: Size, device: str, log_file: Path | None = None) -> list[str]:
     """`specscope serve` for one row: the engine on a free loopback port, the row's flags."""
-    flags = [f.format(host_us=f"{size.host_us:g}", window=size.window) for f in row.serve]
+    fill = {"host_us": f"{size.host_us:g}", "window": size.window, "graph_batch": size.graph_batch}
+    flags = [f.format(**fill) for f in row.serve]
     argv = [*SPECSCOPE, "serve", "--backend", "engine", "--device", device, "--port", "0"]
     argv += flags
     if log_file is not None:
@@ -320,6 +365,7 @@ def diagnose_argv(row: Row, size: Size, url: str, run_dir: Path) -> list[str]:
         "--out",
         str(run_dir),
         *size.diagnose_flags(),
+        *(["--concurrency", size.concurrency] if row.load else []),
     ]
 
 
@@ -609,6 +655,7 @@ def outcomes_json(
                 "expected": sorted(r.expected, key=lambda c: c or ""),
                 "negate": r.negate,
                 "every_finding": r.every_finding,
+                "load": r.load,
             }
             for r in ROWS
             if any(o.row == r.name for o in outcomes)

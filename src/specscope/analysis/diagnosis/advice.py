@@ -165,6 +165,14 @@ def graph_mode(flavor: str | None = None) -> str:
     )
 
 
+def acceptance_concurrency(flavor: str | None = None) -> str:
+    return (
+        "a batch commits fewer tokens a step than a request alone: check what limits drafts "
+        "per step as the batch grows (a per-step token budget that cuts speculative tokens, "
+        "draft length lowered by batch size) and size it for the deployment's concurrency"
+    )
+
+
 def drafter_quality(flavor: str | None = None) -> str:
     return (
         "the drafter guesses this text poorly: compare commit length by prompt category "
@@ -181,6 +189,7 @@ def for_cause(cause: str, flavor: str | None = None) -> str | None:
         "kv_layout": kv_layout,
         "client": client,
         "graph_mode": graph_mode,
+        "acceptance_concurrency": acceptance_concurrency,
         "attention_context": context_scaling,
         "acceptance_position": acceptance_decay,
         "drafter_quality": drafter_quality,

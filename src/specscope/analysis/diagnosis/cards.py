@@ -264,7 +264,13 @@ CARDS: tuple[RuleCard, ...] = (
         separates="commit length and step time by concurrency; the server's step timings "
         "against the client's",
         next=advice.batching_interference,
-        thresholds=MappingProxyType({"per-request tps ratio": 0.8}),
+        thresholds=MappingProxyType(
+            {
+                "per-request tps ratio": 0.8,
+                "commit length holds within": 0.10,
+                "commit share of the fall, above": 0.5,
+            }
+        ),
     ),
     RuleCard(
         id="draft_coverage",

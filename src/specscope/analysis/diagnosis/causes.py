@@ -13,6 +13,7 @@ Pure: reads Facts and the findings, no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -186,14 +187,31 @@ def _window(f: Facts, found: Mapping[str, Finding], method: str) -> Excluded:
 
 
 def _graph_mode(f: Facts) -> str | None:
-    """Why CUDA graphs are not in question, from the server's statement (or None)."""
+    """Why CUDA graphs are not in question, from the server's statement (or None). A server
+    that states the largest batch its graphs cover (`graph_max_batch`) is held to it: graphs
+    that stop below a batch this run sent are in question however the fast path is named."""
     backend = _backend(f)
     if backend.get("device") == "cpu":
         return "the server runs on CPU (no CUDA graphs)"
+    cover = backend.get("graph_max_batch")
+    if isinstance(cover, int) and not isinstance(cover, bool):
+        top = _largest_batch(f)
+        if top > cover:
+            return None
+        return (
+            f"the server states CUDA graphs for batches of up to {cover} requests, and this run "
+            f"had at most {top} in flight"
+        )
     fast = str(backend.get("fast_path") or "")
     if "graph" in fast.lower():
         return f"the server states its decode steps run on captured CUDA graphs ({fast})"
     return None
+
+
+def _largest_batch(f: Facts) -> int:
+    """The most requests this run had in flight at once: its highest concurrency level (the
+    plan's other requests run one at a time)."""
+    return max((c for c, _, _ in f.concurrency.points), default=1)
 
 
 def _never_accepted(f: Facts) -> str | None:
@@ -242,10 +260,60 @@ def _coalescing(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
     return {}
 
 
-def _batching(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
+# The batching test's separation (cards: batching_interference): commit length at the highest
+# concurrency within this share of concurrency 1's holds (acceptance not in question); a fall in
+# commit length that makes more than this share of the per-request slowdown (in logs, beside the
+# step's growth) is mostly a fall in acceptance, not in what a step costs. Half, not more: on
+# the CPU a batch of four costs ~1.6x a step whatever it drafts (clean n-gram server, 108 -> 184
+# ms), so a drafter that loses 40% of its tokens a step in a batch makes 53% of the slowdown
+# there (the batch-accept row, docs/faults.md); on the H200 the step barely grows.
+COMMIT_HOLDS = BY_ID["batching_interference"].thresholds["commit length holds within"]
+ACCEPTANCE_SHARE = BY_ID["batching_interference"].thresholds["commit share of the fall, above"]
+
+
+def _batch_split(f: Facts) -> tuple[str, float, float] | None:
+    """(what the sweep shows, commit ratio highest / lowest level, the commit's share of the
+    slowdown) from the concurrency sweep's lowest and highest levels, or None without both."""
+    pts = sorted(f.concurrency.points)
+    if len(pts) < 2:
+        return None
+    (c1, _, s1), (cn, _, sn) = pts[0], pts[-1]
+    l1, ln = f.concurrency.commit.get(c1), f.concurrency.commit.get(cn)
+    if not (l1 and ln and s1 and sn):
+        return None
+    fall, growth = math.log(l1 / ln), max(0.0, math.log(sn / s1))
+    share = fall / (fall + growth) if fall > 0 else 0.0
+    shows = (
+        f"{l1:.2f} -> {ln:.2f} tokens a step and {_ms(s1)} -> {_ms(sn)} a step from "
+        f"concurrency {c1} to {cn}"
+    )
+    return shows, ln / l1, share
+
+
+def _batching(f: Facts, found: Mapping[str, Finding], __: str) -> Excluded:
+    """Commit length and step time by concurrency (the card's separating experiment): a batch
+    that commits as much a step rules acceptance out; one whose slowdown is mostly fewer tokens
+    a step rules the step's cost (graphs, host work) out."""
     out: Excluded = {}
     if why := _graph_mode(f):
         out[C.graph_mode] = why
+    split = _batch_split(f)
+    if f.speculation.off:
+        out[C.acceptance_concurrency] = "speculation is off: a step commits one token at any batch"
+    elif split is not None and split[1] >= 1 - COMMIT_HOLDS:
+        out[C.acceptance_concurrency] = f"commit length holds with concurrency ({split[0]})"
+    if split is not None and split[2] > ACCEPTANCE_SHARE:
+        why = (
+            f"the slowdown is in the tokens a step commits ({split[2]:.0%} of it: {split[0]}), "
+            "not in what a step costs"
+        )
+        out.setdefault(C.graph_mode, why)
+        out[C.host_per_token] = why
+    elif "step_time_drift" not in found:
+        out[C.host_per_token] = (
+            "step time does not drift along the generation: no host work that grows with the "
+            "output, which every request of a batch would add to the step"
+        )
     return out
 
 

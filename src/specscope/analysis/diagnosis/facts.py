@@ -342,6 +342,22 @@ def concurrency_points(
     return tuple(out)
 
 
+def concurrency_commit(m: Measured, levels: list[int]) -> dict[int, float]:
+    """Mean tokens committed per reliable step at each sweep level: what separates a batch
+    that commits less a step (acceptance) from one whose steps cost more (causes._batching)."""
+    out = {}
+    for c in levels:
+        rs = [
+            r
+            for r in m.ok
+            if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP and concurrency_of(r) == c
+        ]
+        commits = [s.commit_len for s in m.reliable_steps(rs)]
+        if commits:
+            out[c] = float(np.mean(commits))
+    return out
+
+
 def _ci_interval(point: float | None, ci: tuple[float, float] | None) -> Interval | None:
     if point is None:
         return None
@@ -399,11 +415,14 @@ class Concurrency:
 
     points: tuple[tuple[int, float, float | None], ...] = ()
     samples: dict[int, list[float]] = field(default_factory=dict)
+    commit: dict[int, float] = field(default_factory=dict)  # tokens per reliable step, by level
 
 
 def concurrency(m: Measured) -> Concurrency:
     samples = concurrency_samples(m)
-    return Concurrency(tuple(concurrency_points(m, samples)), samples)
+    return Concurrency(
+        tuple(concurrency_points(m, samples)), samples, concurrency_commit(m, list(samples))
+    )
 
 
 # Under this many tokens per drafted verify step, drafts are "almost never accepted".
