@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from specscope.engine.loader import load_checkpoint, resolve  # noqa: E402
-from specscope.serve.formatting import FullTextStream, TextStream  # noqa: E402
+from specscope.serve.textstream import FullTextStream, TextStream  # noqa: E402
 
 TEXT = ROOT / "src" / "specscope" / "probe" / "workloads" / "texts" / "articles.txt"
 LAST = 32  # steps averaged at the end of the output

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from specscope.serve import faults
-from specscope.serve.formatting import FullTextStream, TextStream
+from specscope.serve.textstream import FullTextStream, TextStream
 
 
 def test_faults_parse_and_leave_the_backends_to_it():

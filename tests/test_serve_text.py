@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specscope.serve.formatting import FullTextStream, TextStream
+from specscope.serve.textstream import FullTextStream, TextStream
 
 
 def _bytes_detok(ids: list[int]) -> str:

@@ -9,7 +9,7 @@ detokenizer became a process of its own; specscope's own server did, and drifted
 sits on the step's path (`step_thread.run_step_work`): the next step waits for it, and it grows
 with the output. The text the streams send is rendered apart from it, incrementally.
 
-- `detok-full`: the whole output re-detokenized at every step (`formatting.FullTextStream`), the
+- `detok-full`: the whole output re-detokenized at every step (`textstream.FullTextStream`), the
   cost that once made specscope's own server drift.
 - `host-per-token=US`: the whole generated text scanned for stop strings at every step, as a
   server does that checks stops on the full text, repeated so that the step's scans cost about US µs
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specscope.serve.formatting import FullTextStream, TextStream
+from specscope.serve.textstream import FullTextStream, TextStream
 
 # What a stop-string check looks for: common end-of-turn markers of chat templates.
 STOP_STRINGS = ("<|im_end|>", "<|eot_id|>", "</s>", "\n\nUser:", "<|endoftext|>")

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from specscope.serve import formatting as fmt
 from specscope.serve.context import CLIENT_CLOSED, ServeContext
 from specscope.serve.streaming import emissions, wait_or_disconnect
+from specscope.serve.textstream import TextStream
 from specscope.serve.validation import ApiError, GenerateRequest, TokenizeRequest, parse_body
 
 
@@ -60,7 +61,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
             return out
 
         async def frames() -> AsyncIterator[str]:
-            text = fmt.TextStream(ctx.backend.detokenize)  # SGLang streams the cumulative text
+            text = TextStream(ctx.backend.detokenize)  # SGLang streams the cumulative text
             async for em in emissions(state, first, ctx.metrics, interval, ctx.per_token_events):
                 if em.finish_reason == "abort":
                     return  # simulated mid-stream disconnect

@@ -14,6 +14,7 @@ from specscope.serve import formatting as fmt
 from specscope.serve.context import CLIENT_CLOSED, ServeContext
 from specscope.serve.scheduler import RequestState, StepEvent
 from specscope.serve.streaming import Emission, emissions, wait_or_disconnect
+from specscope.serve.textstream import TextStream
 from specscope.serve.validation import (
     ApiError,
     ChatRequest,
@@ -134,7 +135,7 @@ async def _respond(
             u0 = fmt.usage(n_prompt, 0) if continuous else None
             yield fmt.sse(shape.opening(rid, created, model, u0))
         done = 0
-        text = fmt.TextStream(ctx.backend.detokenize)
+        text = TextStream(ctx.backend.detokenize)
         async for em in emissions(
             state, first, ctx.metrics, ctx.stream_interval, ctx.per_token_events
         ):
