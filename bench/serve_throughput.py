@@ -70,8 +70,8 @@ def probe(url: str, concurrency: int, workers: int, max_tokens: int, repeat: int
     cmd = [sys.executable, "-m", "specscope.cli", "probe", url, "--prompt-tokens", str(PROMPT)]
     cmd += ["--max-tokens", str(max_tokens), "--concurrency", str(concurrency)]
     cmd += ["--repeat", str(repeat), "--json"]
-    if workers > 1:
-        cmd += ["--workers", str(workers)]
+    if min(workers, concurrency) > 1:  # probe takes at most one worker per slot
+        cmd += ["--workers", str(min(workers, concurrency))]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
 
