@@ -482,3 +482,31 @@ def test_the_load_control_may_not_be_blamed_on_a_load_fault():
     assert fm.is_right(row, _out("clean-load", None))
     assert not fm.is_right(row, _out("clean-load", "acceptance_concurrency"))
     assert not fm.is_right(row, _out("clean-load", "graph_mode"))
+
+
+@pytest.mark.slow
+def test_recorded_h200_host_and_load_runs_keep_their_verdicts(tmp_path):
+    """The fifth H200 matrix (bench/results/fault_matrix_h200_5_runs.tar.xz, 807ee15, 12 of 12
+    right live): the host faults as step-loop work behind the engine's step thread, and the two
+    load faults diagnosed from `--concurrency 1,4`, re-analysed with this checkout's analysis. A
+    regression guard: the load rows' separation was set on this CPU's runs before these ran."""
+    out = tmp_path / "reanalysed.json"
+    script = ROOT / "bench" / "fault_matrix_reanalyze.py"
+    runs = ROOT / "bench" / "results" / "fault_matrix_h200_5_runs.tar.xz"
+    done = subprocess.run(
+        [sys.executable, str(script), str(runs), "--device", "cuda", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    obj = json.loads(out.read_text())
+    wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
+    assert obj["total"] == 12 and not wrong, (wrong, done.stdout)
+    tops: dict[str, set[str | None]] = {}
+    for o in obj["outcomes"]:
+        tops.setdefault(o["row"], set()).add(o["top_cause"])
+    assert tops["detok-full"] == tops["host-work"] == {"host_per_token"}
+    assert tops["graph-off"] == {"graph_mode"}
+    assert tops["batch-accept"] == {"acceptance_concurrency"}
+    assert not any(o["null_reason"] for o in obj["outcomes"])
