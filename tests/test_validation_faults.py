@@ -341,6 +341,22 @@ def test_bench_resume_runs_only_the_missing_runs_and_budget_stops_before_a_late_
     assert both["wall_s"] > first["wall_s"]
 
 
+def _reanalysed(tmp_path: Path, recorded: str, device: str) -> dict:
+    """A recorded matrix's runs (bench/results/RECORDED) re-analysed by this checkout
+    (bench/fault_matrix_reanalyze.py): its outcomes object."""
+    out = tmp_path / "reanalysed.json"
+    script = ROOT / "bench" / "fault_matrix_reanalyze.py"
+    runs = ROOT / "bench" / "results" / recorded
+    done = subprocess.run(
+        [sys.executable, str(script), str(runs), "--device", device, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("recorded", "null_rows"),
@@ -360,25 +376,9 @@ def test_recorded_h200_runs_keep_their_verdicts(tmp_path, recorded, null_rows):
     (docs/faults.md); the third ran fresh, 18 of 18 live, before the changes made since; the
     fourth (510cf77) with the window row on prose-edit, 18 of 18 live, the window named in both
     of its runs. The first three ran the window row on code-edit, where it is null."""
-    out = tmp_path / "reanalysed.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "fault_matrix_reanalyze.py"),
-            str(ROOT / "bench" / "results" / recorded),
-            "--device",
-            "cuda",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    obj = json.loads(out.read_text())
+    obj = _reanalysed(tmp_path, recorded, "cuda")
     wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
-    assert obj["total"] == 18 and not wrong, (wrong, done.stdout)
+    assert obj["total"] == 18 and not wrong, wrong
     # the rows whose fault shows name it; the window is null on code-edit (its figure)
     tops = {o["row"]: o["top_cause"] for o in obj["outcomes"]}
     assert tops["detok-full"] == tops["host-work"] == "host_per_token"
@@ -396,25 +396,9 @@ def test_recorded_cpu_load_runs_keep_their_verdicts(tmp_path):
     first chosen; the separation's share is "more than half" since), graph-off held null (no
     CUDA graphs on the CPU), the control never blamed on a load fault. A regression guard:
     the share was set after seeing run #0."""
-    out = tmp_path / "reanalysed.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "fault_matrix_reanalyze.py"),
-            str(ROOT / "bench" / "results" / "fault_matrix_cpu_load_runs.tar.xz"),
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    obj = json.loads(out.read_text())
+    obj = _reanalysed(tmp_path, "fault_matrix_cpu_load_runs.tar.xz", "cpu")
     wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
-    assert obj["total"] == 8 and not wrong, (wrong, done.stdout)
+    assert obj["total"] == 8 and not wrong, wrong
     tops = [o["top_cause"] for o in obj["outcomes"] if o["row"] == "batch-accept"]
     assert tops == ["acceptance_concurrency"] * 3
     assert {o["row"] for o in obj["outcomes"] if o["null_reason"]} == {"graph-off"}
@@ -490,19 +474,9 @@ def test_recorded_h200_host_and_load_runs_keep_their_verdicts(tmp_path):
     right live): the host faults as step-loop work behind the engine's step thread, and the two
     load faults diagnosed from `--concurrency 1,4`, re-analysed with this checkout's analysis. A
     regression guard: the load rows' separation was set on this CPU's runs before these ran."""
-    out = tmp_path / "reanalysed.json"
-    script = ROOT / "bench" / "fault_matrix_reanalyze.py"
-    runs = ROOT / "bench" / "results" / "fault_matrix_h200_5_runs.tar.xz"
-    done = subprocess.run(
-        [sys.executable, str(script), str(runs), "--device", "cuda", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    obj = json.loads(out.read_text())
+    obj = _reanalysed(tmp_path, "fault_matrix_h200_5_runs.tar.xz", "cuda")
     wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
-    assert obj["total"] == 12 and not wrong, (wrong, done.stdout)
+    assert obj["total"] == 12 and not wrong, wrong
     tops: dict[str, set[str | None]] = {}
     for o in obj["outcomes"]:
         tops.setdefault(o["row"], set()).add(o["top_cause"])
