@@ -4,7 +4,7 @@
 #   bench/device/serve_profile.sh engine [BATCHES]           # engine alone (bench/engine_decode.py)
 #   bench/device/serve_profile.sh served [LEVELS] [WORKERS]  # served + py-spy at each level
 # Both run bench/device/setup.sh first (carry .h200p1 in the call that completes the GGUF) and
-# .pyspy/ (py-spy's manylinux wheel) once. `served` starts `specscope serve --backend engine
+# .pyspy/ (py-spy's manylinux wheel) in any call from the first setup on (setup.sh installs it). `served` starts `specscope serve --backend engine
 # --device cuda --drafter none --max-batch 256`, warms it up, then per level C: py-spy attached
 # to the server (sampling, non-blocking), `specscope probe --prompt-tokens 256 --max-tokens 256
 # --concurrency C --repeat 2` (--workers WORKERS from C = 64), py-spy stopped (--gil: only the
@@ -24,8 +24,8 @@ else
   PY=${PY:-.venv/bin/python}
 fi
 export PYTHONUNBUFFERED=1
-if [ -d .pyspy ] && [ ! -x /tmp/pyspy/bin/py-spy ]; then
-  $PY -m pip install -q --no-index --no-deps --target /tmp/pyspy .pyspy/*.whl
+if [ "$DEVICE" != cuda ] && [ -d .pyspy ] && [ ! -x /tmp/pyspy/bin/py-spy ]; then
+  $PY -m pip install -q --no-index --no-deps --target /tmp/pyspy .pyspy/*.whl  # setup.sh's on cuda
 fi
 SPY=/tmp/pyspy/bin/py-spy
 W=$OUT/work_$PART

@@ -9,6 +9,11 @@ if [ ! -f /tmp/site/.done ] && [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.done || { echo "wheels failed"; exit 1; }
 fi
 [ -f /tmp/site/.done ] || { echo "no wheels installed yet: carry .whl"; exit 1; }
+# py-spy (serve_profile.sh), installed in whichever call carries .pyspy: a folder sent in one
+# call is gone in the next
+if [ -d .pyspy ] && [ ! -x /tmp/pyspy/bin/py-spy ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/pyspy .pyspy/*.whl
+fi
 mkdir -p /tmp/gguf
 for d in .h200p0 .h200p1 .h200p2; do [ -d $d ] && cp $d/part* /tmp/gguf/; done
 ls -la /tmp/gguf
