@@ -358,6 +358,7 @@ def _reanalysed(tmp_path: Path, recorded: str, device: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the re-analysis' own bound is 600 s; loaded, one took over 300 s
 @pytest.mark.parametrize(
     ("recorded", "null_rows"),
     [
@@ -389,6 +390,7 @@ def test_recorded_h200_runs_keep_their_verdicts(tmp_path, recorded, null_rows):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_recorded_cpu_load_runs_keep_their_verdicts(tmp_path):
     """The load rows' live CPU runs (bench/results/fault_matrix_cpu_load_runs.tar.xz, 2026-12-04:
     batch-accept #0 at 561645f, the rest at 9009701), re-analysed: the budget drafter named in
@@ -469,6 +471,7 @@ def test_the_load_control_may_not_be_blamed_on_a_load_fault():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_recorded_h200_host_and_load_runs_keep_their_verdicts(tmp_path):
     """The fifth H200 matrix (bench/results/fault_matrix_h200_5_runs.tar.xz, 807ee15, 12 of 12
     right live): the host faults as step-loop work behind the engine's step thread, and the two
