@@ -312,50 +312,13 @@ def two_point_facts(
     return TwoPointFacts(tp, window_step_s, context_factor, honeymoon, window)
 
 
-def concurrency_samples(m: Measured) -> dict[int, list[float]]:
-    """Per-request decode tps per concurrency-sweep point (the batching test's samples)."""
+def sweep_requests(m: Measured) -> dict[int, list[RequestTrace]]:
+    """The concurrency sweep's successful requests by level, levels ascending."""
     conc: dict[int, list[RequestTrace]] = {}
     for r in m.ok:
         if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP:
             conc.setdefault(concurrency_of(r), []).append(r)
-    out = {}
-    for c, rs in sorted(conc.items()):
-        tps = [w[0] / w[1] for w in (r.decode_window() for r in rs) if w]
-        if tps:
-            out[c] = tps
-    return out
-
-
-def concurrency_points(
-    m: Measured, samples: dict[int, list[float]]
-) -> tuple[tuple[int, float, float | None], ...]:
-    """(concurrency, mean per-request decode tps, mean reliable step time) per sweep point."""
-    out = []
-    for c, tps in samples.items():
-        rs = [
-            r
-            for r in m.ok
-            if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP and concurrency_of(r) == c
-        ]
-        st = [s.step_s for s in m.reliable_steps(rs)]
-        out.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
-    return tuple(out)
-
-
-def concurrency_commit(m: Measured, levels: list[int]) -> dict[int, float]:
-    """Mean tokens committed per reliable step at each sweep level: what separates a batch
-    that commits less a step (acceptance) from one whose steps cost more (causes._batching)."""
-    out = {}
-    for c in levels:
-        rs = [
-            r
-            for r in m.ok
-            if tags.split(r.spec.tag)[0] == tags.CONCURRENCY_SWEEP and concurrency_of(r) == c
-        ]
-        commits = [s.commit_len for s in m.reliable_steps(rs)]
-        if commits:
-            out[c] = float(np.mean(commits))
-    return out
+    return dict(sorted(conc.items()))
 
 
 def _ci_interval(point: float | None, ci: tuple[float, float] | None) -> Interval | None:
@@ -419,10 +382,22 @@ class Concurrency:
 
 
 def concurrency(m: Measured) -> Concurrency:
-    samples = concurrency_samples(m)
-    return Concurrency(
-        tuple(concurrency_points(m, samples)), samples, concurrency_commit(m, list(samples))
-    )
+    """Per sweep level: the per-request decode tps (the batching test's samples), the point
+    (level, mean tps, mean reliable step time) and the mean tokens committed per reliable step
+    (what separates a batch that commits less a step, acceptance, from one whose steps cost
+    more: causes._batching). A level without a decode window is left out."""
+    points, samples, commit = [], {}, {}
+    for c, rs in sweep_requests(m).items():
+        tps = [w[0] / w[1] for w in (r.decode_window() for r in rs) if w]
+        if not tps:
+            continue
+        steps = m.reliable_steps(rs)
+        st = [s.step_s for s in steps]
+        points.append((c, float(np.mean(tps)), float(np.mean(st)) if st else None))
+        samples[c] = tps
+        if steps:
+            commit[c] = float(np.mean([s.commit_len for s in steps]))
+    return Concurrency(tuple(points), samples, commit)
 
 
 # Under this many tokens per drafted verify step, drafts are "almost never accepted".
