@@ -161,7 +161,7 @@ def test_a_host_fault_runs_on_the_step_path_between_one_step_and_the_next():
 
     state = RequestState("r1", [1, 2], SamplingParams(max_tokens=3))
     state.step_work = Work()
-    thread = StepThread(Backend(), deque([state]), 4, report, lambda fn, r: fn(r))
+    thread = StepThread(Backend(), deque([state]), 4, report, lambda fn, r: fn(r), step_work=True)
     thread.start()
     assert done.wait(10)
     thread.stop()

@@ -41,6 +41,11 @@ class HostFaults:
     host_per_token_us: float = 0.0
 
     @property
+    def on(self) -> bool:
+        """Any host fault on (the step loop then runs each request's step work)."""
+        return self.detok_full or self.host_per_token_us > 0
+
+    @property
     def names(self) -> list[str]:
         """The faults on, as `--fault` spells them (for the server's start line and /info)."""
         out = ["detok-full"] if self.detok_full else []
@@ -51,7 +56,7 @@ class HostFaults:
     def step_work(self, detokenize: Callable[[list[int]], str]) -> StepWork | None:
         """One request's output processing in the step loop, with the faults that live there
         (None without a fault: the loop then does no per-request text work at all)."""
-        if not (self.detok_full or self.host_per_token_us > 0):
+        if not self.on:
             return None
         stream = (FullTextStream if self.detok_full else TextStream)(detokenize)
         if self.host_per_token_us > 0:

@@ -125,6 +125,7 @@ class Scheduler:
                 self.max_batch,
                 self._on_report,
                 loop.call_soon_threadsafe,
+                step_work=self.faults.on,
             )
             self._thread.start()
             return
@@ -276,7 +277,8 @@ class Scheduler:
         t1 = time.perf_counter()
         self.metrics.step_engine.inc(batch.step_s)
         self.metrics.step_wait.inc(max(0.0, t1 - t0 - batch.step_s))
-        run_step_work(batch, self.running)
+        if self.faults.on:
+            run_step_work(batch, self.running)
         self._deliver(batch)
         self._step_ended = time.perf_counter()
         self.metrics.step_post.inc(self._step_ended - t1)

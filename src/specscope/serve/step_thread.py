@@ -80,8 +80,10 @@ class StepThread:
         max_batch: int,
         report: Callable[[StepReport], None],  # called on the loop (call_soon_threadsafe)
         post: Callable[[Callable[[StepReport], None], StepReport], None],
+        step_work: bool = False,  # a host fault is on: run each request's step work per step
     ):
         self.backend = backend
+        self.step_work = step_work
         self.waiting = waiting
         self.max_batch = max_batch
         self._report = report
@@ -159,7 +161,8 @@ class StepThread:
         try:
             batch = self.backend.step_locked(ids)
             t1 = time.perf_counter()
-            run_step_work(batch, self.active)
+            if self.step_work:  # without a fault, no per-request pass on the step's path
+                run_step_work(batch, self.active)
         except Exception as exc:  # a backend bug fails its requests, never the server
             report.error = f"{type(exc).__name__}: {exc}"
             report.failed = list(self.active.values())
