@@ -6,11 +6,9 @@
 # bench/device/setup.sh first (carry .whl and a GGUF part). Back under $OUT: engine_check.txt.
 #   bash bench/device/engine_check.sh
 set -u
-bash bench/device/setup.sh > $OUT/setup.log 2>&1 || { cat $OUT/setup.log; exit 1; }
-tail -1 $OUT/setup.log
-export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1
+source bench/device/env.sh  # the H200: setup, PYTHONPATH, the GPU line
 R=$OUT/engine_check.txt
-nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | tee $R
+: > $R
 echo "== engine_lossless --device cuda --random-weights" >> $R
 timeout 240 python3 bench/engine_lossless.py --device cuda --random-weights >> $R 2>&1
 echo "lossless rc=$?" | tee -a $R

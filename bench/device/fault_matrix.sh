@@ -11,10 +11,7 @@
 set -u
 ROWS=$1; REPEATS=${2:-2}; BUDGET=${3:-500}; shift 3 2>/dev/null || shift $#
 FM=${FM:-/tmp/fm.json}; WORK=${WORK:-/tmp/fmwork}; NAME=$(basename "$FM" .json)
-bash bench/device/setup.sh > $OUT/setup.log 2>&1 || { cat $OUT/setup.log; exit 1; }
-tail -1 $OUT/setup.log
-export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+source bench/device/env.sh  # the H200: setup, PYTHONPATH, the GPU line
 timeout -s INT $((BUDGET + 60)) python3 bench/fault_matrix.py --device cuda --faults "$ROWS" \
   --repeats $REPEATS --out "$FM" --resume --budget-s $BUDGET --work-dir "$WORK" \
   --timeout 300 "$@" >> $OUT/$NAME.out 2>> $OUT/$NAME.err

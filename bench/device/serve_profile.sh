@@ -13,17 +13,7 @@
 # (a check of the script, not a figure). Everything comes back as $OUT/serve_profile_PART.tgz.
 set -u
 PART=${1:-served}
-DEVICE=${DEVICE:-cuda}
-if [ "$DEVICE" = cuda ]; then
-  bash bench/device/setup.sh > $OUT/setup.log 2>&1 || { cat $OUT/setup.log; exit 1; }
-  tail -1 $OUT/setup.log
-  export PYTHONPATH=$PWD/src:/tmp/site
-  PY=python3
-  nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-else
-  PY=${PY:-.venv/bin/python}
-fi
-export PYTHONUNBUFFERED=1
+source bench/device/env.sh
 if [ "$DEVICE" != cuda ] && [ -d .pyspy ] && [ ! -x /tmp/pyspy/bin/py-spy ]; then
   $PY -m pip install -q --no-index --no-deps --target /tmp/pyspy .pyspy/*.whl  # setup.sh's on cuda
 fi

@@ -9,20 +9,13 @@
 # completes the GGUF). DEVICE=cpu runs the same on this machine (LEVELS default 1,4; a check of
 # the script, not a figure). The table and the probes' JSON come back as $OUT/serve_throughput.tgz.
 set -u
-DEVICE=${DEVICE:-cuda}
+source bench/device/env.sh
 if [ "$DEVICE" = cuda ]; then
-  bash bench/device/setup.sh > $OUT/setup.log 2>&1 || { cat $OUT/setup.log; exit 1; }
-  tail -1 $OUT/setup.log
-  export PYTHONPATH=$PWD/src:/tmp/site
-  PY=python3
-  nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
   LEVELS=${1:-1,16,64,256}; WORKERS=${2:-4}
 else
-  PY=${PY:-.venv/bin/python}
   LEVELS=${1:-1,4}; WORKERS=${2:-1}
 fi
 DRAFTER=${3:-none}
-export PYTHONUNBUFFERED=1
 W=$OUT/work_throughput
 mkdir -p $W
 timeout 580 $PY bench/serve_throughput.py --device $DEVICE --concurrency $LEVELS \
