@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -24,6 +25,7 @@ import pytest
 from specscope.serve.engine_process import EngineProcess, EngineStartError
 from specscope.serve.options import ServeOptions
 from specscope.serve.runner import run_server
+from support.cli import start_cli
 
 pytestmark = pytest.mark.engine
 pytest.importorskip("torch")
@@ -156,3 +158,30 @@ def test_a_host_fault_runs_in_the_engine_process_on_the_step_path():
     # 40 tokens at 500 µs per token so far and step: ~0.4 s of scans over the request
     assert post_seconds(HostFaults(host_per_token_us=500)) > 0.2
     assert post_seconds(HostFaults()) < 0.1
+
+
+def test_ctrl_c_on_specscope_serve_leaves_no_engine_process(tmp_path):
+    """`specscope serve --backend engine` as a terminal runs it: Ctrl-C to its process group
+    (the child ignores it), the server stops its engine process and exits."""
+    proc = start_cli(["serve", "--backend", "engine", "--port", "0"], tmp_path, new_session=True)
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            url = m.group(1) if m else None
+        assert url, "server did not announce its URL"
+        with urllib.request.urlopen(f"{url}/get_server_info", timeout=30) as resp:
+            pid = json.loads(resp.read())["backend"]["engine_pid"]
+        assert not _gone(pid)
+        status, out = _post(f"{url}/v1/completions", {"prompt": "Hello", "max_tokens": 4})
+        assert status == 200 and out["usage"]["completion_tokens"] == 4
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        proc.stderr.close()
+        proc.stdout.close()
+    assert _gone(pid), "the engine process outlived `specscope serve`"
