@@ -197,8 +197,10 @@ class Scheduler:
             if state.request_id == request_id:
                 state.cancelled = True
         state = self.running.get(request_id) or self._handed.get(request_id)
-        if state is not None and not state.finished:
-            state.cancelled = True
+        if state is None or state.finished:  # the handlers cancel every request they end
+            self._wake.set()
+            return
+        state.cancelled = True
         self._wake.set()
         if self._driver is not None:
             self._driver.cancel(request_id)
