@@ -1,5 +1,6 @@
 """Streams stay whole under load (issue #38): 64 concurrent streamed /generate requests against
-the served engine (real SmolLM2 weights on CPU, short outputs), stepped by serve's step thread.
+the served engine (real SmolLM2 weights on CPU, short outputs), stepped by serve's step thread,
+then by the engine's own process.
 
 Each stream's text must be the detokenization of that request's own final token ids (the
 server's record, `output_ids` on the final chunk): nothing lost, duplicated or reordered, and
@@ -10,12 +11,14 @@ so every chunk must extend the previous one and its completion_tokens count must
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 
 import aiohttp
 import pytest
 
-from specscope.engine.factory import build_backend
+from specscope.engine.factory import build_backend, build_served_backend
+from specscope.serve.engine_process import EngineProcess
 from specscope.serve.options import ServeOptions
 from specscope.serve.runner import run_server
 
@@ -70,7 +73,32 @@ async def _all(url: str) -> list[list[dict]]:
 
 def test_streams_match_the_servers_token_record(served):
     url, backend = served
-    results = asyncio.run(asyncio.wait_for(_all(url), 270))
+    _check_streams(asyncio.run(asyncio.wait_for(_all(url), 270)), backend.detokenize)
+
+
+def test_streams_match_through_the_engine_process():
+    """The same 64 streams with the engine in a process of its own (what `specscope serve
+    --backend engine` runs): one report per step crosses the pipe, the text is rendered here."""
+    engine = EngineProcess(
+        functools.partial(
+            build_served_backend,
+            model="smollm2",
+            max_batch=CONCURRENCY,
+            kv_pool_tokens=CONCURRENCY * 64,
+            device="cpu",
+        )
+    )
+    opts = ServeOptions(log_to_stderr=False, max_batch=CONCURRENCY)
+    handle = run_server(engine, opts, "127.0.0.1", 0)
+    try:
+        results = asyncio.run(asyncio.wait_for(_all(handle.url), 270))
+        assert handle.app.state.ctx.scheduler.running == {}
+    finally:
+        handle.stop()
+    _check_streams(results, engine.detokenize)
+
+
+def _check_streams(results: list[list[dict]], detokenize) -> None:
     assert len(results) == CONCURRENCY
     outputs = set()
     for chunks in results:
@@ -78,7 +106,7 @@ def test_streams_match_the_servers_token_record(served):
         final = chunks[-1]
         ids = final["output_ids"]
         assert len(ids) == MAX_NEW == final["meta_info"]["completion_tokens"]
-        assert final["text"] == backend.detokenize(ids)
+        assert final["text"] == detokenize(ids)
         previous, count = "", 0
         for chunk in chunks:
             assert chunk["text"].startswith(previous)  # cumulative: never rewritten or reordered

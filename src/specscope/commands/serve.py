@@ -1,11 +1,13 @@
 """`specscope serve`: the twin or the engine behind an OpenAI-compatible server on loopback.
 
-The engine flags live here too (passed to `specscope.engine.factory.build_backend`), so that the
-engine needs no edit of this file.
+The engine flags live here too (passed to `specscope.engine.factory.build_served_backend`, which
+builds the engine in a process of its own: serve/engine_process.py), so that the engine needs no
+edit of this file.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -75,17 +77,21 @@ def _twin_backend(
 
 
 def _engine_backend(options: dict[str, Any]) -> Any:
+    """The engine in a process of its own (serve/engine_process.py), built there by
+    `build_served_backend(**options)`; this process keeps HTTP and the text."""
     try:
-        from specscope.engine.factory import build_backend
+        from specscope.engine.factory import build_served_backend
     except ImportError as exc:
         fail_usage(
             f"--backend engine is not available here ({exc}); install the engine extra "
             "(pip install -e '.[engine]') or use --backend twin"
         )
+    from specscope.serve.engine_process import EngineProcess, EngineStartError
+
     try:
-        return build_backend(**options)
-    except Exception as exc:  # any engine set-up failure is a one-line usage error, not a traceback
-        fail_usage(f"--backend engine: cannot start ({type(exc).__name__}: {exc})")
+        return EngineProcess(functools.partial(build_served_backend, **options))
+    except EngineStartError as exc:  # any engine set-up failure is one line, not a traceback
+        fail_usage(f"--backend engine: cannot start ({exc})")
 
 
 def serve(
@@ -118,7 +124,7 @@ def serve(
     time_scale: Annotated[float | None, typer.Option(help="Twin: multiply all times")] = None,
     truth_file: Annotated[Path | None, typer.Option(help="Twin: append ground truth JSONL")] = None,
     served_model_name: Annotated[str | None, typer.Option(help="Model id to report")] = None,
-    # Engine options (forwarded to specscope.engine.factory.build_backend).
+    # Engine options (forwarded to specscope.engine.factory.build_served_backend).
     model: Annotated[str, typer.Option(help="Engine: model name or path")] = "smollm2",
     page_size: Annotated[int | None, typer.Option(help="Engine: KV page size (tokens)")] = None,
     kv_alloc: Annotated[str | None, typer.Option(help="Engine: contiguous | scattered")] = None,
@@ -199,3 +205,6 @@ def serve(
         )
     except OSError as exc:
         fail_usage(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    finally:
+        if backend == "engine":  # its process never outlives the server (the lifespan's end
+            be.stop()  # stopped it already unless the server never started: idempotent)

@@ -14,9 +14,10 @@ Life of a request:
 So every step is the same kind of forward, and a step's time is honest decode time.
 
 Torch work runs off the event loop under one lock, so the KV pool is never touched by two
-threads at once: `serve` drives `prefill_locked` / `step_locked` from a step thread of its own
-(serve/step_thread.py: the next step never waits on the event loop); the async `prefill` /
-`step` (asyncio.to_thread) remain for callers that await a backend.
+threads at once: `serve` drives `prefill_locked` / `step_locked` from its step loop
+(serve/step_thread.py: the next step never waits on the event loop), in a process of its own
+under `specscope serve` (serve/engine_process.py; `text_side` is what the HTTP process gets);
+the async `prefill` / `step` (asyncio.to_thread) remain for callers that await a backend.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from dataclasses import replace
 
 from specscope.backend import BackendError, BackendInfo, BatchStep, SamplingParams, StepOutput
 from specscope.engine.kv_cache import KVCache
@@ -33,13 +34,14 @@ from specscope.engine.request import Request
 from specscope.engine.runner import EagerRunner, Runner, Work, extend
 from specscope.engine.sampling import make_generator
 from specscope.engine.stepper import PlainStepper, Stepper
+from specscope.engine.tokenizer import CodecText
 
 PREFILL_CHUNK = 256  # tokens per prefill forward: bounds the [chunk x context] attention matrix
 CUDA_PREFILL_CHUNK = 2048  # on a GPU the bound is memory, not time: larger chunks, fewer launches
 CUDA_PREFILL_TOKENS = 16384  # requests prefilled together per forward, in tokens
 
 
-class EngineBackend:
+class EngineBackend(CodecText):
     def __init__(
         self,
         loaded: LoadedModel,
@@ -82,17 +84,9 @@ class EngineBackend:
         self._deferred_release: set[str] = set()
 
     # -- text ---------------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
-        return self.codec.encode(text)
-
-    def detokenize(self, ids: list[int]) -> str:
-        return self.codec.decode(ids)
-
-    def apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
-        return self.codec.chat_ids(messages)
-
-    def eos_token_ids(self) -> set[int]:
-        return set(self.codec.eos_ids)
+    def text_side(self) -> CodecText:
+        """The text methods alone, picklable (a fresh codec: no compiled chat template)."""
+        return CodecText(replace(self.codec, _template=None))
 
     # -- protocol -----------------------------------------------------------------------------
     async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:

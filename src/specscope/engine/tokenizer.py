@@ -135,3 +135,24 @@ def codec_from_hf_folder(folder: Path, config: dict[str, Any]) -> TextCodec:
         add_bos=bool(tcfg.get("add_bos_token", False)),
         bos_id=tok.token_to_id(bos_token) if bos_token else None,
     )
+
+
+class CodecText:
+    """The engine's text side (tokenizer, chat template, stop ids) without the model: what a
+    server in another process than the engine needs (serve/engine_process.py sends it to the
+    HTTP side once, pickled, so that both sides tokenize with the one codec the engine loaded)."""
+
+    def __init__(self, codec: TextCodec):
+        self.codec = codec
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.codec.encode(text)
+
+    def detokenize(self, ids: list[int]) -> str:
+        return self.codec.decode(ids)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
+        return self.codec.chat_ids(messages)
+
+    def eos_token_ids(self) -> set[int]:
+        return set(self.codec.eos_ids)

@@ -39,7 +39,7 @@ def build_router(ctx: ServeContext) -> APIRouter:
     async def server_info() -> dict[str, Any]:
         state: dict[str, Any] = {
             "last_gen_throughput": ctx.scheduler.last_gen_throughput,
-            "load": len(ctx.scheduler.running) + len(ctx.scheduler.waiting),
+            "load": len(ctx.scheduler.running) + ctx.scheduler.queued,
             "memory_usage": {},
         }
         avg = ctx.scheduler.avg_spec_accept_length

@@ -1,10 +1,12 @@
 """Continuous batching: one loop admits waiting requests and steps all running ones together.
 
-Two ways to run that loop, one scheduler: a backend whose step is synchronous (the engine,
-`ThreadSteppable`) is stepped by a thread of its own (step_thread.py) that reports each step
-to the event loop in one call; an async-native backend (the twin, whose step sleeps on its
-clock) is stepped by an asyncio task. Either way the counting, the logs and the request events
-happen here, on the event loop.
+Three ways to run that loop, one scheduler: a backend whose step is synchronous (the engine,
+`ThreadSteppable`) is stepped by a thread of its own (step_thread.py); a backend that runs its
+step loop itself (`OwnsStepLoop`: the engine in a process of its own, engine_process.py) is
+handed the requests; either reports each pass to the event loop in one call (a `StepReport`,
+requests by id). An async-native backend (the twin, whose step sleeps on its clock) is stepped
+by an asyncio task. Either way the counting, the logs and the request events happen here, on
+the event loop.
 
 Like SGLang's scheduler: a step's duration depends on the whole batch, new requests join between
 steps (prefill first), finished or disconnected requests leave between steps and release what
@@ -25,7 +27,14 @@ from specscope.backend import Backend, BackendError, BatchStep, SamplingParams
 from specscope.serve.faults import HostFaults, StepWork
 from specscope.serve.logs import ServerLog
 from specscope.serve.metrics import ServeMetrics
-from specscope.serve.step_thread import StepReport, StepThread, ThreadSteppable, run_step_work
+from specscope.serve.step_thread import (
+    OwnsStepLoop,
+    StepDriver,
+    StepReport,
+    StepThread,
+    ThreadSteppable,
+    run_step_work,
+)
 
 
 @dataclass
@@ -101,7 +110,10 @@ class Scheduler:
         self.running: dict[str, RequestState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._thread: StepThread | None = None
+        # the step loop off the event loop (a thread or the engine's process; None: the task)
+        self._driver: StepDriver | None = None
+        # requests handed to the driver and not yet admitted, rejected or dropped by it
+        self._handed: dict[str, RequestState] = {}
         self._interval = _Interval()
         # Lifetime acceptance for /get_server_info (SGLang: spec_total_num_accept_tokens / forward_ct).
         self.total_accept_tokens = 0
@@ -115,26 +127,37 @@ class Scheduler:
     def spec_enabled(self) -> bool:
         return self.backend.info.num_draft_tokens > 0
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a slot, here or in the step loop's hands."""
+        return len(self.waiting) + len(self._handed)
+
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
+        post = asyncio.get_running_loop().call_soon_threadsafe
+        if isinstance(self.backend, OwnsStepLoop):
+            self._driver = self.backend.start_steps(
+                self._on_report, post, self.max_batch, self.faults
+            )
+            return
         if isinstance(self.backend, ThreadSteppable):
-            loop = asyncio.get_running_loop()
-            self._thread = StepThread(
+            thread = StepThread(
                 self.backend,
-                self.waiting,
+                deque(),
                 self.max_batch,
                 self._on_report,
-                loop.call_soon_threadsafe,
+                post,
                 step_work=self.faults.on,
             )
-            self._thread.start()
+            thread.start()
+            self._driver = thread
             return
         self._task = asyncio.create_task(self._loop(), name="specscope-scheduler")
 
     async def stop(self) -> None:
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.stop)  # it frees what it held
-            self.waiting.clear()
+        if self._driver is not None:
+            await asyncio.to_thread(self._driver.stop)  # it frees what it held
+            self._handed.clear()
             self.running.clear()
             return
         if self._task is not None:
@@ -148,10 +171,13 @@ class Scheduler:
 
     def abort_all(self, message: str = "server shutting down") -> None:
         """End every request (their streams stop without [DONE]) before the server exits."""
-        for state in list(self.waiting):
+        for state in [*self.waiting, *self._handed.values()]:
             state.cancelled = True
             state.events.put_nowait(ErrorEvent(message, 503))
+            if self._driver is not None:
+                self._driver.cancel(state.request_id)
         self.waiting.clear()
+        self._handed.clear()
         for state in list(self.running.values()):
             self._fail(state, message, 503)
         self.metrics.num_running_reqs.set(0)
@@ -159,24 +185,32 @@ class Scheduler:
     def submit(self, state: RequestState) -> None:
         hist_len = max(1, self.backend.info.num_draft_tokens)
         state.histogram = [0] * hist_len
-        state.step_work = self.faults.step_work(self.backend.detokenize)
-        self.waiting.append(state)
-        self.metrics.num_queue_reqs.set(len(self.waiting))
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.kick()
+        if not isinstance(self.backend, OwnsStepLoop):  # that loop builds its own, where it runs
+            state.step_work = self.faults.step_work(self.backend.detokenize)
+        if self._driver is None:
+            self.waiting.append(state)
+            self._wake.set()
+        elif self._driver.lost is not None:  # the engine process is gone: fail at once
+            state.events.put_nowait(ErrorEvent(self._driver.lost, 500))
+            return
+        else:
+            self._handed[state.request_id] = state
+            self._driver.submit(state)
+        self.metrics.num_queue_reqs.set(self.queued)
 
     def cancel(self, request_id: str) -> None:
         """The client went away: free the request at the next step boundary."""
         for state in self.waiting:
             if state.request_id == request_id:
                 state.cancelled = True
-        state = self.running.get(request_id)
-        if state is not None and not state.finished:
-            state.cancelled = True
+        state = self.running.get(request_id) or self._handed.get(request_id)
+        if state is None or state.finished:  # the handlers cancel every request they end
+            self._wake.set()
+            return
+        state.cancelled = True
         self._wake.set()
-        if self._thread is not None:
-            self._thread.kick()
+        if self._driver is not None:
+            self._driver.cancel(request_id)
 
     # -- loop ----------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -233,32 +267,43 @@ class Scheduler:
 
     def _fail(self, state: RequestState, message: str, status: int) -> None:
         self.running.pop(state.request_id, None)
-        if self._thread is None:
+        if self._driver is None:
             self.backend.release(state.request_id)
-        else:  # the step thread owns it: it frees it (and counts the abort) at its next boundary
+        else:  # the step loop owns it: it frees it at its next boundary
             state.cancelled = True
-            self._thread.kick()
+            self._driver.cancel(state.request_id)
         state.finished = True
         self.metrics.num_aborted.inc()
         state.events.put_nowait(ErrorEvent(message, status))
 
     def _on_report(self, report: StepReport) -> None:
-        """One pass of the step thread, on the event loop: admissions, rejections, frees, then
+        """One pass of the step loop, on the event loop: admissions, rejections, frees, then
         the step's outputs through the same counting and delivery as the async path."""
-        for state in report.admitted:
-            self.running[state.request_id] = state
+        if report.fatal:
+            self._on_lost(report.error or "the step loop is gone")
+            return
+        for rid in report.admitted:
+            state = self._handed.pop(rid, None)
+            if state is None:  # aborted meanwhile (server stopping): the loop reaps it
+                continue
+            self.running[rid] = state
             self.metrics.prompt_tokens.inc(len(state.prompt_ids))
-        for state, message, status in report.rejected:
+        for rid, message, status in report.rejected:
             self.metrics.num_aborted.inc()
-            state.events.put_nowait(ErrorEvent(message, status))
+            state = self._handed.pop(rid, None)
+            if state is not None:
+                state.events.put_nowait(ErrorEvent(message, status))
         for rid in report.reaped:
+            self._handed.pop(rid, None)
             if self.running.pop(rid, None) is not None:
                 self.metrics.num_aborted.inc()
         if report.error is not None:
             self.log.info(f"Scheduler error: {report.error}")
-            for state in report.failed:
-                self._fail(state, f"internal error: {report.error.split(':')[0]}", 500)
-        self.metrics.num_queue_reqs.set(len(self.waiting))
+            for rid in report.failed:
+                state = self.running.get(rid)
+                if state is not None:
+                    self._fail(state, f"internal error: {report.error.split(':')[0]}", 500)
+        self.metrics.num_queue_reqs.set(self.queued)
         self.metrics.num_running_reqs.set(len(self.running))
         batch = report.batch
         if batch is not None:
@@ -267,6 +312,20 @@ class Scheduler:
             self.metrics.step_wait.inc(report.wait_s)
             self.metrics.step_post.inc(report.post_s)
             self._deliver(batch)
+
+    def _on_lost(self, why: str) -> None:
+        """The step loop died (its process exited): every request it held or was about to
+        take fails with a 500 now, instead of waiting for steps that will not come."""
+        states = [*self.running.values(), *self._handed.values()]
+        self.log.info(f"Scheduler error: {why}; failing {len(states)} request(s)")
+        for state in states:
+            state.cancelled = state.finished = True
+            self.metrics.num_aborted.inc()
+            state.events.put_nowait(ErrorEvent(why, 500))
+        self.running.clear()
+        self._handed.clear()
+        self.metrics.num_queue_reqs.set(self.queued)
+        self.metrics.num_running_reqs.set(0)
 
     async def _step(self) -> None:
         ids = list(self.running)
@@ -318,7 +377,7 @@ class Scheduler:
             if out.finished:
                 state.finished = True
                 del self.running[out.request_id]
-                if self._thread is None:  # the step thread has freed it already
+                if self._driver is None:  # else the step loop has freed it already
                     self.backend.release(out.request_id)
                 self.metrics.num_requests.inc()
             if not state.cancelled:

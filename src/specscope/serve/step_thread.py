@@ -1,19 +1,23 @@
-"""The step loop on a thread of its own, for a backend whose step is synchronous (the engine).
+"""The step loop off the event loop, for a backend whose step is synchronous (the engine).
 
 Why: awaiting `asyncio.to_thread(step)` puts the event loop on the step's critical path: the
 next step starts only once the loop (busy with HTTP and SSE for every stream) gets round to
 resuming the scheduler, which cost the engine up to 3.9 ms a step at C = 64 on the H200
-(ARCHITECTURE §7.1). Here one thread admits, prefills, steps and reaps back to back, and hands
-each step's outcome to the loop in one `call_soon_threadsafe` (all requests' events together),
-so the loop only does the counting, the logging and the streaming, off the step's path.
+(ARCHITECTURE §7.1). Here one loop (`StepLoop`) admits, prefills, steps and reaps back to back,
+and each pass's outcome goes to the event loop in one `StepReport` (all requests' events
+together), so the event loop only does the counting, the logging and the streaming, off the
+step's path. `StepThread` runs it on a thread of the server's process; engine_process.py runs
+the same loop in a process of its own, where the event loop's Python no longer holds the
+interpreter lock the engine needs.
 
 A server's host faults (faults.py) are output processing in this loop: `run_step_work` runs
 each request's after the step and before the hand-off, on the step's path as in a scheduler that
 renders its requests' text itself.
 
-The thread owns the requests it steps (`active`); the loop never releases them itself, it marks
-them cancelled and the thread frees them at its next step boundary. Counters and events stay on
-the loop, as in the async path (`Scheduler`), so that /metrics, logs and streams read one state.
+Whoever runs the loop owns the requests it steps (`active`); the event loop never releases them
+itself, it marks them cancelled and the loop frees them at its next step boundary. Counters and
+events stay on the event loop, as in the async path (`Scheduler`), so that /metrics, logs and
+streams read one state.
 """
 
 from __future__ import annotations
@@ -57,76 +61,94 @@ class ThreadSteppable(Protocol):
 
 @dataclass
 class StepReport:
-    """What one pass of the thread did, delivered to the loop in one call."""
+    """What one pass of the step loop did, delivered to the event loop in one call. Requests
+    are named by id, so that the same report crosses a process boundary as it is (pickled:
+    ids, the batch's outputs, floats) when the loop runs in an engine process of its own."""
 
-    admitted: list[RequestState] = field(default_factory=list)
-    rejected: list[tuple[RequestState, str, int]] = field(default_factory=list)
-    reaped: list[str] = field(default_factory=list)  # cancelled requests freed
+    admitted: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str, int]] = field(default_factory=list)  # (id, message, status)
+    reaped: list[str] = field(default_factory=list)  # cancelled requests freed or dropped
     batch: BatchStep | None = None
     wait_s: float = 0.0  # the step call's time beyond the backend's own
     between_s: float = 0.0  # from the previous step's end to this one's start (0: first step)
     post_s: float = 0.0  # after the step, up to the hand-off (step work, freeing finished ones)
     error: str | None = None  # the step raised: every request it held has been freed
-    failed: list[RequestState] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    fatal: bool = False  # the step loop is gone (its process died): every request fails
+
+    def __bool__(self) -> bool:
+        return bool(self.admitted or self.rejected or self.reaped or self.batch or self.error)
 
 
-class StepThread:
-    """Admit, prefill, step, reap, report; again, while anything runs. One per server."""
+@runtime_checkable
+class StepDriver(Protocol):
+    """What the scheduler asks of a step loop that runs off the event loop (a thread here, or
+    an engine process: engine_process.py): requests in, cancellations, a bounded stop. Each
+    pass comes back as one StepReport through the callback it was started with."""
+
+    lost: str | None  # why the loop is gone (None while it runs): new requests fail at once
+
+    def submit(self, state: RequestState) -> None: ...
+
+    def cancel(self, request_id: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@runtime_checkable
+class OwnsStepLoop(Protocol):
+    """A backend that runs its step loop itself (the engine in a process of its own): the
+    scheduler hands it the report callback instead of stepping it."""
+
+    def start_steps(
+        self,
+        report: Callable[[StepReport], None],
+        post: Callable[[Callable[[StepReport], None], StepReport], None],
+        max_batch: int,
+        faults: Any,
+    ) -> StepDriver: ...
+
+
+class StepLoop:
+    """One pass at a time: reap cancelled requests, admit and prefill waiting ones, step the
+    batch, run each request's step work, free finished ones. Used by the step thread below and,
+    unchanged, by the engine process's main loop; whoever runs it owns the requests in it."""
 
     def __init__(
         self,
         backend: ThreadSteppable,
-        waiting: Any,  # the scheduler's deque (append on the loop, popleft here: both atomic)
+        waiting: Any,
         max_batch: int,
-        report: Callable[[StepReport], None],  # called on the loop (call_soon_threadsafe)
-        post: Callable[[Callable[[StepReport], None], StepReport], None],
         step_work: bool = False,  # a host fault is on: run each request's step work per step
     ):
         self.backend = backend
         self.step_work = step_work
-        self.waiting = waiting
+        self.waiting = waiting  # a deque: append by the submitter, popleft here (both atomic)
         self.max_batch = max_batch
-        self._report = report
-        self._post = post
         self.active: dict[str, RequestState] = {}
-        self._kick = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="specscope-step", daemon=True)
         self._step_ended: float | None = None
 
-    def start(self) -> None:
-        self._thread.start()
+    @property
+    def busy(self) -> bool:
+        return bool(self.active or self.waiting)
 
-    def kick(self) -> None:
-        """Something arrived or was cancelled: wake the thread if it idles."""
-        self._kick.set()
+    def run_pass(self) -> StepReport:
+        """One pass; an empty report (falsy) when there was nothing to do."""
+        if not self.busy:
+            self._step_ended = None  # idle time is not time between steps
+            return StepReport()
+        report = StepReport()
+        self._reap(report)
+        self._admit(report)
+        self._reap(report)
+        if self.active:
+            self._step(report)
+        return report
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop after the current step and free what the thread held (blocking: call it from a
-        worker thread)."""
-        self._stopping = True
-        self._kick.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+    def release_all(self) -> None:
         for rid in list(self.active):
             self.backend.release(rid)
         self.active.clear()
-
-    def _run(self) -> None:
-        while not self._stopping:
-            if not self.active and not self.waiting:
-                self._step_ended = None  # idle time is not time between steps
-                self._kick.wait(0.5)
-                self._kick.clear()
-                continue
-            report = StepReport()
-            self._reap(report)
-            self._admit(report)
-            self._reap(report)
-            if self.active:
-                self._step(report)
-            if report.admitted or report.rejected or report.reaped or report.batch or report.error:
-                self._post(self._report, report)
 
     def _reap(self, report: StepReport) -> None:
         for rid, state in list(self.active.items()):
@@ -138,20 +160,22 @@ class StepThread:
     def _admit(self, report: StepReport) -> None:
         while self.waiting and len(self.active) < self.max_batch:
             state = self.waiting.popleft()
+            rid = state.request_id
             if state.cancelled:
+                report.reaped.append(rid)
                 continue
             try:
-                self.backend.prefill_locked(state.request_id, state.prompt_ids, state.params)
+                self.backend.prefill_locked(rid, state.prompt_ids, state.params)
             except BackendError as exc:
-                self.backend.release(state.request_id)
-                report.rejected.append((state, str(exc), exc.status))
+                self.backend.release(rid)
+                report.rejected.append((rid, str(exc), exc.status))
                 continue
             except Exception as exc:  # a backend bug fails this request, not the server
-                self.backend.release(state.request_id)
-                report.rejected.append((state, f"internal error: {type(exc).__name__}", 500))
+                self.backend.release(rid)
+                report.rejected.append((rid, f"internal error: {type(exc).__name__}", 500))
                 continue
-            self.active[state.request_id] = state
-            report.admitted.append(state)
+            self.active[rid] = state
+            report.admitted.append(rid)
 
     def _step(self, report: StepReport) -> None:
         ids = list(self.active)
@@ -165,7 +189,7 @@ class StepThread:
                 run_step_work(batch, self.active)
         except Exception as exc:  # a backend bug fails its requests, never the server
             report.error = f"{type(exc).__name__}: {exc}"
-            report.failed = list(self.active.values())
+            report.failed = list(self.active)
             for rid in ids:
                 self.backend.release(rid)
             self.active.clear()
@@ -179,3 +203,61 @@ class StepThread:
                 self.backend.release(out.request_id)
         self._step_ended = time.perf_counter()
         report.post_s = self._step_ended - t1
+
+
+class StepThread:
+    """The step loop on a thread of this process: pass after pass while anything runs, each
+    report posted to the event loop. One per server."""
+
+    lost: str | None = None  # a thread does not die on a backend error (StepLoop catches it)
+
+    def __init__(
+        self,
+        backend: ThreadSteppable,
+        waiting: Any,  # a deque of requests to admit (the thread pops them)
+        max_batch: int,
+        report: Callable[[StepReport], None],  # called on the loop (call_soon_threadsafe)
+        post: Callable[[Callable[[StepReport], None], StepReport], None],
+        step_work: bool = False,
+    ):
+        self.loop = StepLoop(backend, waiting, max_batch, step_work)
+        self._report = report
+        self._post = post
+        self._kick = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="specscope-step", daemon=True)
+
+    @property
+    def active(self) -> dict[str, RequestState]:
+        return self.loop.active
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, state: RequestState) -> None:
+        self.loop.waiting.append(state)
+        self._kick.set()
+
+    def cancel(self, request_id: str) -> None:
+        """The request is marked cancelled (the state is shared): wake the thread to free it."""
+        self._kick.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the current step and free what the thread held (blocking: call it from a
+        worker thread)."""
+        self._stopping = True
+        self._kick.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self.loop.release_all()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            if not self.loop.busy:
+                self.loop.run_pass()  # marks the idle gap
+                self._kick.wait(0.5)
+                self._kick.clear()
+                continue
+            report = self.loop.run_pass()
+            if report:
+                self._post(self._report, report)
