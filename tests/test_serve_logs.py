@@ -67,3 +67,20 @@ def test_no_speculation_logs_no_accept_fields(twin_server, tmp_path: Path) -> No
     decode = [m for ln in lines if (m := DECODE_BATCH.match(ln))]
     assert len(decode) == 5 and all(m.group(5) is None for m in decode)
     assert not any("DDTREE" in ln for ln in lines)
+
+
+def test_cuda_graph_field_says_whether_the_batch_fits_the_graphs(twin_server, tmp_path) -> None:
+    """`cuda graph:` is the server's statement, not a constant: True while the running batch
+    is within the graphs it states (`graph_max_batch`, as the engine on CUDA does), else False."""
+    log = tmp_path / "server.log"
+    srv = twin_server(
+        "speculation-overhead:baseline", time_scale=0.02, decode_log_interval=4, log_file=log
+    )
+    srv.backend.info.extra["graph_max_batch"] = 1
+    _generate(srv.url, 8)
+    srv.backend.info.extra["graph_max_batch"] = 0  # a batch of 1 above graphs that stop at 0
+    _generate(srv.url, 8)
+    srv.stop()
+    flags = [m.group(7) for ln in log.read_text().splitlines() if (m := DECODE_BATCH.match(ln))]
+    # (a line may span both requests: the interval counts steps, not requests)
+    assert len(flags) >= 3 and flags[0] == "True" and flags[-1] == "False"

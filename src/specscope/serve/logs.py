@@ -45,13 +45,14 @@ class ServerLog:
         accept_rate: float | None,
         gen_throughput: float,
         queued: int,
+        cuda_graph: bool = False,  # the batch ran on CUDA graphs (SGLang prints the same)
     ) -> None:
         spec = ""
         if accept_len is not None and accept_rate is not None:
             spec = f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
         self.logger.info(
             f"Decode batch, #running-req: {running}, #token: {tokens}, "
-            f"token usage: {token_usage:.2f}, {spec}cuda graph: False, "
+            f"token usage: {token_usage:.2f}, {spec}cuda graph: {cuda_graph}, "
             f"gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queued}"
         )
 

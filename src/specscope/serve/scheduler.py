@@ -412,6 +412,7 @@ class Scheduler:
             accept_rate=accept_rate,
             gen_throughput=throughput,
             queued=len(self.waiting),
+            cuda_graph=0 < len(self.running) <= int(info.extra.get("graph_max_batch") or 0),
         )
         self._interval = _Interval(t_start=now)
 
