@@ -134,7 +134,7 @@ def summarize(samples: list[Sample], top: int, slots: float | None = None) -> li
     return lines
 
 
-STEP_PARTS = ("engine", "wait", "post", "between")
+STEP_PARTS = ("engine", "wait", "post", "between", "prefill")
 
 
 def _counters(text: str) -> dict[str, float]:

@@ -101,6 +101,11 @@ class EngineBackend(CodecText):
         """`prefill` for a caller on its own thread (serve's step thread)."""
         self._locked(self.prefill_sync, request_id, prompt_ids, params)
 
+    def prefill_many_locked(self, items: list[tuple[str, list[int], SamplingParams]]) -> None:
+        """`prefill_many_sync` for the step loop: the requests waiting at a step boundary
+        prefilled together (all or none), not one forward each."""
+        self._locked(self.prefill_many_sync, items)
+
     def step_locked(self, request_ids: list[str]) -> BatchStep:
         """`step` for a caller on its own thread (serve's step thread)."""
         return self._locked(self.step_sync, request_ids)

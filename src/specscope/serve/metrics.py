@@ -90,7 +90,7 @@ class ServeMetrics:
         self.e2e = hist("sglang:e2e_request_latency_seconds", "End-to-end request latency (s).")
         # Where a batched step's wall time goes (ours, no SGLang name; issue #38): each a
         # seconds total over the steps counted by forward_steps, so two scrapes give the means.
-        # With the engine (stepped by serve's step thread) all four are measured on that thread
+        # With the engine (stepped by serve's step loop) all five are measured on that loop
         # and add up to its step period; with the twin (an asyncio task) on the event loop.
         self.step_engine = counter(
             "specscope:step_engine_seconds",
@@ -108,8 +108,12 @@ class ServeMetrics:
         )
         self.step_between = counter(
             "specscope:step_between_seconds",
-            "From one step's end to the next one's start while requests run (admissions, "
-            "prefills, reaping; with the asyncio task also the event loop's other work).",
+            "From one step's end to the next one's start while requests run, less the "
+            "prefills (reaping, the hand-off; with the asyncio task the event loop's other work).",
+        )
+        self.step_prefill = counter(
+            "specscope:step_prefill_seconds",
+            "Prefilling the requests admitted between two steps (every running stream waits).",
         )
 
     def render(self) -> bytes:

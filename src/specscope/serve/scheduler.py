@@ -122,6 +122,7 @@ class Scheduler:
         # perf_counter at the last step's end while requests run (None when idle): the
         # step_between metric's start
         self._step_ended: float | None = None
+        self._prefill_s = 0.0  # the last admission's prefill time (the asyncio path)
 
     @property
     def spec_enabled(self) -> bool:
@@ -222,7 +223,9 @@ class Scheduler:
                 continue
             try:
                 self._reap()
+                t0 = time.perf_counter()
                 await self._admit()
+                self._prefill_s = time.perf_counter() - t0
                 self._reap()
                 if self.running:
                     await self._step()
@@ -308,6 +311,7 @@ class Scheduler:
         batch = report.batch
         if batch is not None:
             self.metrics.step_between.inc(report.between_s)
+            self.metrics.step_prefill.inc(report.prefill_s)
             self.metrics.step_engine.inc(batch.step_s)
             self.metrics.step_wait.inc(report.wait_s)
             self.metrics.step_post.inc(report.post_s)
@@ -330,8 +334,9 @@ class Scheduler:
     async def _step(self) -> None:
         ids = list(self.running)
         t0 = time.perf_counter()
+        self.metrics.step_prefill.inc(self._prefill_s)
         if self._step_ended is not None:
-            self.metrics.step_between.inc(t0 - self._step_ended)
+            self.metrics.step_between.inc(max(0.0, t0 - self._step_ended - self._prefill_s))
         batch: BatchStep = await self.backend.step(ids)
         t1 = time.perf_counter()
         self.metrics.step_engine.inc(batch.step_s)
