@@ -1469,23 +1469,40 @@ def _importance(fd: Finding, f: Facts) -> float:
 
 
 def rank(found: list[Finding], f: Facts) -> list[Finding]:
-    """Validity checks (the cards' `validity`) first; then speculation that accepts nothing
-    (switching it off or fixing the drafter comes before any shape of the steps); then the
+    """Validity checks (the cards' `validity`) first, except a client that fell behind where
+    a finding shows what no client can produce (`_beyond_the_client`); then speculation that
+    accepts nothing (switching it off or fixing the drafter comes before any shape of the
+    steps); then the
     faults before what a healthy server does too (a card's `expected` cause: attention cost
     growing with the context at 38% of a 2.4 ms step outranked, by size, the drafter that lost
     its source 16 tokens in, on the H200); then by confidence x |log(cost)| x weight."""
     wasted = f.never_accepted is not None
+    client_explains = not any(_beyond_the_client(x, f) for x in found)
 
     def key(x: Finding) -> tuple[bool, bool, bool, float]:
         pointless = wasted and x.id == "speculation_overhead"
+        first = BY_ID[x.id].validity and (x.id != "client_limited" or client_explains)
         return (
-            not BY_ID[x.id].validity,
+            not first,
             not pointless,
             is_expected(x),
             -_importance(x, f),
         )
 
     return sorted(found, key=key)
+
+
+def _beyond_the_client(x: Finding, f: Facts) -> bool:
+    """A finding no lagging client can produce, which then outranks `client_limited` (still
+    reported): the batching slowdown where the streams together came slower at the higher
+    concurrency than one client read them at the lower one. A client that fell behind slows
+    what it reads, never below what it read already (H200, graph-off-above=2: 849 tok/s read
+    at C = 1, 444 at C = 4, 0.2 ms of lag on 1.1 ms steps: the client card hid graph_mode)."""
+    if x.id != "batching_interference" or len(f.concurrency.points) < 2:
+        return False
+    pts = sorted(f.concurrency.points)
+    (c1, tps1, _), (cmax, tpsmax, _) = pts[0], pts[-1]
+    return cmax * tpsmax < c1 * tps1
 
 
 def is_expected(x: Finding) -> bool:
