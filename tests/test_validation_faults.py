@@ -487,3 +487,29 @@ def test_recorded_h200_host_and_load_runs_keep_their_verdicts(tmp_path):
     assert tops["graph-off"] == {"graph_mode"}
     assert tops["batch-accept"] == {"acceptance_concurrency"}
     assert not any(o["null_reason"] for o in obj["outcomes"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("recorded", "total"),
+    [("fault_matrix_h200_6_runs.tar.xz", 6), ("fault_matrix_h200_6_first_runs.tar.xz", 2)],
+)
+def test_recorded_h200_load_runs_through_the_engine_process_keep_their_verdicts(
+    tmp_path, recorded, total
+):
+    """The load rows against the engine in a process of its own (ed7f202, 2026-12-04): the
+    sixth H200 matrix, 6 of 6 right live, and the first try of it (734d467), whose graph-off
+    run was read `client` first live (0.2 ms of client lag beyond the wake-up on 1.1 ms steps)
+    while its batching finding said graph_mode: 38x slower steps at C = 4, the streams together
+    slower than the client had read them at C = 1. The ranking now puts that finding first; a
+    change that hands the top back to the client fails here."""
+    obj = _reanalysed(tmp_path, recorded, "cuda")
+    wrong = [(o["row"], o["repeat"], o["top_cause"]) for o in obj["outcomes"] if not o["right"]]
+    assert obj["total"] == total and not wrong, wrong
+    tops = {(o["row"], o["top_cause"]) for o in obj["outcomes"]}
+    assert ("graph-off", "graph_mode") in tops and (
+        "batch-accept",
+        "acceptance_concurrency",
+    ) in tops
+    assert not any(top == "client" for _, top in tops)
