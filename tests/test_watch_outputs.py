@@ -14,6 +14,7 @@ import pytest
 
 from specscope.analysis.watch.detector import Alert
 from specscope.analysis.watch.events import WatchError, Window
+from specscope.analysis.watch.speedup import Speedup
 from specscope.analysis.watch.window import WindowFigures
 from specscope.watch.exporter import Exporter
 from specscope.watch.logcmd import LogCommand
@@ -37,7 +38,8 @@ def test_serve_metrics_exposes_the_documented_names():
     try:
         figures = WindowFigures(1, 50, 4.8, (4.5, 5.1), 0.0165, (0.016, 0.017), 290.9, (280, 300))
         cusum = {"step_time": (1.5, 4.5), "commit_len": (0.0, 9.0)}
-        ex.update(Window(1.0, 0.0, 1.0, "watching", figures, 0, "on", "r", None, cusum, None))
+        gain = Speedup(0.6, (0.55, 0.65), False)
+        ex.update(Window(1.0, 0.0, 1.0, "watching", figures, 0, "on", "r", None, cusum, None, gain))
         ex.update(Alert("step_time", 1.5, (1.4, 1.6), 0.0, 1.0, None, (), "r", 2, 6.0, 4.5))
         ex.update(WatchError(1.0, "canary", "connection", "refused"))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
@@ -54,6 +56,10 @@ def test_serve_metrics_exposes_the_documented_names():
         'specscope_watch_alerts_total{factor="step_time"} 1.0',
         'specscope_watch_errors_total{source="canary"} 1.0',
         "specscope_watch_windows_total 1.0",
+        "specscope_watch_speedup 0.6",
+        "specscope_watch_speedup_lower 0.55",
+        "specscope_watch_speedup_upper 0.65",
+        "specscope_watch_speculation_pays 0.0",
     ):
         assert line in text, line
 

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from specscope.analysis.watch.detector import Alert, Recovery
 from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
+from specscope.analysis.watch.speedup import Speedup
 from specscope.report.text import untrusted
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -51,6 +52,11 @@ class WatchView:
                 f": {canary}; baseline from the {e.baseline}",
                 f" ({e.warmup_s:g} s); alerts at a design rate of {e.false_alarms_per_day:g} ",
                 f"false alarms per 24 h for changes of {100 * (e.min_shift - 1):.0f}% or more",
+                *(
+                    ("; speedup against the plain run ", untrusted(e.plain_baseline.source))
+                    if e.plain_baseline is not None
+                    else ()
+                ),
             ),
             highlight=False,
         )
@@ -72,6 +78,8 @@ class WatchView:
         parts.append(f"speculation {w.speculation}")
         if w.server and w.server.get("commit_len") is not None:
             parts.append(f"server {w.server['commit_len']:.2f} tok/step")
+        if w.speedup is not None:
+            parts.append(speedup_text(w.speedup))
         parts.append(sparkline(list(self.rates)))
         self.console.print("  ".join(parts), highlight=False)
 
@@ -133,6 +141,14 @@ class WatchView:
             if isinstance(event, kind):
                 method(event)  # type: ignore[operator]
                 return
+
+
+def speedup_text(s: Speedup) -> str:
+    """`speedup x0.60 [0.58, 0.62]: speculation is not paying` (or `pays`, or `cannot tell`
+    when the interval straddles 1)."""
+    lo, hi = s.ci
+    said = {True: "pays", False: "speculation is not paying", None: "cannot tell if it pays"}
+    return f"speedup x{s.value:.2f} [{lo:.2f}, {hi:.2f}]: {said[s.pays]}"
 
 
 def _causes(a: Alert) -> str:

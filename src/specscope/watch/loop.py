@@ -23,6 +23,7 @@ from specscope.analysis.watch.detector import Alert, Detector, DetectorConfig
 from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 from specscope.analysis.watch.sample import CanarySample, sample_from_trace
 from specscope.analysis.watch.server import server_figures, window_speculation
+from specscope.analysis.watch.speedup import PlainReference, speedup
 from specscope.analysis.watch.window import window_figures
 from specscope.probe.client import new_session
 from specscope.report.watch_events import Event, alert_json, event_line
@@ -59,8 +60,10 @@ class Watch:
         sink: Sink,
         baseline: Baseline | None = None,
         clock: Callable[[], float] = time.time,
+        plain: PlainReference | None = None,
     ) -> None:
         self.o, self.sink, self.clock = o, sink, clock
+        self.plain = plain  # the speedup's reference (a recorded plain run), if any
         self.started = clock()
         config = DetectorConfig(
             warmup_s=o.warmup_s,
@@ -153,6 +156,7 @@ class Watch:
             baseline="warm-up" if b is None else b.source,
             false_alarms_per_day=o.false_alarms_per_day,
             min_shift=o.min_shift,
+            plain_baseline=self.plain,
         )
 
     async def _canary_loop(self, canary: Canary) -> None:
@@ -260,16 +264,18 @@ class Watch:
         errors, self.pending_errors = self.pending_errors, 0
         self.counts["windows"] += 1
         state = window_speculation(self.server_info, samples, records)
+        figures = window_figures(samples)
         return Window(
             t=end,
             start=start,
             end=end,
             state=self.detector.state,
-            figures=window_figures(samples),
+            figures=figures,
             canary_errors=errors,
             speculation=state.label,
             speculation_reason=state.reason,
             server=server_figures(records),
             cusum=self.detector.statistics(),
             baseline=_baseline_view(self.detector.baseline),
+            speedup=None if self.plain is None else speedup(figures, self.plain),
         )
