@@ -23,6 +23,7 @@ from specscope.analysis.watch.speedup import PlainReferenceError, plain_referenc
 from specscope.analysis.watch.window import Z95, window_figures
 from specscope.twin.scenario import Scenario, load_scenario, per_request_rate, simulate_request
 from specscope.watch.baseline import BaselineError, plain_from_run, references
+from test_watch_report import report, timeline_of
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PROMPT, OUTPUT = 512, 256
@@ -145,6 +146,12 @@ def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, t
         assert w["speculation_pays"] is False and w["speculation"] == "on"
     kept = [json.loads(x) for x in (tmp_path / "watch" / "windows.jsonl").read_text().splitlines()]
     assert [w["speedup"] for w in kept] == [e["speedup"] for e in events if e["event"] == "window"]
+    # the run directory re-renders as the watch's timeline, the speedup its last row
+    rendered = report(tmp_path / "watch")
+    assert rendered.returncode == 0, rendered.stderr
+    fig = timeline_of((tmp_path / "watch" / "report.html").read_text(encoding="utf-8"))
+    rows = [t for t in fig["data"] if t.get("mode") == "lines+markers"]
+    assert len(rows) == 4 and rows[3]["y"] == [w["speedup"] for w in measured]
     # the same plain run given as --baseline is recognised as plain: the speedup's reference,
     # and the detector learns from the warm-up
     base, plain = references(tmp_path / "plain", None)

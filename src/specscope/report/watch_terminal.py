@@ -14,6 +14,7 @@ from specscope.analysis.watch.detector import Alert, Recovery
 from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 from specscope.analysis.watch.speedup import Speedup
 from specscope.report.text import untrusted
+from specscope.report.watch_html import RecordedWatch, when
 
 _BARS = "▁▂▃▄▅▆▇█"
 SPARK = 24  # windows in the sparkline
@@ -156,3 +157,31 @@ def _causes(a: Alert) -> str:
     if a.cause:
         return f"cause {a.cause}"
     return "candidates " + " or ".join(a.candidates) if a.candidates else "cause unknown"
+
+
+def render_recorded(w: RecordedWatch, console: Console) -> None:
+    """A recorded watch (`specscope report` on its run directory) in a few lines: what was
+    watched, how many windows, canaries, faults and alerts, then each alert. The files are read
+    back from disk, so every value is shown as untrusted text."""
+    summary = (w.of("summary") or [{}])[-1]
+    console.print(
+        Text.assemble(
+            "watch of ",
+            untrusted(w.options.get("url") or "-"),
+            f" from {when((w.of('start') or [{}])[0].get('t'))} to {when(summary.get('t'))}: "
+            f"{len(w.windows)} windows, ",
+            untrusted(f"{summary.get('canaries', '-')} canaries, "),
+            f"{len(w.of('error'))} recorded faults, {len(w.of('alert'))} alerts",
+            "" if summary else " (no summary: the watch was killed)",
+        ),
+        highlight=False,
+    )
+    for a in w.of("alert"):
+        said = a.get("cause") or " or ".join(map(str, a.get("candidates") or [])) or "unknown"
+        console.print(
+            Text.assemble(
+                f"  {when(a.get('t'))}  alert ",
+                untrusted(f"{a.get('factor')} x{a.get('ratio')} {a.get('ci')} {said}"),
+            ),
+            highlight=False,
+        )
