@@ -144,6 +144,10 @@ def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, t
         assert w["speedup"] == pytest.approx(implied, rel=0.2), (w["speedup"], implied)
         assert w["speedup_ci"][0] < w["speedup"] < w["speedup_ci"][1] < 1.0
         assert w["speculation_pays"] is False and w["speculation"] == "on"
+    windows = [e for e in events if e["event"] == "window"]
+    summary = events[-1]
+    assert summary["event"] == "summary"  # every canary that ended is in a window, the last too
+    assert sum(w["canaries"] + w["canary_errors"] for w in windows) == summary["canaries"]
     kept = [json.loads(x) for x in (tmp_path / "watch" / "windows.jsonl").read_text().splitlines()]
     assert [w["speedup"] for w in kept] == [e["speedup"] for e in events if e["event"] == "window"]
     # the run directory re-renders as the watch's timeline, the speedup its last row

@@ -80,6 +80,7 @@ class Watch:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.server_info: dict[str, Any] = {}
         self.diagnosing = False  # a --diagnose-on-alert run is under way: the canary pauses
+        self._window_start = self.started  # the start of the window under way
 
     def _emit(self, event: Event) -> None:
         if isinstance(event, WatchError):
@@ -113,7 +114,7 @@ class Watch:
                 async with asyncio.timeout(o.duration_s):
                     await asyncio.gather(*loops)
             except TimeoutError:
-                pass
+                await self._last_window(readers)
             finally:
                 await self._close(readers)
             await self._drain()
@@ -231,22 +232,34 @@ class Watch:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _window_loop(self, readers: list[tuple[str, Any]]) -> None:
-        """A window every interval_s: the passive readers read (each (source, reader) pair's
-        `read()`, awaited when it is a coroutine), then the window emitted."""
+        """A window every interval_s: the passive readers read, then the window emitted."""
         loop = asyncio.get_running_loop()
-        due, start = loop.time(), self.clock()
+        due, self._window_start = loop.time(), self.clock()
         while True:
             due += self.o.interval_s
             await asyncio.sleep(max(0.0, due - loop.time()))
-            records: list[SpecRecord] = []
-            for source, reader in readers:
-                got = reader.read()
-                got, faults = await got if inspect.isawaitable(got) else got
-                records += got
-                self._faults(source, faults)
+            records = await self._read_passive(readers)
             end = self.clock()
-            self._emit(self._window(start, end, records))
-            start = end
+            self._emit(self._window(self._window_start, end, records))
+            self._window_start = end
+
+    async def _read_passive(self, readers: list[tuple[str, Any]]) -> list[SpecRecord]:
+        """Each (source, reader) pair's `read()`, awaited when it is a coroutine; its faults
+        recorded."""
+        records: list[SpecRecord] = []
+        for source, reader in readers:
+            got = reader.read()
+            got, faults = await got if inspect.isawaitable(got) else got
+            records += got
+            self._faults(source, faults)
+        return records
+
+    async def _last_window(self, readers: list[tuple[str, Any]]) -> None:
+        """At the end of --duration, the window under way when a canary ended in it (else
+        that canary would be measured and never reported); a shorter window than the rest."""
+        if self.pending or self.pending_errors:
+            records = await self._read_passive(readers)
+            self._emit(self._window(self._window_start, self.clock(), records))
 
     def _faults(self, source: str, faults: list[Fault]) -> None:
         """Record each fault when it starts (a scrape failing every window is one event until
