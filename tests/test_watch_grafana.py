@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specscope.analysis.watch.detector import Alert
-from specscope.analysis.watch.events import WatchError, Window
-from specscope.analysis.watch.speedup import Speedup
-from specscope.analysis.watch.window import WindowFigures
-from specscope.watch.exporter import Exporter
+from support.watch_exporter import example_events, scrape_after
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "specscope-watch.json"
 # Labels Prometheus itself attaches to every scraped series (target labels).
@@ -29,32 +23,10 @@ LEGEND = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
 SELECTOR_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _served() -> dict[str, set[str]]:
     """Sample name -> its label names, scraped from a real exporter after a window (both
     factors' CUSUMs, a speedup), an alert and an error."""
-    port = _free_port()
-    ex = Exporter(port)
-    try:
-        figures = WindowFigures(2, 90, 1.37, (1.3, 1.4), 0.05, (0.049, 0.051), 27.4, (26, 29))
-        cusum = {"commit_len": (0.5, 9.0), "step_time": (1.0, 9.0)}
-        ex.update(
-            Window(
-                1.0, 0.0, 1.0, "watching", figures, 0, "on", "r", None, cusum, None,
-                Speedup(0.59, (0.56, 0.62), False),
-            )
-        )  # fmt: skip
-        ex.update(Alert("step_time", 1.5, (1.4, 1.6), 0.0, 1.0, None, (), "r", 2, 9.5, 9.0))
-        ex.update(WatchError(1.0, "canary", "connection", "refused"))
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    finally:
-        ex.close()
+    text = scrape_after(example_events())
     served: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

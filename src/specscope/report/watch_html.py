@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from specscope.report.context import fmt_ci
-from specscope.report.html import _CSS, _details, _e, _safe_json, _wide, plotly_bundle
+from specscope.report.html import (
+    _CSS,
+    _details,
+    _e,
+    _safe_json,
+    _wide,
+    plotly_bundle,
+    write_page,
+)
 from specscope.report.watch_figures import number, timeline
 
 ROWS_SHOWN = 2000  # windows in the folded table (the plot holds them all)
@@ -226,8 +234,4 @@ def render_watch_html(w: RecordedWatch) -> str:
 
 
 def write_watch_html(w: RecordedWatch, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render_watch_html(w), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_page(render_watch_html(w), path)
