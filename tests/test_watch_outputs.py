@@ -8,15 +8,11 @@ import asyncio
 import math
 import socket
 import sys
-import urllib.request
 
 import pytest
 
-from specscope.analysis.watch.detector import Alert
-from specscope.analysis.watch.events import WatchError, Window
-from specscope.analysis.watch.window import WindowFigures
-from specscope.watch.exporter import Exporter
 from specscope.watch.logcmd import LogCommand
+from support.watch_exporter import example_events, scrape_after
 
 LINE = (
     "[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #token: 2702, token usage: 0.02, "
@@ -32,18 +28,7 @@ def _free_port() -> int:
 
 
 def test_serve_metrics_exposes_the_documented_names():
-    port = _free_port()
-    ex = Exporter(port)
-    try:
-        figures = WindowFigures(1, 50, 4.8, (4.5, 5.1), 0.0165, (0.016, 0.017), 290.9, (280, 300))
-        cusum = {"step_time": (1.5, 4.5), "commit_len": (0.0, 9.0)}
-        ex.update(Window(1.0, 0.0, 1.0, "watching", figures, 0, "on", "r", None, cusum, None))
-        ex.update(Alert("step_time", 1.5, (1.4, 1.6), 0.0, 1.0, None, (), "r", 2, 6.0, 4.5))
-        ex.update(WatchError(1.0, "canary", "connection", "refused"))
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    finally:
-        ex.close()
+    text = scrape_after(example_events())
     for line in (
         "specscope_watch_decode_tps 290.9",
         "specscope_watch_commit_len 4.8",
@@ -54,6 +39,10 @@ def test_serve_metrics_exposes_the_documented_names():
         'specscope_watch_alerts_total{factor="step_time"} 1.0',
         'specscope_watch_errors_total{source="canary"} 1.0',
         "specscope_watch_windows_total 1.0",
+        "specscope_watch_speedup 0.6",
+        "specscope_watch_speedup_lower 0.55",
+        "specscope_watch_speedup_upper 0.65",
+        "specscope_watch_speculation_pays 0.0",
     ):
         assert line in text, line
 

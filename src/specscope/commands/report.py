@@ -1,5 +1,6 @@
 """`specscope report RUN_DIR`: re-render any run, partial ones too (re-analyses when analysis.json
-is missing or unreadable)."""
+is missing or unreadable). A watch's run directory (a watch.json, docs/watch.md) renders as
+the watch's timeline instead: windows, alerts and recorded faults (report/watch_html.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from specscope.commands.common import Verbose, err_console, fail_usage, out_cons
 from specscope.report import context_from_run, render_terminal, write_html, write_markdown
 from specscope.report.csv_export import write_csv
 from specscope.report.notices import render_written
+from specscope.report.watch_html import write_watch_html
+from specscope.report.watch_terminal import render_recorded
 from specscope.store.analyses import load_analysis
 from specscope.telemetry.server_info import max_commit_len_from
 from specscope.trace.rundir import REPORT_HTML, RunDirError
+from specscope.watch.rundir import WatchRunError, is_watch_run, read_watch_run
 
 
 def report(
@@ -35,6 +39,11 @@ def report(
         ),
     ] = None,
 ) -> None:
+    if is_watch_run(run_dir):
+        if markdown is not None or csv_dir is not None or reanalyze:
+            fail_usage(f"{run_dir} is a watch: --markdown, --csv and --reanalyze do not apply")
+        _report_watch(run_dir, html)
+        return
     try:
         run, analysis = load_analysis(run_dir, reanalyze=reanalyze)
     except RunDirError as e:
@@ -58,3 +67,18 @@ def report(
             render_written("CSV", [req_csv, step_csv], err_console)
     except OSError as e:
         fail_usage(f"cannot write report: {e}")
+
+
+def _report_watch(run_dir: Path, html: Path | None) -> None:
+    """A watch's run directory: its summary on the terminal, its timeline as HTML."""
+    try:
+        recorded = read_watch_run(run_dir)
+    except WatchRunError as e:
+        fail_usage(str(e))
+    render_recorded(recorded, out_console)
+    path = html if html is not None else run_dir / REPORT_HTML
+    try:
+        write_watch_html(recorded, path)
+    except OSError as e:
+        fail_usage(f"cannot write report: {e}")
+    render_written("HTML report", [path], err_console)

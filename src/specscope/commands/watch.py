@@ -24,7 +24,7 @@ from specscope.commands.common import (
 from specscope.probe.endpoint import EndpointError, parse_endpoint
 from specscope.report.watch_events import Event, write_event
 from specscope.report.watch_terminal import WatchView
-from specscope.watch.baseline import BaselineError, baseline_from_run
+from specscope.watch.baseline import BaselineError, references
 from specscope.watch.canary import WatchStartError
 from specscope.watch.exporter import Exporter
 from specscope.watch.loop import Watch
@@ -86,7 +86,18 @@ def watch(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
     warmup: Annotated[float, typer.Option(help="Seconds of warm-up baseline")] = 60.0,
     baseline: Annotated[
-        Path | None, typer.Option(help="A recorded healthy run (probe/diagnose) as baseline")
+        Path | None,
+        typer.Option(
+            help="A recorded healthy run (probe/diagnose) as baseline; a run without "
+            "speculation is taken as --plain-baseline"
+        ),
+    ] = None,
+    plain_baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="A recorded run of the same server without speculation: each window's "
+            "speedup over it"
+        ),
     ] = None,
     alert_cmd: Annotated[
         str | None, typer.Option(help="Run this per alert (no shell; the alert JSON on stdin)")
@@ -111,13 +122,10 @@ def watch(
         int | None, typer.Option(help="Serve the watch's estimates for Prometheus on this port")
     ] = None,
 ) -> None:
-    if baseline is not None:
-        try:
-            base = baseline_from_run(baseline)
-        except BaselineError as e:
-            fail_usage(str(e))
-    else:
-        base = None
+    try:
+        base, plain = references(baseline, plain_baseline)
+    except BaselineError as e:
+        fail_usage(str(e))
     o = _options(
         url,
         {
@@ -129,6 +137,7 @@ def watch(
             "duration_s": duration,
             "warmup_s": warmup,
             "baseline_dir": baseline,
+            "plain_baseline_dir": plain_baseline,
             "alert_cmd": alert_cmd,
             "alert_timeout_s": alert_timeout,
             "diagnose_on_alert": diagnose_on_alert,
@@ -142,10 +151,10 @@ def watch(
     )
     if serve_metrics is not None and not 1 <= serve_metrics <= 65535:
         fail_usage(f"--serve-metrics must be a port within 1..65535, got {serve_metrics}")
-    _run(o, base, json_, serve_metrics)
+    _run(o, (base, plain), json_, serve_metrics)
 
 
-def _run(o: WatchOptions, base: Any, json_: bool, port: int | None) -> None:
+def _run(o: WatchOptions, refs: tuple[Any, Any], json_: bool, port: int | None) -> None:
     try:
         run_dir = WatchRunDir(o.out, _recorded(o)) if o.out is not None else None
     except OSError as e:
@@ -155,7 +164,7 @@ def _run(o: WatchOptions, base: Any, json_: bool, port: int | None) -> None:
     except OSError as e:
         fail_usage(f"--serve-metrics {port}: cannot listen ({e.strerror or e})")
     sink = _sink(json_, run_dir, exporter)
-    w = Watch(o, sink, base)
+    w = Watch(o, sink, refs[0], plain=refs[1])
     code = EXIT_OK
     try:
         summary = asyncio.run(w.run())
@@ -186,6 +195,7 @@ def _recorded(o: WatchOptions) -> dict[str, Any]:
         "duration_s": o.duration_s,
         "warmup_s": o.warmup_s,
         "baseline": str(o.baseline_dir) if o.baseline_dir else None,
+        "plain_baseline": str(o.plain_baseline_dir) if o.plain_baseline_dir else None,
         "alert_cmd": list(o.alert_cmd),
         "diagnose_on_alert": o.diagnose_on_alert,
         "prompt_tokens": o.prompt_tokens,

@@ -415,9 +415,14 @@ def render_html(ctx: ReportContext) -> str:
     )
 
 
-def write_html(ctx: ReportContext, path: Path) -> Path:
+def write_page(page: str, path: Path) -> Path:
+    """Write a page whole or not at all (a temporary file, then renamed over `path`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render_html(ctx), encoding="utf-8")
+    tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def write_html(ctx: ReportContext, path: Path) -> Path:
+    return write_page(render_html(ctx), path)

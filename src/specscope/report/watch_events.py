@@ -50,6 +50,9 @@ def window_json(w: Window) -> dict[str, Any]:
             k: {"statistic": _num(v, 4), "threshold": _num(h, 4)} for k, (v, h) in w.cusum.items()
         },
         "baseline": w.baseline,
+        "speedup": None if w.speedup is None else _num(w.speedup.value, 4),
+        "speedup_ci": None if w.speedup is None else _ci(w.speedup.ci, 4),
+        "speculation_pays": None if w.speedup is None else w.speedup.pays,
     }
 
 

@@ -12,7 +12,9 @@ from rich.text import Text
 
 from specscope.analysis.watch.detector import Alert, Recovery
 from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
+from specscope.analysis.watch.speedup import Speedup
 from specscope.report.text import untrusted
+from specscope.report.watch_html import RecordedWatch, when
 
 _BARS = "▁▂▃▄▅▆▇█"
 SPARK = 24  # windows in the sparkline
@@ -51,6 +53,11 @@ class WatchView:
                 f": {canary}; baseline from the {e.baseline}",
                 f" ({e.warmup_s:g} s); alerts at a design rate of {e.false_alarms_per_day:g} ",
                 f"false alarms per 24 h for changes of {100 * (e.min_shift - 1):.0f}% or more",
+                *(
+                    ("; speedup against the plain run ", untrusted(e.plain_baseline.source))
+                    if e.plain_baseline is not None
+                    else ()
+                ),
             ),
             highlight=False,
         )
@@ -72,6 +79,8 @@ class WatchView:
         parts.append(f"speculation {w.speculation}")
         if w.server and w.server.get("commit_len") is not None:
             parts.append(f"server {w.server['commit_len']:.2f} tok/step")
+        if w.speedup is not None:
+            parts.append(speedup_text(w.speedup))
         parts.append(sparkline(list(self.rates)))
         self.console.print("  ".join(parts), highlight=False)
 
@@ -135,8 +144,44 @@ class WatchView:
                 return
 
 
+def speedup_text(s: Speedup) -> str:
+    """`speedup x0.60 [0.58, 0.62]: speculation is not paying` (or `pays`, or `cannot tell`
+    when the interval straddles 1)."""
+    lo, hi = s.ci
+    said = {True: "pays", False: "speculation is not paying", None: "cannot tell if it pays"}
+    return f"speedup x{s.value:.2f} [{lo:.2f}, {hi:.2f}]: {said[s.pays]}"
+
+
 def _causes(a: Alert) -> str:
     """The cause where one is decided, else the candidates left (never a guess named as one)."""
     if a.cause:
         return f"cause {a.cause}"
     return "candidates " + " or ".join(a.candidates) if a.candidates else "cause unknown"
+
+
+def render_recorded(w: RecordedWatch, console: Console) -> None:
+    """A recorded watch (`specscope report` on its run directory) in a few lines: what was
+    watched, how many windows, canaries, faults and alerts, then each alert. The files are read
+    back from disk, so every value is shown as untrusted text."""
+    summary = (w.of("summary") or [{}])[-1]
+    console.print(
+        Text.assemble(
+            "watch of ",
+            untrusted(w.options.get("url") or "-"),
+            f" from {when((w.of('start') or [{}])[0].get('t'))} to {when(summary.get('t'))}: "
+            f"{len(w.windows)} windows, ",
+            untrusted(f"{summary.get('canaries', '-')} canaries, "),
+            f"{len(w.of('error'))} recorded faults, {len(w.of('alert'))} alerts",
+            "" if summary else " (no summary: the watch was killed)",
+        ),
+        highlight=False,
+    )
+    for a in w.of("alert"):
+        said = a.get("cause") or " or ".join(map(str, a.get("candidates") or [])) or "unknown"
+        console.print(
+            Text.assemble(
+                f"  {when(a.get('t'))}  alert ",
+                untrusted(f"{a.get('factor')} x{a.get('ratio')} {a.get('ci')} {said}"),
+            ),
+            highlight=False,
+        )

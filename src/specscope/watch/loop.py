@@ -23,6 +23,7 @@ from specscope.analysis.watch.detector import Alert, Detector, DetectorConfig
 from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 from specscope.analysis.watch.sample import CanarySample, sample_from_trace
 from specscope.analysis.watch.server import server_figures, window_speculation
+from specscope.analysis.watch.speedup import PlainReference, speedup
 from specscope.analysis.watch.window import window_figures
 from specscope.probe.client import new_session
 from specscope.report.watch_events import Event, alert_json, event_line
@@ -59,8 +60,10 @@ class Watch:
         sink: Sink,
         baseline: Baseline | None = None,
         clock: Callable[[], float] = time.time,
+        plain: PlainReference | None = None,
     ) -> None:
         self.o, self.sink, self.clock = o, sink, clock
+        self.plain = plain  # the speedup's reference (a recorded plain run), if any
         self.started = clock()
         config = DetectorConfig(
             warmup_s=o.warmup_s,
@@ -77,6 +80,7 @@ class Watch:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.server_info: dict[str, Any] = {}
         self.diagnosing = False  # a --diagnose-on-alert run is under way: the canary pauses
+        self._window_start = self.started  # the start of the window under way
 
     def _emit(self, event: Event) -> None:
         if isinstance(event, WatchError):
@@ -110,7 +114,7 @@ class Watch:
                 async with asyncio.timeout(o.duration_s):
                     await asyncio.gather(*loops)
             except TimeoutError:
-                pass
+                await self._last_window(readers)
             finally:
                 await self._close(readers)
             await self._drain()
@@ -153,6 +157,7 @@ class Watch:
             baseline="warm-up" if b is None else b.source,
             false_alarms_per_day=o.false_alarms_per_day,
             min_shift=o.min_shift,
+            plain_baseline=self.plain,
         )
 
     async def _canary_loop(self, canary: Canary) -> None:
@@ -227,22 +232,34 @@ class Watch:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _window_loop(self, readers: list[tuple[str, Any]]) -> None:
-        """A window every interval_s: the passive readers read (each (source, reader) pair's
-        `read()`, awaited when it is a coroutine), then the window emitted."""
+        """A window every interval_s: the passive readers read, then the window emitted."""
         loop = asyncio.get_running_loop()
-        due, start = loop.time(), self.clock()
+        due, self._window_start = loop.time(), self.clock()
         while True:
             due += self.o.interval_s
             await asyncio.sleep(max(0.0, due - loop.time()))
-            records: list[SpecRecord] = []
-            for source, reader in readers:
-                got = reader.read()
-                got, faults = await got if inspect.isawaitable(got) else got
-                records += got
-                self._faults(source, faults)
+            records = await self._read_passive(readers)
             end = self.clock()
-            self._emit(self._window(start, end, records))
-            start = end
+            self._emit(self._window(self._window_start, end, records))
+            self._window_start = end
+
+    async def _read_passive(self, readers: list[tuple[str, Any]]) -> list[SpecRecord]:
+        """Each (source, reader) pair's `read()`, awaited when it is a coroutine; its faults
+        recorded."""
+        records: list[SpecRecord] = []
+        for source, reader in readers:
+            got = reader.read()
+            got, faults = await got if inspect.isawaitable(got) else got
+            records += got
+            self._faults(source, faults)
+        return records
+
+    async def _last_window(self, readers: list[tuple[str, Any]]) -> None:
+        """At the end of --duration, the window under way when a canary ended in it (else
+        that canary would be measured and never reported); a shorter window than the rest."""
+        if self.pending or self.pending_errors:
+            records = await self._read_passive(readers)
+            self._emit(self._window(self._window_start, self.clock(), records))
 
     def _faults(self, source: str, faults: list[Fault]) -> None:
         """Record each fault when it starts (a scrape failing every window is one event until
@@ -260,16 +277,18 @@ class Watch:
         errors, self.pending_errors = self.pending_errors, 0
         self.counts["windows"] += 1
         state = window_speculation(self.server_info, samples, records)
+        figures = window_figures(samples)
         return Window(
             t=end,
             start=start,
             end=end,
             state=self.detector.state,
-            figures=window_figures(samples),
+            figures=figures,
             canary_errors=errors,
             speculation=state.label,
             speculation_reason=state.reason,
             server=server_figures(records),
             cusum=self.detector.statistics(),
             baseline=_baseline_view(self.detector.baseline),
+            speedup=None if self.plain is None else speedup(figures, self.plain),
         )

@@ -30,6 +30,7 @@ class WatchOptions:
     interval_s: float = 10.0
     duration_s: float | None = None
     baseline_dir: Path | None = None
+    plain_baseline_dir: Path | None = None  # a recorded plain run: speculation's speedup
     alert_cmd: tuple[str, ...] = ()
     alert_timeout_s: float = 10.0
     diagnose_on_alert: bool = False

@@ -2,7 +2,9 @@
 window in `windows.jsonl` and every other event (start, alert, recovered, error, summary) in
 `events.jsonl`, one JSON line each, flushed as it happens so a killed watch loses nothing.
 Named apart from a probe's run.json on purpose: `specscope runs` lists measured runs, and a
-watch's windows are not one."""
+watch's windows are not one. `read_watch_run` reads it back for `specscope report` (the
+timeline): a line that is not a JSON object (a watch killed mid-line) is counted and skipped,
+never fatal; a directory without a readable watch.json is one line."""
 
 from __future__ import annotations
 
@@ -12,15 +14,64 @@ from typing import Any, TextIO
 
 from specscope.analysis.watch.events import Window
 from specscope.report.watch_events import Event, event_line
+from specscope.report.watch_html import RecordedWatch
 
 SCHEMA = 1
+WATCH_JSON = "watch.json"
+
+
+class WatchRunError(ValueError):
+    """Not a readable watch run directory (one line, exit 2)."""
+
+
+def is_watch_run(path: Path) -> bool:
+    return (path / WATCH_JSON).is_file()
+
+
+def _lines(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file and how many lines were not one."""
+    if not path.is_file():
+        return [], 0
+    good, bad = [], 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                good.append(obj)
+            else:
+                bad += 1
+    return good, bad
+
+
+def read_watch_run(path: Path) -> RecordedWatch:
+    try:
+        meta = json.loads((path / WATCH_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise WatchRunError(f"{path}: cannot read {WATCH_JSON} ({e})") from None
+    if not isinstance(meta, dict) or meta.get("kind") != "watch":
+        raise WatchRunError(f'{path}: {WATCH_JSON} is not a watch\'s (no "kind": "watch")')
+    options = meta.get("options")
+    windows, bad_w = _lines(path / "windows.jsonl")
+    events, bad_e = _lines(path / "events.jsonl")
+    return RecordedWatch(
+        str(path),
+        options if isinstance(options, dict) else {},
+        [w for w in windows if w.get("event") == "window"],
+        events,
+        bad_w + bad_e,
+    )
 
 
 class WatchRunDir:
     def __init__(self, path: Path, options: dict[str, Any]) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        (path / "watch.json").write_text(
+        (path / WATCH_JSON).write_text(
             json.dumps({"schema": SCHEMA, "kind": "watch", "options": options}, indent=2) + "\n",
             encoding="utf-8",
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specscope.analysis.watch.speedup import PlainReference, Speedup
 from specscope.analysis.watch.window import WindowFigures
 
 
@@ -22,6 +23,7 @@ class Start:
     baseline: str  # "warm-up" or the run directory
     false_alarms_per_day: float
     min_shift: float  # the smallest change of interest, as a ratio (1.10: 10%)
+    plain_baseline: PlainReference | None = None  # the speedup's reference (a plain run)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Window:
     server: dict[str, Any] | None  # what the server said in the window (metrics, logs)
     cusum: dict[str, tuple[float, float]]  # factor -> (statistic, threshold)
     baseline: dict[str, Any] | None  # commit_len, step_s, source; None in the warm-up
+    speedup: Speedup | None = None  # None: no plain reference, or no reliable canary
 
 
 @dataclass(frozen=True)
