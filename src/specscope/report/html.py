@@ -66,7 +66,7 @@ from specscope.report.serving import (
 # scroll on their own; an error message and the glossary's metric names
 # (`vllm:time_to_first_token_seconds`) may break anywhere, else one unbroken word sets its
 # column's width; two plots side by side get their columns before plotly sizes them.
-_CSS = """
+PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
 color:#1d2430;padding:0 1rem;overflow-wrap:break-word}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px solid #dde;padding-bottom:.3rem}
@@ -90,17 +90,17 @@ code{background:#f0f2f5;padding:0 .2rem}
 """
 
 
-def _e(value: object) -> str:
+def escape(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _safe_json(text: str) -> str:
+def safe_json(text: str) -> str:
     # plotly's encoder already writes < and > as \u003c/\u003e; this is a second belt.
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
 def _card(key: str, value: str) -> str:
-    return f'<div class="card"><div class="v">{_e(value)}</div><div class="k">{_e(key)}</div></div>'
+    return f'<div class="card"><div class="v">{escape(value)}</div><div class="k">{escape(key)}</div></div>'
 
 
 def _headline(ctx: ReportContext) -> str:
@@ -119,21 +119,21 @@ def _headline(ctx: ReportContext) -> str:
     decomposition = ""
     if a.mean_commit_len and a.mean_step_s:
         decomposition = (
-            f"<p>decode_tps = mean_commit_len / mean_step_time = {_e(fmt(a.mean_commit_len, 2))} / "
-            f"{_e(fmt_ms(a.mean_step_s))} = {_e(fmt(a.mean_commit_len / a.mean_step_s, 1))} tokens/s"
-            f" (commit length from {_e(a.commit_len_source or 'unknown')}"
+            f"<p>decode_tps = mean_commit_len / mean_step_time = {escape(fmt(a.mean_commit_len, 2))} / "
+            f"{escape(fmt_ms(a.mean_step_s))} = {escape(fmt(a.mean_commit_len / a.mean_step_s, 1))} tokens/s"
+            f" (commit length from {escape(a.commit_len_source or 'unknown')}"
             f"{'' if a.steps_reliable is not False else '; client-side steps unreliable'})</p>"
         )
     if a.speculation:
         decomposition += (
-            f"<p>Speculation {_e(a.speculation)}: {_e(a.speculation_reason or '')}.</p>"
+            f"<p>Speculation {escape(a.speculation)}: {escape(a.speculation_reason or '')}.</p>"
         )
     if a.interval_method:
-        decomposition += _details(
-            "How the intervals were obtained", f"<p>{_e(a.interval_method)}.</p>"
+        decomposition += details_block(
+            "How the intervals were obtained", f"<p>{escape(a.interval_method)}.</p>"
         )
     if (reached := precision_line(a.precision)) is not None:
-        decomposition += f"<p>Precision: {_e(reached)}.</p>"
+        decomposition += f"<p>Precision: {escape(reached)}.</p>"
     return f'<div class="headline">{"".join(cards)}</div>{decomposition}'
 
 
@@ -153,19 +153,19 @@ def _attribution(ctx: ReportContext) -> str:
             fmt(at.step_time_factor, 3) + fmt_interval(at.step_time_factor_ci),
         ),
     ]
-    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
-    return _wide(f"<table>{body}</table>")
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return wide_block(f"<table>{body}</table>")
 
 
-def _details(summary: str, body: str) -> str:
+def details_block(summary: str, body: str) -> str:
     """A folded block: the statistics a reader opens on demand (`summary` is our own text)."""
-    return f"<details><summary>{_e(summary)}</summary>{body}</details>"
+    return f"<details><summary>{escape(summary)}</summary>{body}</details>"
 
 
 def _verdict(ctx: ReportContext) -> str:
     """The verdict's sentences, first: the rate, what moved, the cause, the next step."""
     lines = verdict_lines(ctx.analysis)
-    items = "".join(f"<li>{_e(s)}</li>" for s in lines)
+    items = "".join(f"<li>{escape(s)}</li>" for s in lines)
     return f'<h2>Verdict</h2><ul class="verdict">{items}</ul>' if lines else ""
 
 
@@ -174,22 +174,24 @@ def _finding(a: Analysis, rank: int, f: Finding, plots: str) -> str:
     next step; every evidence line, the test and the confidence in a <details>; then the plots
     that are its evidence (`plots`, from `_Plots.place`), so the reader sees them together."""
     ev = "".join(
-        f"<tr><td>{_e(e.label)}</td><td>{_e(fmt_value(e.value))} {_e(e.unit)}</td><td>{_e(e.source)}</td></tr>"
+        f"<tr><td>{escape(e.label)}</td><td>{escape(fmt_value(e.value))} {escape(e.unit)}</td><td>{escape(e.source)}</td></tr>"
         for e in f.evidence
     )
     heading = finding_heading(f)
     numbers = finding_numbers(f, test_of(a, f.id))
-    table = _wide(f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>")
+    table = wide_block(
+        f"<table><tr><th>evidence</th><th>value</th><th>source</th></tr>{ev}</table>"
+    )
     return (
-        f'<div class="finding"><div><b>{rank}.</b> <span class="id">{_e(f.id)}</span>'
-        + (f" &middot; {_e(heading)}" if heading else "")
-        + f"</div><p>{_e(f.summary)}</p>"
-        + (f'<p class="numbers">{_e(" · ".join(numbers))}</p>' if numbers else "")
-        + f'<div class="next"><b>Next:</b> {_e(folded_next(f))}</div>'
-        + _details(
+        f'<div class="finding"><div><b>{rank}.</b> <span class="id">{escape(f.id)}</span>'
+        + (f" &middot; {escape(heading)}" if heading else "")
+        + f"</div><p>{escape(f.summary)}</p>"
+        + (f'<p class="numbers">{escape(" · ".join(numbers))}</p>' if numbers else "")
+        + f'<div class="next"><b>Next:</b> {escape(folded_next(f))}</div>'
+        + details_block(
             f"evidence and test (confidence {fmt(f.confidence, 2)})",
             (table if ev else "")
-            + (f"<p><b>Next, all of it:</b> {_e(f.next)}</p>" if f.next else ""),
+            + (f"<p><b>Next, all of it:</b> {escape(f.next)}</p>" if f.next else ""),
         )
         + plots
         + "</div>"
@@ -199,22 +201,22 @@ def _finding(a: Analysis, rank: int, f: Finding, plots: str) -> str:
 def _findings(ctx: ReportContext, plots: _Plots) -> str:
     a = ctx.analysis
     if not a.findings:
-        return f"<p>No finding: {_e(a.no_finding_reason or '')}</p>"
+        return f"<p>No finding: {escape(a.no_finding_reason or '')}</p>"
     return "".join(
         _finding(a, rank, f, plots.place(SUPPORTS.get(f.id, ())))
         for rank, f in enumerate(a.findings, start=1)
     )
 
 
-def _wide(table: str) -> str:
+def wide_block(table: str) -> str:
     """A table in its own box: one wider than the page scrolls there, never the page."""
     return f'<div class="wide">{table}</div>'
 
 
 def _rows_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return _wide(f"<table><tr>{head}</tr>{body}</table>")
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return wide_block(f"<table><tr>{head}</tr>{body}</table>")
 
 
 def _serving(ctx: ReportContext) -> str:
@@ -227,7 +229,7 @@ def _serving(ctx: ReportContext) -> str:
         "<h2>Serving metrics</h2>"
         + (_rows_table(TABLE_HEADER, rows) if rows else "")
         + "<ul>"
-        + "".join(f"<li>{_e(line)}</li>" for line in summary_lines(s))
+        + "".join(f"<li>{escape(line)}</li>" for line in summary_lines(s))
         + "</ul>"
         + (_rows_table(LEVEL_HEADER, levels) if len(levels) > 1 else "")
     )
@@ -235,7 +237,7 @@ def _serving(ctx: ReportContext) -> str:
 
 def _inline_md(text: str) -> str:
     """Glossary cells: escaped, then `code` and **bold** as tags (our own text, no markup in it)."""
-    out = _e(text)
+    out = escape(text)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
 
@@ -250,7 +252,7 @@ def _glossary() -> str:
         "in other tools</h2><p>With speculative decoding one streamed chunk carries a whole "
         "verify step (several tokens), so a per-chunk ITL is a per-step latency and reads "
         "commit-length times a per-token ITL.</p>"
-        f"{_wide(f'<table><tr>{head}</tr>{body}</table>')}</footer>"
+        f"{wide_block(f'<table><tr>{head}</tr>{body}</table>')}</footer>"
     )
 
 
@@ -258,18 +260,19 @@ def _plan(ctx: ReportContext) -> str:
     if not ctx.plan:
         return ""
     rows = "".join(
-        f"<tr><td>{_e(s.get('tag'))}</td><td>{_e(s.get('prompt_tokens'))}</td>"
-        f"<td>{_e(s.get('max_tokens'))}</td><td>{_e(s.get('repeat'))}</td>"
-        f"<td>{_e(s.get('concurrency'))}</td></tr>"
+        f"<tr><td>{escape(s.get('tag'))}</td><td>{escape(s.get('prompt_tokens'))}</td>"
+        f"<td>{escape(s.get('max_tokens'))}</td><td>{escape(s.get('repeat'))}</td>"
+        f"<td>{escape(s.get('concurrency'))}</td></tr>"
         for s in ctx.plan.get("steps", [])
     )
     skipped = "".join(
-        f"<li>{_e(s.get('tag'))}: {_e(s.get('reason'))}</li>" for s in ctx.plan.get("skipped", [])
+        f"<li>{escape(s.get('tag'))}: {escape(s.get('reason'))}</li>"
+        for s in ctx.plan.get("skipped", [])
     )
-    notes = "".join(f"<li>{_e(n)}</li>" for n in ctx.plan.get("notes", []))
+    notes = "".join(f"<li>{escape(n)}</li>" for n in ctx.plan.get("notes", []))
     return (
         "<h2>What was sent</h2>"
-        + _wide(
+        + wide_block(
             "<table><tr><th>experiment</th><th>prompt tokens</th>"
             f"<th>max tokens</th><th>repeat</th><th>concurrency</th></tr>{rows}</table>"
         )
@@ -283,7 +286,7 @@ def _errors(ctx: ReportContext) -> str:
         return ""
     shown = ctx.errors[:50]
     rows = "".join(
-        f"<tr><td>{e.index}</td><td>{_e(e.tag)}</td><td>{_e(e.kind)}</td><td class='msg'>{_e(e.message)}</td></tr>"
+        f"<tr><td>{e.index}</td><td>{escape(e.tag)}</td><td>{escape(e.kind)}</td><td class='msg'>{escape(e.message)}</td></tr>"
         for e in shown
     )
     more = (
@@ -293,7 +296,7 @@ def _errors(ctx: ReportContext) -> str:
     )
     return (
         "<h2>Errors</h2>"
-        + _wide(
+        + wide_block(
             "<table><tr><th>request</th><th>experiment</th><th>kind</th>"
             f"<th>message</th></tr>{rows}</table>"
         )
@@ -304,10 +307,10 @@ def _errors(ctx: ReportContext) -> str:
 def _plot_div(plot: Plot) -> str:
     """One drawn plot: its div, the sentence under it and the script that draws it."""
     div_id = f"plot-{plot.spec.key}"
-    payload = _safe_json(plot.fig.to_json())
+    payload = safe_json(plot.fig.to_json())
     return (
         f'<div class="plot"><div id="{div_id}" class="plotly-graph-div"></div>'
-        f'<p class="explains">{_e(plot.spec.explains)}</p>'
+        f'<p class="explains">{escape(plot.spec.explains)}</p>'
         f'<script type="text/javascript">(function(){{var f={payload};'
         f'Plotly.newPlot("{div_id}",f.data,f.layout,{{responsive:true,displaylogo:false}});}})();</script></div>'
     )
@@ -333,7 +336,7 @@ class _Plots:
             if (plot := self.drawn.get(key)) is None:
                 continue
             if key in self.placed:
-                links.append(f'<a href="#plot-{key}">{_e(plot.spec.title)}</a>')
+                links.append(f'<a href="#plot-{key}">{escape(plot.spec.title)}</a>')
             else:
                 self.placed.add(key)
                 divs.append(_plot_div(plot))
@@ -360,7 +363,7 @@ class _Plots:
                 *([f"One point only, no plot: {'; '.join(single)}."] if single else []),
             ]
         )
-        return body + (f'<p class="nodata">{_e(line)}</p>' if line else "")
+        return body + (f'<p class="nodata">{escape(line)}</p>' if line else "")
 
 
 @functools.cache
@@ -375,14 +378,14 @@ def _sections(ctx: ReportContext) -> str:
     for them (`_Plots`), so the order of these calls is the order on the page."""
     a, info = ctx.analysis, ctx.info
     plots = _Plots(a)
-    notes = "".join(f"<li>{_e(n)}</li>" for n in [*a.notes, *info.notes])
+    notes = "".join(f"<li>{escape(n)}</li>" for n in [*a.notes, *info.notes])
     out = _verdict(ctx) + f"<h2>Headline</h2>{_headline(ctx)}"
     out += plots.place(LEAD)
     out += f"<h2>Attribution</h2>{_attribution(ctx)}" + plots.place(BESIDE_ATTRIBUTION)
     out += _serving(ctx)
     out += f"<h2>Findings</h2>{_findings(ctx, plots)}"
     if notes:
-        fold = _details("Claims tested and not reported, and notes", f"<ul>{notes}</ul>")
+        fold = details_block("Claims tested and not reported, and notes", f"<ul>{notes}</ul>")
         out += f"<h2>Notes</h2>{fold}"
     if rest := plots.rest():
         out += f"<h2>Other plots</h2>{rest}"
@@ -395,23 +398,23 @@ def render_html(ctx: ReportContext) -> str:
     partial = ""
     if ctx.partial:
         partial = (
-            f'<div class="partial"><b>Partial run.</b> {_e(ctx.status_line)}. '
+            f'<div class="partial"><b>Partial run.</b> {escape(ctx.status_line)}. '
             "The numbers below cover only what was measured before it stopped.</div>"
         )
     meta = (
-        f"run <code>{_e(info.run_id)}</code> &middot; endpoint <code>{_e(info.endpoint)}</code> "
-        f"&middot; flavor {_e(info.flavor or '-')} &middot; model {_e(info.model or '-')} "
-        f"&middot; status {_e(info.status)}"
+        f"run <code>{escape(info.run_id)}</code> &middot; endpoint <code>{escape(info.endpoint)}</code> "
+        f"&middot; flavor {escape(info.flavor or '-')} &middot; model {escape(info.model or '-')} "
+        f"&middot; status {escape(info.status)}"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<title>{escape(title)}</title><style>{PAGE_CSS}</style>"
         f'<script type="text/javascript">{plotly_bundle()}</script></head><body>'
-        f'<h1>{_e(title)}</h1><div class="meta">{meta}</div>{partial}'
+        f'<h1>{escape(title)}</h1><div class="meta">{meta}</div>{partial}'
         + _sections(ctx)
-        + f'<p class="meta">analysis: {_e(json.dumps({"schema": a.schema_}))} &middot; specscope '
-        f"{_e(info.tool_version)}</p></body></html>\n"
+        + f'<p class="meta">analysis: {escape(json.dumps({"schema": a.schema_}))} &middot; specscope '
+        f"{escape(info.tool_version)}</p></body></html>\n"
     )
 
 

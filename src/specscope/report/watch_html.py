@@ -18,12 +18,12 @@ from typing import Any
 
 from specscope.report.context import fmt_ci
 from specscope.report.html import (
-    _CSS,
-    _details,
-    _e,
-    _safe_json,
-    _wide,
+    PAGE_CSS,
+    details_block,
+    escape,
     plotly_bundle,
+    safe_json,
+    wide_block,
     write_page,
 )
 from specscope.report.watch_figures import number, timeline
@@ -67,19 +67,19 @@ def _ci(v: object, digits: int = 2, scale: float = 1.0) -> str:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Rows under a header; the last column is free text that may break anywhere."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join(
         "<tr>"
-        + "".join(f"<td>{_e(c)}</td>" for c in r[:-1])
-        + f"<td class='msg'>{_e(r[-1])}</td></tr>"
+        + "".join(f"<td>{escape(c)}</td>" for c in r[:-1])
+        + f"<td class='msg'>{escape(r[-1])}</td></tr>"
         for r in rows
     )
-    return _wide(f"<table><tr>{head}</tr>{body}</table>")
+    return wide_block(f"<table><tr>{head}</tr>{body}</table>")
 
 
 def _pairs(rows: Sequence[tuple[str, object]]) -> str:
-    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
-    return _wide(f"<table>{body}</table>")
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return wide_block(f"<table>{body}</table>")
 
 
 def _overview(w: RecordedWatch) -> str:
@@ -118,7 +118,7 @@ def _overview(w: RecordedWatch) -> str:
         out
         + '<div class="headline">'
         + "".join(
-            f'<div class="card"><div class="v">{_e(v)}</div><div class="k">{_e(k)}</div></div>'
+            f'<div class="card"><div class="v">{escape(v)}</div><div class="k">{escape(k)}</div></div>'
             for k, v in cards
         )
         + "</div>"
@@ -193,15 +193,17 @@ def _windows(w: RecordedWatch) -> str:
     table = _table(
         ("end", "state", "canaries", "tok/s", "tok/step", "ms/step", "speculation", "speedup"), rows
     )
-    return _details(f"Every window's figures{cut}", table)
+    return details_block(f"Every window's figures{cut}", table)
 
 
 def _timeline(w: RecordedWatch) -> str:
     marks = [e for e in w.events if e.get("event") in ("alert", "error")]
     fig = timeline(w.windows, marks)
     if fig is None:
-        return f"<p class='nodata'>{_e(len(w.windows))} windows: too few with figures to plot.</p>"
-    payload = _safe_json(fig.to_json())
+        return (
+            f"<p class='nodata'>{escape(len(w.windows))} windows: too few with figures to plot.</p>"
+        )
+    payload = safe_json(fig.to_json())
     return (
         '<div class="plot"><div id="plot-watch-timeline" class="plotly-graph-div"></div>'
         '<p class="explains">One point per window, its 95% interval as error bars; red lines are '
@@ -215,7 +217,7 @@ def _timeline(w: RecordedWatch) -> str:
 def render_watch_html(w: RecordedWatch) -> str:
     title = f"specscope watch — {w.options.get('url') or w.path}"
     unreadable = (
-        f"<p class='partial'>{_e(w.unreadable)} lines of the event files could not be read "
+        f"<p class='partial'>{escape(w.unreadable)} lines of the event files could not be read "
         "and are left out.</p>"
         if w.unreadable
         else ""
@@ -223,9 +225,9 @@ def render_watch_html(w: RecordedWatch) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<title>{escape(title)}</title><style>{PAGE_CSS}</style>"
         f'<script type="text/javascript">{plotly_bundle()}</script></head><body>'
-        f'<h1>{_e(title)}</h1><div class="meta">run directory <code>{_e(w.path)}</code></div>'
+        f'<h1>{escape(title)}</h1><div class="meta">run directory <code>{escape(w.path)}</code></div>'
         + unreadable
         + f"<h2>Watch</h2>{_overview(w)}<h2>Timeline</h2>{_timeline(w)}"
         + f"<h2>Alerts</h2>{_alerts(w)}<h2>Recorded faults</h2>{_errors(w)}"
