@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from specscope.cli import app
+from support.cli import announced_url
 
 SPECSCOPE = [sys.executable, "-m", "specscope.cli"]
 
@@ -49,15 +48,7 @@ def test_serve_process_serves_the_twin_and_writes_truth(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            url = m.group(1) if m else None
-        assert url, "server did not announce its URL"
+        url = announced_url(proc, 30)
         body = json.dumps({"prompt": "x y", "max_tokens": 30}).encode()
         req = urllib.request.Request(
             url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}

@@ -26,16 +26,17 @@ pytestmark = pytest.mark.engine
 
 CONCURRENCY = 64
 MAX_NEW = 12
+ENGINE = {
+    "model": "smollm2",
+    "max_batch": CONCURRENCY,
+    "kv_pool_tokens": CONCURRENCY * 64,
+    "device": "cpu",
+}
 
 
 @pytest.fixture(scope="module")
 def served():
-    backend = build_backend(
-        model="smollm2",
-        max_batch=CONCURRENCY,
-        kv_pool_tokens=CONCURRENCY * 64,
-        device="cpu",
-    )
+    backend = build_backend(**ENGINE)
     opts = ServeOptions(log_to_stderr=False, max_batch=CONCURRENCY)
     handle = run_server(backend, opts, "127.0.0.1", 0)
     try:
@@ -79,15 +80,7 @@ def test_streams_match_the_servers_token_record(served):
 def test_streams_match_through_the_engine_process():
     """The same 64 streams with the engine in a process of its own (what `specscope serve
     --backend engine` runs): one report per step crosses the pipe, the text is rendered here."""
-    engine = EngineProcess(
-        functools.partial(
-            build_served_backend,
-            model="smollm2",
-            max_batch=CONCURRENCY,
-            kv_pool_tokens=CONCURRENCY * 64,
-            device="cpu",
-        )
-    )
+    engine = EngineProcess(functools.partial(build_served_backend, **ENGINE))
     opts = ServeOptions(log_to_stderr=False, max_batch=CONCURRENCY)
     handle = run_server(engine, opts, "127.0.0.1", 0)
     try:

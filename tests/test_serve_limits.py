@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from specscope.serve.validation import MAX_BODY_BYTES
+from support.cli import announced_url
 
 
 @pytest.fixture
@@ -33,17 +33,7 @@ def served() -> Iterator[tuple[str, list[str]]]:
         start_new_session=True,
     )
     lines: list[str] = []
-    assert proc.stderr is not None
-    url = None
-    deadline = time.monotonic() + 60
-    while url is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on (http://\S+)", line)
-        url = m.group(1) if m else None
-    assert url, "".join(lines)
+    url = announced_url(proc, 60, lines)
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
     reader.start()
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -25,7 +24,7 @@ import pytest
 from specscope.serve.engine_process import EngineProcess, EngineStartError
 from specscope.serve.options import ServeOptions
 from specscope.serve.runner import run_server
-from support.cli import start_cli
+from support.cli import announced_url, start_cli
 
 pytestmark = pytest.mark.engine
 pytest.importorskip("torch")
@@ -165,15 +164,7 @@ def test_ctrl_c_on_specscope_serve_leaves_no_engine_process(tmp_path):
     (the child ignores it), the server stops its engine process and exits."""
     proc = start_cli(["serve", "--backend", "engine", "--port", "0"], tmp_path, new_session=True)
     try:
-        url = None
-        deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            url = m.group(1) if m else None
-        assert url, "server did not announce its URL"
+        url = announced_url(proc, 120)
         with urllib.request.urlopen(f"{url}/get_server_info", timeout=30) as resp:
             pid = json.loads(resp.read())["backend"]["engine_pid"]
         assert not _gone(pid)

@@ -65,3 +65,23 @@ class CliResult:
 def specscope_result(command: str, *args: str, timeout_s: float = 300.0) -> CliResult:
     proc = run_specscope(command, *args, timeout_s=timeout_s)
     return CliResult(command, proc.returncode, proc.stdout, proc.stderr)
+
+
+def announced_url(proc: subprocess.Popen, timeout_s: float, seen: list[str] | None = None) -> str:
+    """The URL a starting `specscope serve` announces on stderr ("listening on URL"); every
+    line read is appended to `seen`. Fails the test, with those lines, when none comes."""
+    import re
+    import time
+
+    assert proc.stderr is not None
+    lines = seen if seen is not None else []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            return m.group(1)
+    raise AssertionError("server did not announce its URL: " + "".join(lines)[-2000:])
