@@ -138,10 +138,11 @@ def test_speculation_off_is_its_own_factor_and_recovers():
 
 def test_a_canary_the_server_drafted_for_is_not_speculation_off():
     """vLLM's n-gram peer, watched live: a canary whose prompt held few n-grams committed 1.03
-    tokens a step while the server drafted 5 tokens for it. Two such canaries in a row read as
-    plain by their commit length alone would raise speculation_off on a server still drafting;
-    the server's per-request draft count says otherwise. The same canaries without a draft
-    count (a server that stopped drafting reports none) still raise it."""
+    tokens a step while the server proposed 20 draft tokens for it (in 5 steps). Two such
+    canaries in a row, read as plain by their commit length alone, would raise speculation_off
+    on a server still drafting; the server's per-request draft count says otherwise. The same
+    canaries without a draft count (a server that stopped drafting reports none) still raise
+    it."""
     rng = np.random.default_rng(5)
 
     def off_alerts(drafted: int | None) -> list[Alert]:
@@ -155,7 +156,7 @@ def test_a_canary_the_server_drafted_for_is_not_speculation_off():
         assert det.baseline is not None and det.baseline.speculating
         return raised
 
-    assert off_alerts(drafted=5) == []
+    assert off_alerts(drafted=20) == []
     assert len(off_alerts(drafted=None)) == 1
     assert len(off_alerts(drafted=0)) == 1  # the server says it drafted nothing
 

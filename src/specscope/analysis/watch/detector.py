@@ -9,7 +9,7 @@ Factors and directions (one-sided: only what makes speculation pay less is alarm
   a step for which the server reports no draft (a rule, not a CUSUM: plain decoding is not a
   small shift but another regime). The server's per-request draft count is what tells an
   n-gram drafter that found little to draft in one canary's prompt (vLLM's CPU peer: 1.03
-  tokens a step with 5 drafts) from a server that stopped drafting.
+  tokens a step, 20 draft tokens proposed in 5 steps) from a server that stopped drafting.
 
 Stated error rate: each CUSUM's threshold is set so that its in-control run length is
 samples_per_day x factors / false_alarms_per_day canaries (cusum.threshold_for), with the
