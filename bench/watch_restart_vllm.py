@@ -256,9 +256,12 @@ def print_summary(v: dict[str, Any], deadline_s: float) -> None:
     """A compact account: the phases' times, the baseline, every window and fault around the
     restart, the alerts, and the verdict."""
     m, t0 = v["marks"], v["marks"].get("plain_answered")
-    print(f"vLLM n-gram answered; watch started {_rel(m.get('watch_started'), m.get('ngram_answered'))} s "
-          f"later; restart begun {_rel(m.get('restart_begun'), m.get('watch_started'))} s into the "
-          f"watch; plain server answered {_rel(t0, m.get('stopped'))} s after the stop")  # fmt: skip
+    if "watch_started" in m:
+        print(
+            f"watch started {_rel(m['watch_started'], m['ngram_answered'])} s after the n-gram "
+            f"server answered; restart begun {_rel(m.get('restart_begun'), m['watch_started'])} "
+            f"s into the watch; plain server answered {_rel(t0, m.get('stopped'))} s after the stop"
+        )
     b = v["baseline"]
     if b:
         print(f"baseline ({b['source']}, {b['canaries']} canaries): {b['commit_len']} tok/step, "
