@@ -11,7 +11,13 @@ import pytest
 
 from specscope.analysis.watch.cusum import Cusum, arl0, threshold_for
 from specscope.analysis.watch.detector import KEEP, Alert, Detector, DetectorConfig, Recovery
-from specscope.analysis.watch.sample import CanarySample, sample_from_steps
+from specscope.analysis.watch.sample import (
+    CanarySample,
+    sample_from_steps,
+    sample_from_trace,
+    server_drafts,
+)
+from specscope.trace.model import Chunk, RequestSpec, RequestTrace, ServerSpecFields
 from specscope.twin.scenario import load_scenario, simulate_request_steps
 
 EVERY = 10.0
@@ -128,6 +134,53 @@ def test_speculation_off_is_its_own_factor_and_recovers():
     assert ("Recovery", "speculation_off") in factors
     off = next(e for e in events if isinstance(e, Alert))
     assert off.cause is None and off.ratio < 0.3 and off.since > 600
+
+
+def test_a_canary_the_server_drafted_for_is_not_speculation_off():
+    """vLLM's n-gram peer, watched live: a canary whose prompt held few n-grams committed 1.03
+    tokens a step while the server proposed 20 draft tokens for it (in 5 steps). Two such
+    canaries in a row, read as plain by their commit length alone, would raise speculation_off
+    on a server still drafting; the server's per-request draft count says otherwise. The same
+    canaries without a draft count (a server that stopped drafting reports none) still raise
+    it."""
+    rng = np.random.default_rng(5)
+
+    def off_alerts(drafted: int | None) -> list[Alert]:
+        det = Detector(t0=0.0)
+        raised: list[Alert] = []
+        for i in range(1, 40):
+            s = synthetic(rng, i * EVERY, commit=2.0)
+            if i > 30:  # 9 canaries in a row at ~one token a step
+                s = CanarySample(s.t, 1.02, s.step_s, 63, 64, 0.0, 0.05, drafted=drafted)
+            raised += [a for a in alerts(det.observe(s)) if a.factor == "speculation_off"]
+        assert det.baseline is not None and det.baseline.speculating
+        return raised
+
+    assert off_alerts(drafted=20) == []
+    assert len(off_alerts(drafted=None)) == 1
+    assert len(off_alerts(drafted=0)) == 1  # the server says it drafted nothing
+
+
+def test_the_server_draft_count_of_a_canary():
+    assert server_drafts(None) is None
+    assert server_drafts(ServerSpecFields(source="vllm.metrics")) is None
+    assert server_drafts(ServerSpecFields(proposed_drafts=5, source="vllm.metrics")) == 5
+    assert server_drafts(ServerSpecFields(per_step_drafted=[4, 0, 4], source="sglang")) == 8
+
+
+def test_a_canary_sample_carries_the_server_draft_count():
+    """The live path: a streamed canary (one token a chunk, 20 ms apart) with vLLM's
+    per-request figures gives a sample that says how many drafts the server proposed."""
+    chunks = [Chunk(t_ns=i * 20_000_000, n_tokens=1) for i in range(1, 40)]
+    spec = RequestSpec(prompt="x", max_tokens=39, tag="watch:canary")
+    trace = RequestTrace(spec=spec, t_send_ns=0, chunks=chunks, t_end_ns=40 * 20_000_000)
+    plain = sample_from_trace(trace, 1.0)
+    assert plain is not None and plain.drafted is None and plain.commit_len == 1.0
+    trace.server_spec = ServerSpecFields(
+        proposed_drafts=5, accepted_drafts=0, source="vllm.metrics"
+    )
+    drafted = sample_from_trace(trace, 1.0)
+    assert drafted is not None and drafted.drafted == 5
 
 
 def test_one_wild_canary_never_alarms_alone():

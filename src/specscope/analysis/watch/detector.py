@@ -6,7 +6,10 @@ Factors and directions (one-sided: only what makes speculation pay less is alarm
 - `commit_len`: log commit length per canary falls;
 - `step_time`: log step time per canary rises;
 - `speculation_off`: a baseline that drafted, then OFF_SAMPLES canaries in a row at one token
-  a step (a rule, not a CUSUM: plain decoding is not a small shift but another regime).
+  a step for which the server reports no draft (a rule, not a CUSUM: plain decoding is not a
+  small shift but another regime). The server's per-request draft count is what tells an
+  n-gram drafter that found little to draft in one canary's prompt (vLLM's CPU peer: 1.03
+  tokens a step, 20 draft tokens proposed in 5 steps) from a server that stopped drafting.
 
 Stated error rate: each CUSUM's threshold is set so that its in-control run length is
 samples_per_day x factors / false_alarms_per_day canaries (cusum.threshold_for), with the
@@ -252,11 +255,13 @@ class Detector:
 
     def _speculation(self, s: CanarySample) -> list[Alert | Recovery]:
         """The speculation_off rule over reliable canaries of a baseline that drafted:
-        OFF_SAMPLES plain canaries in a row raise it, OFF_SAMPLES drafting ones end it."""
+        OFF_SAMPLES plain canaries in a row (one token a step, no draft the server reports)
+        raise it, OFF_SAMPLES drafting ones end it."""
         b = self.baseline
         if b is None or not b.speculating or not s.reliable:
             return []
-        plain = s.commit_len <= PLAIN_COMMIT
+        # a canary the server says it drafted for is speculation on, whatever it committed
+        plain = s.commit_len <= PLAIN_COMMIT and not s.drafted
         if plain != self.off_alerting:  # a canary against the current state: count it
             self._off.append(s)
         else:

@@ -4,13 +4,14 @@ generation (what tells a position effect from a uniform one when an alert fires)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specscope.analysis.steps.reconstruct import reconstruct_steps
-from specscope.trace.model import RequestTrace
+from specscope.trace.model import RequestTrace, ServerSpecFields
 
 # Fewer steps than this say too little about a request's commit length and step time.
 MIN_STEPS = 8
@@ -32,6 +33,10 @@ class CanarySample:
     # per-step standard deviations (the window's intervals pool them)
     commit_sd: float = 0.0
     step_sd: float = 0.0
+    # draft tokens the server says it proposed for this canary (its per-request figures); None
+    # when it said nothing. A drafting server can still commit ~1 token a step (an n-gram
+    # drafter that finds few matches in this prompt): that canary is not speculation off.
+    drafted: int | None = None
 
     @property
     def log_commit(self) -> float:
@@ -81,6 +86,19 @@ def sample_from_steps(
     )
 
 
+def server_drafts(fields: ServerSpecFields | None) -> int | None:
+    """Draft tokens the server reports proposing for one request (vLLM `num_draft_tokens`,
+    SGLang's proposed drafts, llama.cpp's `draft_n`, else the per-step drafted list's sum);
+    None when it reports neither: the canary's own steps are then all there is to go on."""
+    if fields is None:
+        return None
+    if fields.proposed_drafts is not None:
+        return fields.proposed_drafts
+    if fields.per_step_drafted is not None:
+        return sum(fields.per_step_drafted)
+    return None
+
+
 def sample_from_trace(
     trace: RequestTrace, t: float, max_commit_len: int | None = None
 ) -> CanarySample | None:
@@ -91,4 +109,8 @@ def sample_from_trace(
     if not trace.ok:
         return None
     rec = reconstruct_steps(trace, max_commit_len=max_commit_len)
-    return sample_from_steps(t, [(s.commit_len, s.step_s) for s in rec.steps], rec.reliable)
+    sample = sample_from_steps(t, [(s.commit_len, s.step_s) for s in rec.steps], rec.reliable)
+    drafted = server_drafts(trace.server_spec)
+    if sample is None or drafted is None:
+        return sample
+    return dataclasses.replace(sample, drafted=drafted)
