@@ -64,19 +64,22 @@ async def _stream(session: aiohttp.ClientSession, url: str, i: int) -> list[dict
 
 
 async def _all(url: str) -> list[list[dict]]:
-    # what is tested is the text, not the speed: a stalled stream fails (60 s without a byte),
-    # a slow machine does not (beside a loaded suite 64 streams once took over 100 s)
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=60)
+    # what is tested is the text, not the speed: a stalled stream fails (180 s without a byte),
+    # a slow machine does not (beside a loaded suite 64 streams once took over 100 s, and with
+    # a vLLM peer beside it too a stream's first byte came after more than 60 s)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=180)
     conn = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as session:
         return await asyncio.gather(*(_stream(session, url, i) for i in range(CONCURRENCY)))
 
 
+@pytest.mark.timeout(900)
 def test_streams_match_the_servers_token_record(served):
     url, backend = served
-    _check_streams(asyncio.run(asyncio.wait_for(_all(url), 270)), backend.detokenize)
+    _check_streams(asyncio.run(asyncio.wait_for(_all(url), 600)), backend.detokenize)
 
 
+@pytest.mark.timeout(900)
 def test_streams_match_through_the_engine_process():
     """The same 64 streams with the engine in a process of its own (what `specscope serve
     --backend engine` runs): one report per step crosses the pipe, the text is rendered here."""
@@ -84,7 +87,7 @@ def test_streams_match_through_the_engine_process():
     opts = ServeOptions(log_to_stderr=False, max_batch=CONCURRENCY)
     handle = run_server(engine, opts, "127.0.0.1", 0)
     try:
-        results = asyncio.run(asyncio.wait_for(_all(handle.url), 270))
+        results = asyncio.run(asyncio.wait_for(_all(handle.url), 600))
         assert handle.app.state.ctx.scheduler.running == {}
     finally:
         handle.stop()

@@ -120,18 +120,21 @@ def _probe(url: str, out: Path) -> None:
     assert done.returncode == 0, done.stderr[-1000:]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, twin_server):
-    """speculation-overhead at a fifth of its time: the recorded plain run, then a 16 s watch."""
+    """speculation-overhead at half its time: the recorded plain run, then a 30 s watch. Not
+    faster: a loaded machine adds its scheduling delay to every simulated step, plain and
+    speculative alike, which pulls the ratio toward the commit length (at a fifth of the time,
+    4 and 11 ms steps, a loaded suite read x0.76 against the implied x0.59)."""
     sc = load_scenario("speculation-overhead")
-    plain_url = twin_server("speculation-overhead:baseline", time_scale=0.2).url
+    plain_url = twin_server("speculation-overhead:baseline", time_scale=0.5).url
     _probe(plain_url, tmp_path / "plain")
-    url = twin_server("speculation-overhead", time_scale=0.2).url
+    url = twin_server("speculation-overhead", time_scale=0.5).url
     done = subprocess.run(
         [sys.executable, "-m", "specscope.cli", "watch", url, "--probe-every", "1",
-         "--interval", "4", "--warmup", "6", "--duration", "16", "--plain-baseline",
+         "--interval", "6", "--warmup", "6", "--duration", "30", "--plain-baseline",
          str(tmp_path / "plain"), "--out", str(tmp_path / "watch"), "--json"],
-        capture_output=True, text=True, timeout=90, env=_env(), check=False,
+        capture_output=True, text=True, timeout=150, env=_env(), check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     events = [json.loads(line) for line in done.stdout.splitlines()]
@@ -141,7 +144,7 @@ def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, t
     assert len(measured) >= 2
     implied = _implied(sc)
     for w in measured:
-        assert w["speedup"] == pytest.approx(implied, rel=0.2), (w["speedup"], implied)
+        assert w["speedup"] == pytest.approx(implied, rel=0.25), (w["speedup"], implied)
         assert w["speedup_ci"][0] < w["speedup"] < w["speedup_ci"][1] < 1.0
         assert w["speculation_pays"] is False and w["speculation"] == "on"
     windows = [e for e in events if e["event"] == "window"]
