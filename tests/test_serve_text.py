@@ -96,17 +96,14 @@ def test_smollm2_deltas_are_the_full_decode(smollm2, text: str, cuts: list[int])
 
 def _longest_held_run(codec, steps: list[list[int]]) -> int:
     """The most tokens in consecutive steps that end with the text mid-character."""
+    ids = [t for s in steps for t in s]
     longest = run = end = 0
     for step in steps:
         end += len(step)
-        held = codec.decode(_flat(steps)[:end]).endswith("\ufffd")
+        held = codec.decode(ids[:end]).endswith("\ufffd")
         run = run + len(step) if held else 0
         longest = max(longest, run)
     return longest
-
-
-def _flat(steps: list[list[int]]) -> list[int]:
-    return [t for s in steps for t in s]
 
 
 @pytest.mark.engine

@@ -150,28 +150,7 @@ class RunDirReader:
             ) from e
 
     def _jsonl(self, name: str) -> tuple[list[dict[str, Any]], int]:
-        path = self.path / name
-        rows: list[dict[str, Any]] = []
-        bad = 0
-        if not path.is_file():
-            return rows, bad
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    obj = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    bad += 1  # a line cut by a crash mid-write
-                    continue
-                if "\\ud" in line or "\\uD" in line:  # maybe a lone surrogate: escape text
-                    obj = scrub_tree(obj)
-                if isinstance(obj, dict):
-                    rows.append(obj)
-                else:
-                    bad += 1
-        return rows, bad
+        return read_jsonl(self.path / name)
 
     def requests(self) -> tuple[list[RequestTrace], int]:
         rows, bad = self._jsonl(REQUESTS_JSONL)
@@ -222,3 +201,30 @@ class RunDirReader:
 
 def load_run(path: Path | str) -> Run:
     return RunDirReader(path).load()
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file (none when it is missing) and how many lines were
+    not one (a line cut by a crash mid-write is counted, never fatal); a lone surrogate in a
+    line is read as escape text."""
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    if not path.is_file():
+        return rows, bad
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                bad += 1
+                continue
+            if "\\ud" in line or "\\uD" in line:  # maybe a lone surrogate: escape text
+                obj = scrub_tree(obj)
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                bad += 1
+    return rows, bad

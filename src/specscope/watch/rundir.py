@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from specscope.analysis.watch.events import Window
 from specscope.report.watch_events import Event, event_line
 from specscope.report.watch_html import RecordedWatch
+from specscope.trace.rundir import read_jsonl
 
 SCHEMA = 1
 WATCH_JSON = "watch.json"
@@ -28,26 +29,6 @@ def is_watch_run(path: Path) -> bool:
     return (path / WATCH_JSON).is_file()
 
 
-def _lines(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSON-lines file and how many lines were not one."""
-    if not path.is_file():
-        return [], 0
-    good, bad = [], 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                obj = None
-            if isinstance(obj, dict):
-                good.append(obj)
-            else:
-                bad += 1
-    return good, bad
-
-
 def read_watch_run(path: Path) -> RecordedWatch:
     try:
         meta = json.loads((path / WATCH_JSON).read_text(encoding="utf-8"))
@@ -56,8 +37,8 @@ def read_watch_run(path: Path) -> RecordedWatch:
     if not isinstance(meta, dict) or meta.get("kind") != "watch":
         raise WatchRunError(f'{path}: {WATCH_JSON} is not a watch\'s (no "kind": "watch")')
     options = meta.get("options")
-    windows, bad_w = _lines(path / "windows.jsonl")
-    events, bad_e = _lines(path / "events.jsonl")
+    windows, bad_w = read_jsonl(path / "windows.jsonl")
+    events, bad_e = read_jsonl(path / "events.jsonl")
     return RecordedWatch(
         str(path),
         options if isinstance(options, dict) else {},
