@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.engine.loader import LoadedModel
+from specscope.engine.training.corpus import CorpusPrompt
 
 # The one import of the measuring side from the engine: an offline tool's training prompts are
 # the workload categories' real texts (nothing the served engine imports; ARCHITECTURE §2).
@@ -79,6 +80,20 @@ def encode_prompts(loaded: LoadedModel, texts: list[tuple[str, str]]) -> list[Pr
             else loaded.codec.chat_ids([{"role": "user", "content": text}]),
         )
         for cat, text in texts
+    ]
+
+
+def encode_corpus(loaded: LoadedModel, records: list[CorpusPrompt]) -> list[Prompt]:
+    """(kind, prompt ids) of corpus records: raw records as text to continue, the others as one
+    user turn in the target's chat template."""
+    return [
+        (
+            r.kind,
+            loaded.codec.encode(r.text)
+            if r.raw
+            else loaded.codec.chat_ids([{"role": "user", "content": r.text}]),
+        )
+        for r in records
     ]
 
 
