@@ -12,7 +12,9 @@ Prompt sets: code completion, chat (chat template), and edit (chat: "rewrite thi
 answer copies the prompt: where n-gram lookup should pay off); `cat:CATEGORY` for prompts of a
 workload category rendered from seeds 1000+, the seeds train_dflash evaluates on (a category with
 little material renders the same prompts from other seeds too: train_dflash's card says how many
-of its evaluation prompts training never saw).
+of its evaluation prompts training never saw); `file:PATH` for every prompt of a corpus file, e.g.
+the held-out sets #39's figures are measured on (`file:bench/data/dflash/heldout_code.jsonl`,
+`--file-prompts N` to take the first N).
 tok/s = generated tokens / wall time of the generation (prefill included, same for all rows);
 mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
 rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.
@@ -43,7 +45,8 @@ from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
 from specscope.engine.options import EngineOptions
-from specscope.engine.training.prompts import EVAL_SEED_OFFSET, category_prompts
+from specscope.engine.training.corpus import CorpusError, read_corpus
+from specscope.engine.training.prompts import EVAL_SEED_OFFSET, category_prompts, encode_corpus
 
 CODE_PROMPTS = [
     "def add(a, b):\n    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n\n\n"
@@ -211,7 +214,14 @@ def main() -> None:
         default="",
         help="only run configurations whose name contains one of these (comma list)",
     )
-    ap.add_argument("--sets", default="code,chat,edit")
+    ap.add_argument(
+        "--sets",
+        default="code,chat,edit",
+        help="comma list: code, chat, edit, cat:CATEGORY, file:CORPUS.jsonl",
+    )
+    ap.add_argument(
+        "--file-prompts", type=int, default=0, help="prompts per file: set (0 = every one)"
+    )
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument(
         "--hf-prompts", type=int, default=0, help="prompts per set for transformers (0 = all)"
@@ -273,6 +283,14 @@ def main() -> None:
                 text_lm, [name.removeprefix("cat:")], args.prompts, EVAL_SEED_OFFSET, 700
             )
         ]
+    for name in [s for s in args.sets.split(",") if s.startswith("file:")]:
+        if text_lm is None:
+            ap.error(f"{name}: corpus prompts need real weights (a tokenizer)")
+        try:
+            records = read_corpus(Path(name.removeprefix("file:")))
+        except CorpusError as exc:
+            ap.error(str(exc))
+        sets[name] = [p for _, p in encode_corpus(text_lm, records[: args.file_prompts or None])]
     k, depth = args.num_draft_tokens, args.tree_depth
     draft = f"layers:{args.draft_layers}"
     ng = {"drafter": "ngram", "ngram_min": args.ngram_min}

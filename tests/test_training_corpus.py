@@ -43,3 +43,36 @@ def test_a_missing_file_or_a_bad_line_is_one_error_naming_it(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(CorpusError, match=r":1: not a corpus record"):
         read_corpus(path)
+
+
+class _ByteCodec:
+    """Bytes as token ids: enough to see which texts became which prompts."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        return [0, *self.encode(messages[0]["content"])]
+
+
+def test_the_trainer_reads_a_corpus_and_held_out_sets(tmp_path):
+    from types import SimpleNamespace
+
+    from specscope.engine.training import cli, pipeline
+
+    corpus = tmp_path / "corpus.jsonl.gz"
+    write_corpus(corpus, [*RECORDS, CorpusPrompt("c3", "doc-summary", "stdlib:csv", "Sum", False,
+                                                 "train")])  # fmt: skip
+    target = SimpleNamespace(codec=_ByteCodec())
+    args = cli.parse_args(["--out", str(tmp_path / "d"), "--corpus", str(corpus)])
+    train, held = pipeline._text_prompts(args, target)
+    # raw records are text to continue, the others one chat turn; held out by split name
+    assert train == [("code-write", [0, *"Write `split(s)` …".encode()]), ("doc-summary",
+                     [0, *b"Sum"])]  # fmt: skip
+    assert held == [("heldout-chat", list(b"Shall I compare"))]
+    args = cli.parse_args(["--out", "d", "--corpus", str(corpus), "--max-prompts", "1",
+                           "--eval-set", f"{corpus},{corpus}", "--eval-set-prompts", "2"])  # fmt: skip
+    train, held = pipeline._text_prompts(args, target)
+    assert [k for k, _ in train] == ["code-write"]
+    assert [k for k, _ in held] == ["corpus"] * 4  # every split of each file, named by its stem
+    assert cli.main(["--out", str(tmp_path / "d"), "--corpus", str(tmp_path / "none")]) == 2

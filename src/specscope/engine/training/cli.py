@@ -86,6 +86,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="evaluate the drafter already in --out (held-out prompts) and update its card",
     )
+    ap.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="train on this corpus file's train split (corpus_build) instead of --categories",
+    )
+    ap.add_argument(
+        "--max-prompts", type=int, default=0, help="--corpus: the first N training prompts (0: all)"
+    )
+    ap.add_argument(
+        "--eval-set",
+        default=None,
+        help="comma list of corpus files evaluated as held-out sets (each named by its file "
+        "stem), e.g. bench/data/dflash/heldout_code.jsonl; replaces the categories' seeds 1000+",
+    )
+    ap.add_argument(
+        "--eval-set-prompts", type=int, default=0, help="--eval-set: first N of each (0: all)"
+    )
     for name, value in PRESETS["cpu"].items():
         ap.add_argument(
             "--" + name.replace("_", "-"),
@@ -100,9 +118,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _check_files(args: argparse.Namespace) -> None:
+    """The corpus and held-out files exist, before minutes go into loading the target."""
+    names = [str(args.corpus)] if args.corpus is not None else []
+    names += [n for n in (args.eval_set or "").split(",") if n]
+    for name in names:
+        if not Path(name).is_file():
+            raise FileNotFoundError(f"{name}: no such corpus file")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        _check_files(args)
         run(args)
     except (ValueError, FileNotFoundError) as exc:
         print(f"train_dflash: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from specscope.engine.loader import LoadedModel, load_model
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel
 from specscope.engine.training.card import write_card
+from specscope.engine.training.corpus import read_corpus
 from specscope.engine.training.dataset import Sample, build_dataset
 from specscope.engine.training.evaluate import evaluate
 from specscope.engine.training.loop import TrainSettings, train
@@ -31,6 +33,7 @@ from specscope.engine.training.prompts import (
     Prompt,
     category_texts,
     distinct_split,
+    encode_corpus,
     encode_prompts,
 )
 
@@ -54,10 +57,23 @@ def _load_target(args: argparse.Namespace) -> LoadedModel:
 
 
 def _text_prompts(args: argparse.Namespace, target: LoadedModel) -> tuple[list, list]:
-    """Training and held-out prompts from `--categories`, encoded for the target; the held-out
-    texts avoid every training text."""
+    """Training and held-out prompts, encoded for the target. With `--corpus`: its train split,
+    held out its heldout-* records (named by split) or the `--eval-set` files. Without: the
+    workload `--categories` (seeds 0..P-1), held out their seeds 1000+ (texts that avoid every
+    training text) or the `--eval-set` files."""
+    if args.corpus is not None:
+        records = read_corpus(args.corpus)
+        train_records = [r for r in records if r.split == "train"][: args.max_prompts or None]
+        held = [r for r in records if r.split != "train"][: args.eval_set_prompts or None]
+        train = encode_corpus(target, train_records)
+        held_out = [
+            (r.split, p) for r, (_, p) in zip(held, encode_corpus(target, held), strict=True)
+        ]
+        return train, _eval_set_prompts(args, target) if args.eval_set else held_out
     categories = args.categories.split(",") if args.categories else list(ALL_CATEGORIES)
     train_texts = category_texts(categories, args.prompts_per_category, 0, args.prompt_chars)
+    if args.eval_set:
+        return encode_prompts(target, train_texts), _eval_set_prompts(args, target)
     eval_texts = category_texts(
         categories,
         args.eval_prompts,
@@ -66,6 +82,18 @@ def _text_prompts(args: argparse.Namespace, target: LoadedModel) -> tuple[list, 
         avoid=frozenset(t for _, t in train_texts),
     )
     return encode_prompts(target, train_texts), encode_prompts(target, eval_texts)
+
+
+def _eval_set_prompts(args: argparse.Namespace, target: LoadedModel) -> list[Prompt]:
+    """Every record of each `--eval-set` file (the first `--eval-set-prompts`), its category the
+    file's stem: a held-out figure is named by the set it was measured on."""
+    prompts: list[Prompt] = []
+    for name in [n for n in args.eval_set.split(",") if n]:
+        path = Path(name)
+        records = read_corpus(path)[: args.eval_set_prompts or None]
+        stem = path.name.removesuffix(".gz").removesuffix(".jsonl")
+        prompts += [(stem, ids) for _, ids in encode_corpus(target, records)]
+    return prompts
 
 
 def _datasets(
