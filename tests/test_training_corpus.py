@@ -76,3 +76,19 @@ def test_the_trainer_reads_a_corpus_and_held_out_sets(tmp_path):
     assert [k for k, _ in train] == ["code-write"]
     assert [k for k, _ in held] == ["corpus"] * 4  # every split of each file, named by its stem
     assert cli.main(["--out", str(tmp_path / "d"), "--corpus", str(tmp_path / "none")]) == 2
+
+
+def test_the_same_records_give_the_same_gzip_bytes(tmp_path):
+    a, b = tmp_path / "a.jsonl.gz", tmp_path / "b.jsonl.gz"
+    write_corpus(a, RECORDS)
+    write_corpus(b, RECORDS)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_line_separator_inside_a_text_stays_in_its_record(tmp_path):
+    rec = CorpusPrompt("u", "lit-continue", "book", "one\u2028two\x85three", True, "train")
+    write_corpus(tmp_path / "u.jsonl", [rec])
+    assert read_corpus(tmp_path / "u.jsonl") == [rec]
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(CorpusError, match="not a readable corpus file"):
+        read_corpus(tmp_path / "bad.jsonl.gz")

@@ -33,49 +33,46 @@ class CorpusError(ValueError):
     """A corpus file that cannot be read: the path and line say where."""
 
 
-def _open(path: Path, mode: str):
-    return (
-        gzip.open(path, mode + "t", encoding="utf-8")
-        if path.suffix == ".gz"
-        else path.open(mode, encoding="utf-8")
-    )
-
-
 def write_corpus(path: Path, prompts: Iterable[CorpusPrompt]) -> int:
-    """Write the records (gzip when the name ends in .gz); returns how many."""
+    """Write the records (gzip when the name ends in .gz, with no name or time in its header, so
+    the same records give the same bytes: a rebuilt corpus compares by checksum); returns how
+    many."""
+    lines = [json.dumps(asdict(p), ensure_ascii=False) + "\n" for p in prompts]
+    data = "".join(lines).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with _open(path, "w") as fh:
-        for p in prompts:
-            fh.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
+    return len(lines)
 
 
 def read_corpus(path: Path, split: str | None = None) -> list[CorpusPrompt]:
     """The records of `path` (only those of `split` when given), in file order. A missing file,
-    a malformed line, a missing field or an unknown split is one CorpusError naming the line."""
+    a malformed line, a missing field or an unknown split is one CorpusError naming the line.
+    Lines are split at "\n" only: a record's text may hold U+2028, which str.splitlines cuts."""
     if not path.is_file():
         raise CorpusError(f"{path}: no such corpus file")
     out: list[CorpusPrompt] = []
-    with _open(path, "r") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                rec = CorpusPrompt(
-                    id=str(obj["id"]),
-                    kind=str(obj["kind"]),
-                    source=str(obj["source"]),
-                    text=str(obj["text"]),
-                    raw=bool(obj["raw"]),
-                    split=str(obj["split"]),
-                )
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise CorpusError(f"{path}:{lineno}: not a corpus record ({exc})") from None
-            if rec.split not in SPLITS:
-                raise CorpusError(f"{path}:{lineno}: unknown split {rec.split!r}")
-            if split is None or rec.split == split:
-                out.append(rec)
+    try:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{path}: not a readable corpus file ({exc})") from None
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            rec = CorpusPrompt(
+                id=str(obj["id"]),
+                kind=str(obj["kind"]),
+                source=str(obj["source"]),
+                text=str(obj["text"]),
+                raw=bool(obj["raw"]),
+                split=str(obj["split"]),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CorpusError(f"{path}:{lineno}: not a corpus record ({exc})") from None
+        if rec.split not in SPLITS:
+            raise CorpusError(f"{path}:{lineno}: unknown split {rec.split!r}")
+        if split is None or rec.split == split:
+            out.append(rec)
     return out
