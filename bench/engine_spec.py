@@ -18,6 +18,9 @@ the held-out sets #39's figures are measured on (`file:bench/data/dflash/heldout
 tok/s = generated tokens / wall time of the generation (prefill included, same for all rows);
 mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
 rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.
+ms/step (engine rows, stderr) splits a step: draft, tree, verify, commit; DFlash rows also
+observe (the drafter's context update). On CUDA a captured update is only launched there: its
+GPU time lands in the next step's draft (bench/dflash_step.py times the two apart, synchronised).
 
     .venv/bin/python bench/engine_spec.py                        # CPU, SmolLM2 from the GGUF
     .venv/bin/python bench/engine_spec.py --max-new-tokens 32 --prompts 1 --budgets 4,16
@@ -240,7 +243,7 @@ def main() -> None:
     ap.add_argument(
         "--eager",
         action="store_true",
-        help="CUDA: every engine configuration on the eager path (as the DFlash drafter runs)",
+        help="CUDA: every engine configuration on the eager path (the DFlash drafter's step too)",
     )
     ap.add_argument(
         "--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)"

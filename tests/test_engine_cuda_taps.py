@@ -4,7 +4,7 @@
 The captured step's taps equal the eager forward's (decode, a causal chain, a tree mask), and
 DFlash speculation on the fast path (graphs chosen, not the eager fallback) gives exactly plain
 greedy output in fp32, chain and DDTree, so the drafter's verify steps no longer need the eager
-runner."""
+runner; the drafter's own batch-1 step runs on its CUDA graphs there (engine/cuda/dflash_graph.py)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,7 @@ def test_dflash_on_the_fast_path_is_lossless(tiny, drafter_dir, spec):
     reference, _ = run_to_end(_backend(tiny), PROMPTS, GREEDY)
     backend = _backend(tiny, drafter=f"dflash:{drafter_dir}", **spec)
     assert isinstance(backend.runner, CudaGraphRunner) and backend.runner.taps == TAPS
+    assert backend.stepper.drafter.path == "graph"  # the drafter's own step captured too
     tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
     assert tokens == reference
     assert any(o.proposed_drafts > 0 for s in steps for o in s.outputs)

@@ -94,11 +94,26 @@ def test_dflash_speculation_is_lossless(tiny, reference, drafter_dir, spec, page
     outs = [o for s in steps for o in s.outputs if o.tokens]
     assert all(o.proposed_drafts > 0 for o in outs[:3])
     assert all(len(o.tokens) <= o.accepted_drafts + 1 for o in outs)
-    assert backend.stepper.drafter._contexts == {}  # released with the requests
+    assert len(backend.stepper.drafter.contexts) == 0  # released with the requests
+    assert all("observe" in s.timing for s in steps if s.timing)  # the context update, apart
     if spec["verify"] == "tree":
         # Top-K candidates per depth over a 97-token vocabulary: some drafts are accepted, so
         # the compaction and the feature handoff along accepted paths are exercised.
         assert max(o.accepted_drafts for o in outs) >= 1
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_static_step_is_lossless(tiny, reference, drafter_dir, window):
+    """The functions the CUDA graphs capture (run eagerly here), inside the engine: prefill
+    chunks, accepted paths and several requests at once."""
+    spec = {"verify": "tree", "num_draft_tokens": 5, "budget": 16, "draft_window": window}
+    backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", **spec)
+    d = backend.stepper.drafter
+    backend.stepper.drafter = DFlashDrafter(
+        d.model, d.target, top_k=d.top_k, draft_window=window, path="static"
+    )
+    tokens, _ = run_to_end(backend, PROMPTS, GREEDY)
+    assert tokens == reference
 
 
 def _full_taps(loaded, tokens, taps):
@@ -132,16 +147,16 @@ def test_context_features_follow_the_committed_sequence(tiny, drafter_dir, verif
     drafter = backend.stepper.drafter
     for rid in ("r0", "r1"):
         req = backend.requests[rid]
-        ctx = drafter._contexts[rid]
+        ctx = drafter.contexts.get(rid)
         cached = req.tokens[:-1]  # the pending token's features come with the next verify
         assert ctx.length == len(cached) == req.seq.context_len
         full = _full_taps(tiny, cached, drafter.target_taps)
         with torch.inference_mode():
             fused = drafter.model.fuse(full[None])
             want = drafter.model.context_kv(fused, torch.arange(len(cached))[None])
-        for layer, (k, v) in enumerate(want):
-            torch.testing.assert_close(ctx.keys[layer], k[0], atol=1e-4, rtol=1e-4)
-            torch.testing.assert_close(ctx.values[layer], v[0], atol=1e-4, rtol=1e-4)
+        for (k, v), (got_k, got_v) in zip(want, ctx.rows(), strict=True):
+            torch.testing.assert_close(got_k, k[0], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got_v, v[0], atol=1e-4, rtol=1e-4)
 
 
 def test_reload_gives_the_same_drafts_and_window_limits_the_view(tiny, drafter_dir):
@@ -160,10 +175,11 @@ def test_reload_gives_the_same_drafts_and_window_limits_the_view(tiny, drafter_d
     assert full.topk_tokens.shape == (5, 3) and np.all(np.diff(full.topk_logprobs, axis=1) <= 0)
     assert full.chain == full.topk_tokens[:, 0].tolist()
     # A window of 4 is the same as a drafter that only ever saw the last 4 positions
-    # (RoPE is relative: absolute positions kept, older rows invisible).
-    alone = DFlashDrafter(dflash_model.load(drafter_dir), tiny.model, top_k=3)
+    # (RoPE is relative: absolute positions kept, older rows invisible): the reference store,
+    # its rows cut by hand.
+    alone = DFlashDrafter(dflash_model.load(drafter_dir), tiny.model, top_k=3, path="growing")
     alone.observe("a", hidden)
-    ctx = alone._contexts["a"]
+    ctx = alone.contexts.get("a")
     ctx.keys = [k[-4:] for k in ctx.keys]
     ctx.values = [v[-4:] for v in ctx.values]
     np.testing.assert_allclose(

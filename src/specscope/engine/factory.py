@@ -64,11 +64,14 @@ def assemble(
 ) -> EngineBackend:
     """The backend for a loaded model and its KV cache: stepper from the speculation options,
     runner from the device (benches and tests build their cache, then call this)."""
+    graphs = loaded.device.type == "cuda" and opts.cuda_graphs
     stepper: Stepper = (
-        PlainStepper() if opts.speculation is None else make_stepper(loaded, kv, opts.speculation)
+        PlainStepper()
+        if opts.speculation is None
+        else make_stepper(loaded, kv, opts.speculation, cuda_graphs=graphs)
     )
     runner: Runner | None = None
-    if loaded.device.type == "cuda" and opts.cuda_graphs:
+    if graphs:
         from specscope.engine.cuda.graph_runner import CudaGraphRunner
 
         # A drafter conditioned on the target's hidden states reads them from every target

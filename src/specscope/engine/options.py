@@ -70,8 +70,8 @@ class EngineOptions:
     max_batch: int = 8
     kv_pool_tokens: int | None = None  # default: max_batch full contexts, capped per device
     seed: int | None = None
-    # CUDA only: paged attention kernel + CUDA graphs per batch bucket (False: the eager path,
-    # the same one the CPU runs).
+    # CUDA only: paged attention kernel + CUDA graphs per batch bucket, and the DFlash drafter's
+    # batch-1 step as CUDA graphs (False: the eager path, the same one the CPU runs).
     cuda_graphs: bool = True
     torch_compile: bool = True  # fuse the token-wise layer parts (the graphs work without it)
     single_token_gemv: bool = True  # batch-1 decode: fused multiply-reduce instead of cuBLAS

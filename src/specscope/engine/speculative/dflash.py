@@ -5,33 +5,85 @@ committed context (the stepper hands it the tapped hidden states of each positio
 commits: prefill chunks, then each verify's accepted path, see `HiddenStateDrafter`), so a step
 costs one forward over B block slots, whatever the context length. Only the last
 `draft_window` positions are attended (the story's 2048-token window; rows older than that are
-dropped as they fall out).
+dropped as they fall out). The rows live in a fixed-size store per request
+(dflash_context.py: a ring of the window's size, or of the target's maximum context without
+a window, written in place).
 
 propose(): block [anchor = the pending token, MASK x (B-1)] at positions n..n+B-1, where n is
 the context length (the anchor's own features are not known yet: the reference semantics).
 Slot d's distribution is the drafter's marginal for draft depth d; the chain is the per-slot
 argmax (greedy even when the target samples: deterministic drafts, so verification treats q as
 one-hot and stays lossless), and top-K per slot feeds DDTree's best-first tree.
+
+Paths (`path`), one drafter semantics: "ring" (default; eager, a batch-1 block attends the
+visible ring rows as views), "graph" (CUDA: batch-1 block forward and context updates of up to
+B rows replayed as CUDA graphs over static buffers, engine/cuda/dflash_graph.py), "static" (the
+functions the graphs capture, run eagerly: how the CPU tests check them), "growing" (the previous
+torch.cat store, the reference). Several requests at once take the padded eager path on every
+path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from specscope.engine.model import Transformer
+from specscope.engine.speculative.dflash_context import (
+    KV,
+    Context,
+    ContextPool,
+    GrowingContext,
+    RingContext,
+)
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
+if TYPE_CHECKING:
+    from specscope.engine.cuda.dflash_graph import DFlashGraphs
 
-@dataclass
-class _Context:
-    keys: list[torch.Tensor] = field(default_factory=list)  # per layer [rows, kv_heads, head_dim]
-    values: list[torch.Tensor] = field(default_factory=list)
-    length: int = 0  # context positions observed (absolute: rows cover length-rows..length-1)
+PATHS = ("ring", "graph", "static", "growing")
+
+
+def block_mask(visible: torch.Tensor, width: int, block: int) -> torch.Tensor:
+    """Attention mask [R, 1, block, width + block]: request r's first visible[r] context rows
+    of `width`, and the whole block (bidirectional)."""
+    seen = torch.arange(width, device=visible.device) < visible[:, None]
+    seen = torch.cat([seen, seen.new_ones(seen.shape[0], block)], dim=1)
+    return seen[:, None, None, :].expand(-1, 1, block, -1)
+
+
+def block_topk(
+    model: DFlashDraftModel,
+    target: Transformer,
+    ctx: KV,
+    anchors: torch.Tensor,
+    lengths: torch.Tensor,
+    mask: torch.Tensor | None,
+    depth: int,
+    top_k: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One block forward for R requests: [anchor, MASK x (B-1)] at positions length.., over the
+    context K/V `ctx` (per layer [R, rows, kv_heads, head_dim]) under `mask`; the target's LM
+    head over slots 1..depth; top-k log-probs and ids [R, depth, k]. Captured as is in a graph."""
+    b, r = model.config.block_size, anchors.shape[0]
+    dtype = model.fc.weight.dtype
+    positions = lengths[:, None] + torch.arange(b, device=anchors.device)
+    x = torch.cat(
+        [
+            target.embed_tokens(anchors).to(dtype)[:, None],
+            model.mask_embedding.to(dtype).expand(r, b - 1, -1),
+        ],
+        dim=1,
+    )
+    hidden = model.block_hidden(x, positions, ctx, mask)
+    head_in = hidden[:, 1 : 1 + depth].reshape(-1, hidden.shape[-1])  # 2-D: the fast matmul
+    logits = target.lm_head(head_in.to(target.lm_head.weight.dtype))
+    logp = torch.log_softmax(logits.float(), dim=-1).view(r, depth, -1)
+    return torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1)
 
 
 class DFlashDrafter:
@@ -43,15 +95,29 @@ class DFlashDrafter:
         top_k: int = 8,
         draft_window: int | None = None,
         name: str = "dflash",
+        path: str = "ring",
     ):
         model.config.check_target(target.cfg)
+        if path not in PATHS:
+            raise ValueError(f"DFlash drafter path must be one of {PATHS}, got {path!r}")
         self.model, self.target = model, target
         self.block_size = model.config.block_size
         self.target_taps = tuple(model.config.target_layer_ids)
         self.top_k = max(1, int(top_k))
         self.draft_window = draft_window if draft_window and draft_window > 0 else None
         self.name = name
-        self._contexts: dict[str, _Context] = {}
+        self.path = path
+        if path == "growing":
+            self.contexts = ContextPool(lambda _slot: GrowingContext(self.draft_window))
+        else:
+            # No window: the target's whole context fits, so no row is ever dropped.
+            capacity = self.draft_window or target.cfg.max_position_embeddings
+            self.contexts = ContextPool(lambda slot: RingContext(model, capacity, slot))
+        self.graphs: DFlashGraphs | None = None
+        if path in ("graph", "static"):
+            from specscope.engine.cuda.dflash_graph import DFlashGraphs
+
+            self.graphs = DFlashGraphs(self, capture=path == "graph")
 
     @property
     def max_depth(self) -> int:
@@ -59,29 +125,26 @@ class DFlashDrafter:
         return self.block_size - 1
 
     @torch.inference_mode()
+    def warmup(self) -> None:
+        """Capture the graphs over a first store now, so no serving step pays a capture."""
+        if self.graphs is not None:
+            self.graphs.capture(self.contexts.spare())
+
+    @torch.inference_mode()
     def observe(self, request_id: str, hidden: torch.Tensor) -> None:
-        ctx = self._contexts.setdefault(request_id, _Context())
-        n = hidden.shape[0]
-        if n == 0:
+        ctx = self.contexts.get(request_id)
+        if hidden.shape[0] == 0:
             return
         param = self.model.fc.weight
-        positions = torch.arange(ctx.length, ctx.length + n, device=param.device)[None]
-        fused = self.model.fuse(hidden.to(param.device, param.dtype)[None])
-        kvs = self.model.context_kv(fused, positions)
-        keep = self.draft_window
-        for i, (k, v) in enumerate(kvs):
-            if i < len(ctx.keys):
-                k, v = torch.cat([ctx.keys[i], k[0]]), torch.cat([ctx.values[i], v[0]])
-            else:
-                k, v = k[0], v[0]
-            if keep is not None and k.shape[0] > 2 * keep:  # drop what the window never shows
-                k, v = k[-keep:], v[-keep:]
-            if i < len(ctx.keys):
-                ctx.keys[i], ctx.values[i] = k, v
-            else:
-                ctx.keys.append(k)
-                ctx.values.append(v)
-        ctx.length += n
+        hidden = hidden.to(param.device, param.dtype)
+        if (
+            self.graphs is not None
+            and hidden.shape[0] <= self.block_size
+            and self.graphs.covers(ctx)
+        ):
+            self.graphs.update(ctx, hidden)
+        else:  # prefill chunks, and the eager paths
+            ctx.append(self.model, hidden)
 
     @torch.inference_mode()
     def propose(self, requests: Sequence[DraftRequest]) -> list[Draft]:
@@ -89,39 +152,14 @@ class DFlashDrafter:
         live = [i for i, r in enumerate(requests) if r.num_draft_tokens > 0 and len(r.tokens)]
         if not live:
             return drafts
-        param = self.model.fc.weight
-        dev, dtype, b = param.device, param.dtype, self.block_size
-        contexts = []
-        for i in live:
-            req = requests[i]
-            ctx = self._contexts.setdefault(req.request_id, _Context())
-            if ctx.length != len(req.tokens) - 1:
-                raise RuntimeError(
-                    f"DFlash drafter out of step for {req.request_id!r}: it observed {ctx.length} "
-                    f"context positions, the request has {len(req.tokens) - 1} cached"
-                )
-            contexts.append(ctx)
-        rows = [self._visible(c) for c in contexts]
-        if len(live) == 1 and contexts[0].keys and rows[0] > 0:
-            # One request (batch-1 serving): its rows as they are, no padding, no mask.
-            n = rows[0]
-            kv_rows = [
-                (k[-n:][None], v[-n:][None])
-                for k, v in zip(contexts[0].keys, contexts[0].values, strict=True)
-            ]
-            mask = None
-        else:
-            kv_rows, mask = self._padded_context(contexts, rows, dev, dtype)
-        anchors = torch.tensor([int(requests[i].tokens[-1]) for i in live], device=dev)
-        x = self.model.mask_embedding.to(dtype).expand(len(live), b, -1).clone()
-        x[:, 0] = self.target.embed_tokens(anchors).to(dtype)
-        positions = torch.tensor([[c.length + j for j in range(b)] for c in contexts], device=dev)
-        hidden = self.model.block_hidden(x, positions, kv_rows, mask)
+        contexts = [self._in_step(requests[i]) for i in live]
+        anchors = [int(requests[i].tokens[-1]) for i in live]
         depth = min(self.max_depth, max(requests[i].num_draft_tokens for i in live))
-        head_in = hidden[:, 1 : 1 + depth].reshape(-1, hidden.shape[-1])  # 2-D: the fast matmul
-        logits = self.target.lm_head(head_in.to(self.target.lm_head.weight.dtype))
-        logp = torch.log_softmax(logits.float(), dim=-1).view(len(live), depth, -1)
-        top_lp, top_ids = torch.topk(logp, min(self.top_k, logp.shape[-1]), dim=-1)
+        if len(live) == 1 and self.graphs is not None and self.graphs.covers(contexts[0]):
+            top_lp, top_ids = self.graphs.propose(contexts[0], anchors[0])
+            top_lp, top_ids = top_lp[None, :depth], top_ids[None, :depth]
+        else:
+            top_lp, top_ids = self._eager_topk(contexts, anchors, depth)
         top_lp, top_ids = top_lp.cpu().numpy(), top_ids.cpu().numpy()
         for r, i in enumerate(live):
             k = min(depth, requests[i].num_draft_tokens)
@@ -132,34 +170,52 @@ class DFlashDrafter:
             )
         return drafts
 
-    def _padded_context(
-        self, contexts: list[_Context], rows: list[int], dev: torch.device, dtype: torch.dtype
-    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    def _in_step(self, req: DraftRequest) -> Context:
+        ctx = self.contexts.get(req.request_id)
+        if ctx.length != len(req.tokens) - 1:
+            raise RuntimeError(
+                f"DFlash drafter out of step for {req.request_id!r}: it observed {ctx.length} "
+                f"context positions, the request has {len(req.tokens) - 1} cached"
+            )
+        return ctx
+
+    def _eager_topk(
+        self, contexts: list[Context], anchors: list[int], depth: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dev = self.model.fc.weight.device
+        rows = contexts[0].rows() if len(contexts) == 1 else []
+        if rows:  # one request (batch-1 serving): its rows as they are, no padding, no mask
+            ctx, mask = [(k[None], v[None]) for k, v in rows], None
+        else:
+            ctx, mask = self._padded_context(contexts)
+        return block_topk(
+            self.model,
+            self.target,
+            ctx,
+            torch.tensor(anchors, device=dev),
+            torch.tensor([c.length for c in contexts], device=dev),
+            mask,
+            depth,
+            self.top_k,
+        )
+
+    def _padded_context(self, contexts: list[Context]) -> tuple[KV, torch.Tensor | None]:
         """Several requests: their context rows left-aligned in [R, max rows] per layer, and the
         attention mask (own rows + the whole block), or None when every row is visible."""
-        b, c_max = self.block_size, max(rows)
-        layers = len(self.model.layers)
-        kvh, hd = self.model.config.num_kv_heads, self.model.config.head_dim
-        keys = [
-            torch.zeros(len(contexts), c_max, kvh, hd, device=dev, dtype=dtype)
-            for _ in range(layers)
-        ]
-        values = [torch.zeros_like(k) for k in keys]
-        visible = torch.zeros(len(contexts), c_max + b, dtype=torch.bool)
-        visible[:, c_max:] = True  # bidirectional inside the block
-        for r, (ctx, n) in enumerate(zip(contexts, rows, strict=True)):
-            visible[r, :n] = True
-            for layer in range(min(layers, len(ctx.keys))):
-                keys[layer][r, :n] = ctx.keys[layer][-n:] if n else ctx.keys[layer][:0]
-                values[layer][r, :n] = ctx.values[layer][-n:] if n else ctx.values[layer][:0]
-        mask = (
-            None if bool(visible.all()) else visible[:, None, None, :].expand(-1, 1, b, -1).to(dev)
-        )
+        rows = [c.rows() for c in contexts]
+        counts = [r[0][0].shape[0] if r else 0 for r in rows]
+        param, c_max = self.model.fc.weight, max(counts)
+        cfg = self.model.config
+        shape = (len(contexts), c_max, cfg.num_kv_heads, cfg.head_dim)
+        keys = [param.new_zeros(shape) for _ in self.model.layers]
+        values = [param.new_zeros(shape) for _ in self.model.layers]
+        for r, (kv, n) in enumerate(zip(rows, counts, strict=True)):
+            for layer, (k, v) in enumerate(kv):
+                keys[layer][r, :n] = k
+                values[layer][r, :n] = v
+        visible = torch.tensor(counts, device=param.device)
+        mask = None if min(counts) == c_max else block_mask(visible, c_max, self.block_size)
         return list(zip(keys, values, strict=True)), mask
 
-    def _visible(self, ctx: _Context) -> int:
-        rows = ctx.keys[0].shape[0] if ctx.keys else 0
-        return rows if self.draft_window is None else min(rows, self.draft_window)
-
     def release(self, request_id: str) -> None:
-        self._contexts.pop(request_id, None)
+        self.contexts.release(request_id)

@@ -4,6 +4,8 @@ drafter "ngram" (prompt lookup), "model:PATH" (PATH as for --model: "smollm2", a
 Hugging Face folder; same vocabulary as the target) or "layers:N" (early exit: the target's own
 first N layers, weights shared) or "dflash:PATH" (a DFlash block drafter folder, or a shipped
 name such as "smollm2"; conditioned on the target's hidden states, sharing its embedding and head).
+`cuda_graphs` (EngineOptions.cuda_graphs; the benches' --eager turns it off): on CUDA the DFlash
+drafter's batch-1 step runs as CUDA graphs too.
 """
 
 from __future__ import annotations
@@ -21,22 +23,26 @@ from specscope.engine.speculative.stepper import SpeculativeStepper
 
 
 def make_stepper(
-    target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions
+    target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions, *, cuda_graphs: bool = False
 ) -> SpeculativeStepper:
     if opts.tree_kv == "inplace" and target_kv.page_size != 1:
         raise ValueError("tree_kv inplace rewrites the page table per token: needs page_size 1")
     drafter = with_faults(
-        make_drafter(target, target_kv, opts), opts.faults, target.config.vocab_size
+        make_drafter(target, target_kv, opts, cuda_graphs=cuda_graphs),
+        opts.faults,
+        target.config.vocab_size,
     )
     return SpeculativeStepper(drafter, opts)
 
 
-def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions) -> Drafter:
+def make_drafter(
+    target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions, *, cuda_graphs: bool = False
+) -> Drafter:
     if opts.drafter == "ngram":
         candidates = opts.ngram_candidates or (4 if opts.verify == "tree" else 1)
         return NgramDrafter(opts.ngram_min, opts.ngram_max, candidates, opts.draft_window or None)
     if opts.drafter.startswith("dflash:"):
-        return make_dflash_drafter(target, opts)
+        return make_dflash_drafter(target, opts, cuda_graphs=cuda_graphs)
     if opts.drafter.startswith("layers:"):  # early exit: the target's first N layers
         model = early_exit_model(target.model, int(opts.drafter.removeprefix("layers:")))
         name, dtype, device = opts.drafter, target.dtype, target.device
@@ -76,7 +82,9 @@ def make_drafter(target: LoadedModel, target_kv: KVCache, opts: SpeculationOptio
     )
 
 
-def make_dflash_drafter(target: LoadedModel, opts: SpeculationOptions) -> DFlashDrafter:
+def make_dflash_drafter(
+    target: LoadedModel, opts: SpeculationOptions, *, cuda_graphs: bool = False
+) -> DFlashDrafter:
     ref = opts.drafter.removeprefix("dflash:")
     path = dflash_model.resolve_path(ref)
     model = dflash_model.load(path, device=target.device, dtype=target.dtype)
@@ -86,10 +94,13 @@ def make_dflash_drafter(target: LoadedModel, opts: SpeculationOptions) -> DFlash
             f"{model.config.block_size} drafts at most {model.config.block_size - 1}"
         )
     top_k = opts.draft_top_k or (min(8, opts.budget) if opts.verify == "tree" else 1)
-    return DFlashDrafter(
+    drafter = DFlashDrafter(
         model,
         target.model,
         top_k=top_k,
         draft_window=opts.draft_window or None,
         name=f"dflash:{path.name}",
+        path="graph" if cuda_graphs and target.device.type == "cuda" else "ring",
     )
+    drafter.warmup()
+    return drafter

@@ -12,7 +12,8 @@ Per step, for every live request at once:
    then make the accepted rows the next context rows — `compact` copies them to the front of
    the pending rows (skipped when already there), `inplace` keeps them where they are and
    reorders the page table over them instead (token-granular, so page_size 1 only: the SGLang
-   way, which leaves the request's KV physically scattered) — and free the rest.
+   way, which leaves the request's KV physically scattered) — and free the rest; a drafter on
+   the target's hidden states observes the accepted rows (timed apart: "observe").
 
 Invariant kept with the backend: the KV cache holds every committed token except the last one.
 """
@@ -108,6 +109,7 @@ class SpeculativeStepper:
         greedy = logits.argmax() if any(r.params.temperature <= 0 for r in live) else None
         t3 = time.perf_counter()
         proposals = {}
+        observe_s = 0.0
         for i, (r, d, tree) in enumerate(zip(live, drafts, trees, strict=True)):
             if r.params.temperature <= 0:
                 assert greedy is not None
@@ -116,7 +118,9 @@ class SpeculativeStepper:
                 verdict = self._sampled(r, d, tree, logits.tensor[i, : len(tree.tokens)])
             self._commit_kv(runner.kv, r.seq, slots[i], verdict.path)
             if hidden:  # the accepted nodes are the next context rows: their features too
+                t = time.perf_counter()
                 self.drafter.observe(r.request_id, hidden[i][verdict.path])  # type: ignore[attr-defined]
+                observe_s += time.perf_counter() - t
             proposals[r.request_id] = Proposal(
                 verdict.committed,
                 verdict.accepted_drafts,
@@ -129,7 +133,10 @@ class SpeculativeStepper:
                 "draft": t1 - t0,
                 "tree": t2 - t1,
                 "verify": t3 - t2,
-                "commit": time.perf_counter() - t3,
+                # A drafter on the target's hidden states: its context update, apart (on CUDA
+                # it is launched here and finishes before the next draft's sync).
+                **({"observe": observe_s} if self.target_taps else {}),
+                "commit": time.perf_counter() - t3 - observe_s,
             },
         )
 

@@ -1,0 +1,242 @@
+"""One DFlash drafter step at batch 1, per path: the context update (the k rows a verify
+accepted) and the block propose, against the previous path measured in the same run.
+
+Why: on the H200 the drafter's eager step cost 2.1-2.6 ms (propose) + 0.9-1.1 ms (update)
+against a 0.77 ms plain target step (issue #39 item 4: both together <= 0.3 ms). Paths
+(engine/speculative/dflash.py): "growing" (the previous store, torch.cat per update: the
+anchor), "ring" (the fixed-size in-place store, eager: the CPU's and --eager's path), "static"
+(the functions the graphs capture, run eagerly over the whole capacity), "graph" (CUDA only:
+both parts replayed as CUDA graphs; the engine's CUDA path).
+
+Per path: a request observes --context rows (a prefill, untimed), then --steps steps of
+observe(--accept rows) + propose(B-1 drafts), the device synchronised around each part. Rounds
+alternate the path order (a load drift on a shared machine favours no path); figures are medians
+over all steps. Printed per path: update ms, propose ms, step ms and step / anchor ("growing").
+Absolute figures mean something on the H200 only; on a CPU read the ratios.
+
+--check (exits 1 on a mismatch): one script of updates (1..B rows), proposals, a window wrap
+and a released store reused by a second request, run on every path; "ring" and "static" are
+compared with "growing", "graph" (CUDA) with "static": the sorted top-k log-probs within
+tolerance and the chains equal except at a near-tie of the reference's two best (1e-3 in
+float32, 5e-2 in bfloat16: one bf16 step of a logit; the largest gap is printed, and "graph"
+against "static", the same kernels replayed, should show 0).
+
+    PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --shape tiny
+    PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --threads 1
+    PYTHONPATH=src .venv/bin/python bench/dflash_step.py --check --random-weights --shape tiny
+    python3 bench/dflash_step.py --device cuda --random-weights --check           # H200
+    python3 bench/dflash_step.py --device cuda --random-weights --steps 300       # H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from specscope.engine.loader import SMOLLM2_CONFIG, TINY_CONFIG, load_model, random_model
+from specscope.engine.speculative import dflash_model
+from specscope.engine.speculative.dflash import DFlashDrafter
+from specscope.engine.speculative.drafter import Draft, DraftRequest
+
+SHAPES = {"tiny": TINY_CONFIG, "smollm2": SMOLLM2_CONFIG}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def models(args: argparse.Namespace):
+    """(target, drafter module): the shipped SmolLM2 pair, or random weights of a shape (the
+    shipped drafter's config for SmolLM2's shape; one layer, block 8 for the tiny one)."""
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
+    if not args.random_weights:
+        target = load_model("smollm2", device=args.device, dtype=dtype)
+        path = dflash_model.resolve_path("smollm2")
+        return target, dflash_model.load(path, device=target.device, dtype=target.dtype)
+    target = random_model(SHAPES[args.shape], device=args.device, dtype=dtype, seed=1)
+    if args.shape == "smollm2":
+        raw = json.loads((dflash_model.resolve_path("smollm2") / "config.json").read_text())
+        cfg = dflash_model.DFlashConfig(**raw)
+    else:
+        cfg = dflash_model.DFlashConfig.for_target("tiny", target.config, block_size=8)
+    model = dflash_model.DFlashDraftModel(cfg)
+    model.init_weights(seed=2, embed_std=1.0)
+    for p in model.parameters():  # as the tests do: drafts that depend visibly on the context,
+        if p.dim() == 2:  # so that --check sees one wrong context row
+            p.data.mul_(10)
+    return target, model.to(target.device, target.dtype).eval()
+
+
+def drafter(target, model, path: str, window: int | None, top_k: int) -> DFlashDrafter:
+    d = DFlashDrafter(model, target.model, top_k=top_k, draft_window=window, path=path)
+    d.warmup()  # the graph path captures here, as the engine does at build
+    return d
+
+
+def inputs(target, model, rows: int, seed: int) -> tuple[torch.Tensor, list[int]]:
+    """Tapped target rows (random, the target's scale) and token ids for one request."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(rows, model.fc.in_features, generator=g)
+    tokens = torch.randint(0, target.config.vocab_size, (rows + 1,), generator=g).tolist()
+    return hidden.to(target.device, target.dtype), tokens
+
+
+def time_round(d, target, model, args, rid: str) -> dict[str, list[float]]:
+    """Prefill --context rows, then --steps timed steps of update + propose."""
+    dev, k = target.device, args.accept
+    hidden, tokens = inputs(target, model, args.context + args.steps * k, seed=0)
+    d.observe(rid, hidden[: args.context])
+    seen, out = args.context, {"update": [], "propose": []}
+    for _ in range(args.steps):
+        sync(dev)
+        t0 = time.perf_counter()
+        d.observe(rid, hidden[seen : seen + k])
+        sync(dev)
+        t1 = time.perf_counter()
+        seen += k
+        d.propose([DraftRequest(rid, tokens[: seen + 1], d.max_depth)])  # syncs: .cpu()
+        t2 = time.perf_counter()
+        out["update"].append(t1 - t0)
+        out["propose"].append(t2 - t1)
+    d.release(rid)
+    return out
+
+
+def timing(target, model, args, paths: list[str]) -> dict[str, dict[str, float]]:
+    drafters = {p: drafter(target, model, p, args.window or None, args.top_k) for p in paths}
+    samples: dict[str, dict[str, list[float]]] = {p: {"update": [], "propose": []} for p in paths}
+    for rnd in range(args.rounds + 1):  # round 0: warm-up, not counted
+        for p in paths if rnd % 2 else paths[::-1]:
+            got = time_round(drafters[p], target, model, args, f"r{rnd}")
+            if rnd:
+                for part, xs in got.items():
+                    samples[p][part] += xs
+    out = {}
+    for p in paths:
+        s = samples[p]
+        steps = [u + q for u, q in zip(s["update"], s["propose"], strict=True)]
+        out[p] = {
+            "update_ms": statistics.median(s["update"]) * 1e3,
+            "propose_ms": statistics.median(s["propose"]) * 1e3,
+            "step_ms": statistics.median(steps) * 1e3,
+        }
+    for p in paths:
+        out[p]["vs_growing"] = out[p]["step_ms"] / out["growing"]["step_ms"]
+    return out
+
+
+def script_drafts(d: DFlashDrafter, target, model, steps: int) -> list[Draft]:
+    """Request a: a 40-row prefill and `steps` steps of 1..B rows + propose; then a is
+    released and b (reusing a's store) does the same from a 3-row prefill."""
+    rng = np.random.default_rng(0)
+    drafts = []
+    for seed, rid, prefill in ((0, "a", 40), (1, "b", 3)):
+        hidden, tokens = inputs(target, model, prefill + steps * d.block_size, seed)
+        d.observe(rid, hidden[:prefill])
+        seen = prefill
+        for _ in range(steps):
+            drafts += d.propose([DraftRequest(rid, tokens[: seen + 1], d.max_depth)])
+            n = int(rng.integers(1, d.block_size + 1))
+            d.observe(rid, hidden[seen : seen + n])
+            seen += n
+        d.release(rid)
+    return drafts
+
+
+def disagreement(got: list[Draft], want: list[Draft], tol: float) -> str | None:
+    """Where two runs of the script disagree beyond `tol`, or None: the sorted top-k log-probs
+    (robust to a swap at a tie), and the chain wherever the reference's best beats its second
+    by more than `tol` (a near-tie may go either way)."""
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        gap = float(np.abs(g.topk_logprobs - w.topk_logprobs).max())
+        if gap > tol:
+            return f"step {i}: top-k log-probs differ by {gap:.2e}"
+        lp = w.topk_logprobs
+        margins = lp[:, 0] - lp[:, 1] if lp.shape[1] > 1 else np.full(len(lp), np.inf)
+        for depth, (a, b) in enumerate(zip(g.chain, w.chain, strict=True)):
+            if a != b and margins[depth] > tol:
+                return f"step {i}: chain differs at depth {depth} ({a} vs {b})"
+    return None
+
+
+def check(target, model, args) -> int:
+    fp32 = target.dtype == torch.float32
+    paths = ["growing", "ring", "static"] + (["graph"] if target.device.type == "cuda" else [])
+    tol = 1e-3 if fp32 else 5e-2
+    pairs = [("ring", "growing"), ("static", "growing"), ("graph", "static")]
+    bad = 0
+    for window in (None, 24):  # 24: the ring wraps, updates land across its end
+        runs = {
+            p: script_drafts(drafter(target, model, p, window, args.top_k), target, model, 40)
+            for p in paths
+        }
+        for a, b in [pair for pair in pairs if pair[0] in runs]:
+            why = disagreement(runs[a], runs[b], tol)
+            gap = max(
+                float(np.abs(g.topk_logprobs - w.topk_logprobs).max())
+                for g, w in zip(runs[a], runs[b], strict=True)
+            )
+            print(
+                f"check window={window} {a} vs {b}: {why or 'ok'} (largest gap {gap:.1e}, tol {tol})"
+            )
+            bad += why is not None
+    return 1 if bad else 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--random-weights", action="store_true", help="random weights of --shape")
+    ap.add_argument("--shape", default="smollm2", choices=sorted(SHAPES))
+    ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16"])
+    ap.add_argument("--context", type=int, default=512, help="rows observed before timing")
+    ap.add_argument("--accept", type=int, default=3, help="rows per context update (k)")
+    ap.add_argument("--window", type=int, default=0, help="draft window (0 = none)")
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=50, help="timed steps per round")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ap.add_argument("--check", action="store_true", help="compare the paths' drafts, exit 1 if off")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device")
+    target, model = models(args)
+    print(
+        f"device={args.device} target={target.name} dtype={target.dtype} "
+        f"drafter: {len(model.layers)} layer(s), block {model.config.block_size}; "
+        f"context={args.context} accept={args.accept} window={args.window or None} "
+        f"torch_threads={torch.get_num_threads()}"
+    )
+    if args.check:
+        sys.exit(check(target, model, args))
+    paths = ["growing", "ring", "static"] + (["graph"] if args.device == "cuda" else [])
+    result = timing(target, model, args, paths)
+    print(f"{'path':8s} {'update ms':>10s} {'propose ms':>11s} {'step ms':>8s} {'vs growing':>11s}")
+    for p, r in result.items():
+        print(
+            f"{p:8s} {r['update_ms']:10.3f} {r['propose_ms']:11.3f} {r['step_ms']:8.3f} "
+            f"{r['vs_growing']:10.2f}x"
+        )
+    new = "graph" if args.device == "cuda" else "ring"
+    print(f"ratio new/old ({new} / growing, step): {result[new]['vs_growing']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": result}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

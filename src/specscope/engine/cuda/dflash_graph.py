@@ -1,0 +1,142 @@
+"""The DFlash drafter's batch-1 step as CUDA graphs: its block forward and its context update.
+
+Eager, that step is launch-bound: a one-layer drafter's block forward is some sixty small
+kernels (2.1-2.6 ms on the H200, against a 0.77 ms plain target step) and its context update
+~1 ms. Both are captured once per context store (`RingContext`, engine/speculative/
+dflash_context.py: its buffers never move, so graphs captured over them stay valid while it
+lives, and the pool hands a released store to the next request):
+- block: the inputs (anchor id, context length) sit in a static int64 device vector set by one
+  host-to-device copy; the block attends the store's whole capacity under a length mask
+  (`block_mask`), so the context length is data, not shape; all B-1 draft slots go through the
+  LM head (its cost is its weights, whatever the rows), log_softmax and top-k into static
+  outputs, which the drafter copies to the host (the step's one sync);
+- update: up to B newly committed rows (a verify's accepted path: at most depth + 1 <= B) are
+  copied into a static [B, taps x D] buffer and projected as B rows; the first `count` (data)
+  land in the ring, the padding rows in the store's scratch row (`ring_rows`). Longer updates
+  (prefill chunks) run eagerly (`RingContext.append`) on the same buffers.
+Graphs cover the first MAX_SLOTS stores (batch-1 serving uses one, reused request after
+request); stores past them, there only while more requests run at once, stay eager: a capture
+costs a sync and milliseconds in the middle of serving, and those requests' proposes are
+batched, eager, anyway.
+Warm-up runs each function twice on a side stream (kernels loaded, algorithms picked) with the
+step's real inputs (an update writes the same rows again: idempotent), then captures it into a
+pool shared by all of this drafter's graphs, as engine/cuda/graph_runner.py does.
+
+`capture=False` runs exactly these functions on the same static buffers without capturing:
+what the CPU tests check (tests/test_engine_dflash_static.py), and the reference side of
+`bench/dflash_step.py --check`. Not verified without a GPU: the capture itself and the replayed
+drafts matching the eager ones; `bench/dflash_step.py --device cuda --check` does both.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from specscope.engine.speculative.dflash import block_mask, block_topk
+from specscope.engine.speculative.dflash_context import RingContext, project
+
+if TYPE_CHECKING:
+    from specscope.engine.speculative.dflash import DFlashDrafter
+
+MAX_SLOTS = 8
+
+
+class _DeviceInts:
+    """A small int64 vector the step reads, set from the host by one copy (on CUDA from pinned
+    memory, whose staging is rewritten only once the previous copy is done)."""
+
+    def __init__(self, n: int, device: torch.device):
+        cuda = device.type == "cuda"
+        self.dev = torch.zeros(n, dtype=torch.long, device=device)
+        self.host = torch.zeros(n, dtype=torch.long, pin_memory=cuda)
+        self.copied = torch.cuda.Event() if cuda else None
+
+    def set(self, *values: int) -> None:
+        if self.copied is not None:
+            self.copied.synchronize()
+        self.host.numpy()[:] = values
+        self.dev.copy_(self.host, non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
+
+
+class DFlashGraphs:
+    def __init__(self, drafter: DFlashDrafter, capture: bool):
+        model = drafter.model
+        dev = model.fc.weight.device
+        if capture and dev.type != "cuda":
+            raise ValueError("DFlash graphs: capturing needs the drafter on a CUDA device")
+        self.model, self.target, self.top_k = model, drafter.target, drafter.top_k
+        self.block_size = model.config.block_size
+        self.capturing = capture
+        with torch.inference_mode():
+            self.block_in = _DeviceInts(2, dev)  # anchor id, context length
+            self.update_in = _DeviceInts(2, dev)  # first new position, real rows
+            self.hidden = model.fc.weight.new_zeros(self.block_size, model.fc.in_features)
+        self._graphs: dict[tuple[int, str], tuple[Any, Any]] = {}
+        self._pool = torch.cuda.graph_pool_handle() if capture else None
+
+    @staticmethod
+    def covers(ctx: object) -> bool:
+        return isinstance(ctx, RingContext) and ctx.slot < MAX_SLOTS
+
+    def propose(self, ctx: RingContext, anchor: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k log-probs and ids [B-1, k] of the block after `anchor`. Captured, these are the
+        graph's static outputs: valid until the next propose."""
+        self.block_in.set(anchor, ctx.length)
+        return self._run(ctx, "block")
+
+    def update(self, ctx: RingContext, hidden: torch.Tensor) -> None:
+        """Append 1..B committed rows (tapped target features [n, taps x D]) to the store."""
+        n = hidden.shape[0]
+        self.hidden[:n].copy_(hidden)
+        self.update_in.set(ctx.length, n)
+        self._run(ctx, "update")
+        ctx.length += n
+
+    def capture(self, ctx: RingContext) -> None:
+        """Capture both graphs over `ctx` now (with the current inputs: an update of 0 rows
+        before the first one) instead of at its first step."""
+        if self.capturing:
+            for kind in ("block", "update"):
+                self._graph(ctx, kind)
+            torch.cuda.synchronize()
+
+    def _block(self, ctx: RingContext) -> tuple[torch.Tensor, torch.Tensor]:
+        c, inp = ctx.capacity, self.block_in.dev
+        kv = [(k[None, :c], v[None, :c]) for k, v in zip(ctx.keys, ctx.values, strict=True)]
+        mask = block_mask(inp[1:2].clamp(max=c), c, self.block_size)
+        top_lp, top_ids = block_topk(
+            self.model, self.target, kv, inp[0:1], inp[1:2], mask, self.block_size - 1, self.top_k
+        )
+        return top_lp[0], top_ids[0]
+
+    def _update(self, ctx: RingContext) -> None:
+        start, count = self.update_in.dev[0], self.update_in.dev[1]
+        ctx.write(project(self.model, self.hidden, start), start, count)
+
+    def _run(self, ctx: RingContext, kind: str) -> Any:
+        if not self.capturing:
+            return (self._block if kind == "block" else self._update)(ctx)
+        graph, out = self._graph(ctx, kind)
+        graph.replay()
+        return out
+
+    def _graph(self, ctx: RingContext, kind: str) -> tuple[Any, Any]:
+        key = (ctx.slot, kind)
+        if key not in self._graphs:
+            step = partial(self._block if kind == "block" else self._update, ctx)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # load kernels and pick algorithms outside the capture
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = step()
+            self._graphs[key] = (graph, out)
+        return self._graphs[key]

@@ -1,0 +1,131 @@
+"""The DFlash drafter's fixed-size context store and static-buffer step against its reference.
+
+One script of context updates and proposals (a prefill longer than the window, verify-sized
+updates of 1..B rows, several requests drafted together, an empty context, a released request
+whose store the next one reuses) runs on every path: "growing" (the previous torch.cat store,
+the reference), "ring" (the in-place ring, eager) and "static" (the functions the CUDA graphs
+capture, run eagerly over the whole capacity under a length mask). The drafts must agree: same
+chains and top-k ids, log-probs within float tolerance (only the summation order over context
+rows differs once the ring wraps). Tiny random target and drafter, fp32, CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specscope.engine.cuda import dflash_graph  # noqa: E402
+from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
+from specscope.engine.speculative import dflash_model  # noqa: E402
+from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
+from specscope.engine.speculative.dflash_context import ring_rows  # noqa: E402
+from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+BLOCK = 6
+
+
+@pytest.fixture(scope="module")
+def models():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    target = random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=3)
+    cfg = dflash_model.DFlashConfig.for_target(
+        "tiny", target.config, num_layers=2, block_size=BLOCK, num_taps=2
+    )
+    model = dflash_model.DFlashDraftModel(cfg)
+    model.init_weights(seed=1, embed_std=1.0)
+    for p in model.parameters():  # drafts that depend visibly on the context
+        if p.dim() == 2:
+            p.data.mul_(10)
+    yield target, model.eval()
+    torch.set_num_threads(threads)
+
+
+def _script(seed: int) -> list[tuple]:
+    """(op, request(s), rows or depth): prefills, verify-sized updates, proposals, releases."""
+    rng = np.random.default_rng(seed)
+    ops: list[tuple] = [("observe", "a", 9), ("observe", "b", 1), ("observe", "c", 0)]
+    for step in range(30):
+        if step == 12:
+            ops += [("release", "b", 0), ("observe", "d", 14)]  # d reuses b's store
+        live = ["a", "c"] + (["b"] if step < 12 else ["d"])
+        batch = [live, ["a"], [live[-1]]][step % 3]  # together, then one at a time
+        ops.append(("propose", batch, int(rng.integers(1, BLOCK))))
+        for rid in live:
+            ops.append(("observe", rid, int(rng.integers(1, BLOCK + 1))))
+    return ops
+
+
+def _run(drafter: DFlashDrafter, ops: list[tuple]) -> list:
+    g = torch.Generator().manual_seed(0)
+    width = drafter.model.fc.in_features
+    hidden = {r: torch.randn(400, width, generator=g) for r in "abcd"}
+    tokens = {r: torch.randint(0, TINY_CONFIG.vocab_size, (400,), generator=g) for r in "abcd"}
+    seen = dict.fromkeys("abcd", 0)
+    drafts = []
+    for op, who, n in ops:
+        if op == "observe":
+            drafter.observe(who, hidden[who][seen[who] : seen[who] + n])
+            seen[who] += n
+        elif op == "release":
+            drafter.release(who)
+        else:
+            reqs = [DraftRequest(r, tokens[r][: seen[r] + 1].tolist(), n) for r in who]
+            drafts.append(drafter.propose(reqs))
+    return drafts
+
+
+@pytest.mark.parametrize("window", [None, 4, 7])
+@pytest.mark.parametrize("path", ["ring", "static", "static-1-slot"])
+def test_static_paths_draft_like_the_growing_store(models, window, path, monkeypatch):
+    target, model = models
+    if path == "static-1-slot":  # stores past the graphs' slots take the eager path, mixed in
+        monkeypatch.setattr(dflash_graph, "MAX_SLOTS", 1)
+        path = "static"
+    ops = _script(seed=window or 0)
+    want = _run(
+        DFlashDrafter(model, target.model, top_k=3, draft_window=window, path="growing"), ops
+    )
+    drafter = DFlashDrafter(model, target.model, top_k=3, draft_window=window, path=path)
+    got = _run(drafter, ops)
+    assert len(got) == len(want) == 30
+    for step_got, step_want in zip(got, want, strict=True):
+        for g, w in zip(step_got, step_want, strict=True):
+            assert g.sequences == w.sequences
+            np.testing.assert_array_equal(g.topk_tokens, w.topk_tokens)
+            np.testing.assert_allclose(g.topk_logprobs, w.topk_logprobs, atol=1e-5)
+    # Three requests live at the end, four seen: the released store was handed to "d".
+    assert len(drafter.contexts) == 3 and drafter.contexts.get("d").slot == 1
+    capacity = window or TINY_CONFIG.max_position_embeddings
+    assert drafter.contexts.get("a").keys[0].shape[0] == capacity + 1  # + the scratch row
+
+
+def test_windowed_drafts_differ_from_unbounded(models):
+    """The script reaches past the window, so the window is visible in the drafts (the
+    equality above is not vacuous)."""
+    target, model = models
+    ops = _script(seed=0)
+    full = _run(DFlashDrafter(model, target.model, top_k=3, path="static"), ops)
+    windowed = _run(DFlashDrafter(model, target.model, top_k=3, draft_window=4, path="static"), ops)
+    assert full[0][0].chain != windowed[0][0].chain or not np.allclose(
+        full[-1][0].topk_logprobs, windowed[-1][0].topk_logprobs, atol=1e-3
+    )
+
+
+def test_ring_rows_send_padding_and_overwritten_rows_to_scratch():
+    # capacity 4, 6 rows at positions 10..15 of which 5 are real: rows 0 (overwritten by row 4
+    # in the same write) and 5 (padding) go to the scratch row 4.
+    assert ring_rows(10, 5, 6, 4, "cpu").tolist() == [4, 3, 0, 1, 2, 4]
+    assert ring_rows(torch.tensor(2), torch.tensor(0), 3, 8, "cpu").tolist() == [8, 8, 8]
+
+
+def test_graph_path_needs_cuda_and_paths_are_named(models):
+    target, model = models
+    with pytest.raises(ValueError, match="CUDA device"):
+        DFlashDrafter(model, target.model, path="graph")
+    with pytest.raises(ValueError, match="path must be one of"):
+        DFlashDrafter(model, target.model, path="fast")
