@@ -1,10 +1,13 @@
 """train_dflash on a tiny random target (CPU, seconds): the loss falls, the drafter and its card
 are written, the saved drafter loads through `--drafter dflash:PATH` and decodes losslessly,
-the same seed gives the same weights, and bad arguments exit 2 with one line."""
+the same seed gives the same weights, and bad arguments exit 2 with one line. The batched step
+equals the first trainer's per-sequence one, a run stopped and resumed equals an uninterrupted
+one, checkpoints split into parts and generation continues from its last shard."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -15,7 +18,17 @@ from safetensors.torch import load_file  # noqa: E402
 
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.speculative import dflash_model  # noqa: E402
-from specscope.engine.training import cli, dataset, loss, pipeline, prompts  # noqa: E402
+from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel  # noqa: E402
+from specscope.engine.training import (  # noqa: E402
+    batch,
+    checkpoint,
+    cli,
+    dataset,
+    loss,
+    pipeline,
+    prompts,
+    target,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -41,7 +54,7 @@ def tiny():
     torch.set_num_threads(threads)
 
 
-def _args(out, cache, seed=0):
+def _args(out, cache, seed=0, *extra):
     return cli.parse_args(
         [
             "--out",
@@ -70,6 +83,7 @@ def _args(out, cache, seed=0):
             "8",
             "--save-dtype",
             "float32",
+            *extra,
         ]
     )
 
@@ -82,7 +96,7 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     # Held-out loss at ten points of the run, on the evaluation prompts' own sequences.
     held = card["training"]["validation"]
     assert [v["step"] for v in held] == list(range(6, 61, 6))
-    assert all(v["loss"] > 0 and 1.0 <= v["expected_commit"] <= 5 for v in held)
+    assert all(v["loss"] > 0 and 1.0 <= v["tau_sim"] <= 5 for v in held)
     assert np.mean(curve[-2:]) < 0.8 * curve[0]
     out = tmp_path / "d"
     for name in ("config.json", "model.safetensors", "card.json", "DATA_CARD.md"):
@@ -193,3 +207,132 @@ def test_bad_arguments_exit_2(capsys, tmp_path):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("train_dflash:")
+
+
+@pytest.mark.parametrize("per_row", [1, 3, 16])
+def test_batched_step_equals_the_per_sequence_loss(tiny, per_row):
+    # The trainer's step (every block of every sequence in one batch, `per_row` blocks a row,
+    # chunked head + CE) against the first trainer's packed per-sequence loss: same loss,
+    # accuracy and gradients.
+    cfg = DFlashConfig.for_target("t", tiny.config, num_layers=2, block_size=5)
+    draft = DFlashDraftModel(cfg)
+    draft.init_weights(0, 0.5)
+    width = len(cfg.target_layer_ids) * tiny.config.hidden_size
+    rng = np.random.default_rng(0)
+    samples = [
+        dataset.Sample("x", rng.integers(0, 97, n).tolist(), p, torch.randn(n, width).bfloat16())
+        for n, p in [(30, 10), (45, 5), (22, 12)]
+    ]
+    anchors = [loss.sample_anchors(s, 5, 8, rng) for s in samples]
+    embed, head = tiny.model.embed_tokens, tiny.model.lm_head
+    ref_loss, ref_acc = 0.0, []
+    for s, a in zip(samples, anchors, strict=True):
+        part, acc = loss.block_loss(draft, embed, head, s, a, 4.0)
+        (part / len(samples)).backward()
+        ref_loss += float(part.detach()) / len(samples)
+        ref_acc.append(acc)
+    ref_grads = {k: p.grad.clone() for k, p in draft.named_parameters()}
+    draft.zero_grad()
+    length = batch.context_length(anchors)
+    feats = dataset.step_features(tiny, tuple(cfg.target_layer_ids), samples, length)
+    step = batch.pack(samples, anchors, feats, torch.device("cpu"), blocks_per_row=per_row)
+    got, acc = loss.batch_loss(draft, embed, head.weight, step, 4.0)
+    got.backward()
+    assert float(got.detach()) == pytest.approx(ref_loss, rel=1e-5)
+    assert torch.allclose(acc, torch.stack(ref_acc))
+    for k, p in draft.named_parameters():
+        assert torch.allclose(p.grad, ref_grads[k], rtol=1e-4, atol=1e-6), k
+    assert step.label_slots(5) == sum(map(len, anchors)) * 4
+
+
+def test_batched_features_and_refilled_generation_equal_one_at_a_time(tiny):
+    seqs = [[5, 17, 23, 42, 8, 5, 17, 23, 9, 1], [61, 3, 3], [11, 12, 13, 14, 15, 16]]
+    together = target.batch_features(tiny, seqs, (0, 2), chunk=4)
+    for i, s in enumerate(seqs):
+        alone = target.batch_features(tiny, [s], (0, 2))
+        assert torch.allclose(together[i, : len(s)], alone[0], atol=1e-5)
+        assert not together[i, len(s) :].any()
+    ids = [p for _, p in PROMPTS + EVAL]
+    batched, _ = target.generate(tiny, ids, 12, batch=2)  # slots refilled as requests finish
+    assert batched == [target.generate(tiny, [p], 12, batch=1)[0][0] for p in ids]
+
+
+def test_generation_stops_after_a_shard_and_continues(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(dataset, "SHARD_BYTES", 1)  # one prompt a shard
+    straight, _, _ = dataset.generate_samples(tiny, PROMPTS, 16, 8, None)
+    for done in (1, 2, 3):
+        with pytest.raises(checkpoint.Stopped, match=f"{done} of 4 prompts"):
+            dataset.generate_samples(tiny, PROMPTS, 16, 8, tmp_path, stop_at=0.0)
+    resumed, _, cached = dataset.generate_samples(tiny, PROMPTS, 16, 8, tmp_path, stop_at=0.0)
+    assert [s.tokens for s in resumed] == [s.tokens for s in straight] and not cached
+    again, _, cached = dataset.generate_samples(tiny, PROMPTS, 16, 8, tmp_path)
+    assert cached and [(s.category, s.prompt_len) for s in again] == [
+        (s.category, s.prompt_len) for s in straight
+    ]
+
+
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tiny, tmp_path):
+    logs: list[str] = []
+    straight = pipeline.run(_args(tmp_path / "a", tmp_path / "c"), tiny, PROMPTS, EVAL, logs.append)
+    out = tmp_path / "b"
+    # One command line repeated: --resume starts the run where no checkpoint is there yet, and
+    # a passed deadline stops it after one step, with a checkpoint.
+    for done in (1, 2):
+        args = _args(out, tmp_path / "c", 0, "--resume", "--stop-after-minutes", "0")
+        with pytest.raises(checkpoint.Stopped, match=f"step {done} of 60"):
+            pipeline.run(args, tiny, PROMPTS, EVAL, logs.append)
+    resumed = pipeline.run(
+        _args(out, tmp_path / "c", 0, "--resume"), tiny, PROMPTS, EVAL, logs.append
+    )
+    a = load_file(str(tmp_path / "a" / "model.safetensors"))
+    b = load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for key in ("curve", "validation"):
+        drop = ("elapsed_s", "tokens_per_s")
+        strip = [{k: v for k, v in p.items() if k not in drop} for p in straight["training"][key]]
+        assert strip == [
+            {k: v for k, v in p.items() if k not in drop} for p in resumed["training"][key]
+        ]
+    assert resumed["training"]["slot_accuracy_last"] == straight["training"]["slot_accuracy_last"]
+    assert "--resume" not in resumed["command"] and "--stop-after" not in resumed["command"]
+    # The checkpoint's parts alone (e.g. brought back from the GPU machine) give the drafter.
+    shutil.copytree(out / "checkpoint", tmp_path / "x" / "checkpoint")
+    assert (
+        cli.main(["--out", str(tmp_path / "x"), "--export-checkpoint", "--save-dtype", "float32"])
+        == 0
+    )
+    c = load_file(str(tmp_path / "x" / "model.safetensors"))
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    assert dflash_model.load(tmp_path / "x").config.training["steps"] == 60
+    # Other settings than the checkpoint's: one error that names them.
+    with pytest.raises(ValueError, match=r"settings\.lr"):
+        pipeline.run(
+            _args(out, tmp_path / "c", 0, "--resume", "--lr", "0.001"), tiny, PROMPTS, EVAL
+        )
+    assert cli.main(["--out", str(out), "--stop-after-minutes", "0", "--target", "x"]) == 2
+
+
+def test_checkpoint_parts_are_bounded_and_checked(tmp_path):
+    tensors = {
+        "big": torch.arange(1000, dtype=torch.float32).view(10, 100),
+        "step": torch.tensor(3.0),
+        "rng": torch.arange(7, dtype=torch.uint8),
+    }
+    folder, size = tmp_path / "ck", checkpoint.HEADER_ROOM + 1024
+    checkpoint.save_parts(folder, tensors, {"step": 3}, part_bytes=size)
+    parts = sorted(folder.glob("*"))  # nothing beside the parts: the layout is in the first
+    assert len(parts) == 4 and parts[0].name == "state-00001-of-00004.safetensors"
+    assert all(p.stat().st_size <= size for p in parts)
+    got, meta = checkpoint.load_parts(folder)
+    assert meta == {"step": 3} and all(torch.equal(got[k], v) for k, v in tensors.items())
+    assert checkpoint.read_meta(folder) == {"step": 3}
+    checkpoint.save_parts(folder, {"x": torch.ones(3)}, {"step": 4})  # replaces the old one
+    assert len(list(folder.glob("*"))) == 1 and checkpoint.load_parts(folder)[1]["step"] == 4
+    checkpoint.save_parts(folder, tensors, {"step": 3}, part_bytes=size)
+    second = folder / "state-00002-of-00004.safetensors"
+    second.write_bytes(second.read_bytes()[:-4] + b"\0\0\0\0")  # data changed, header intact
+    with pytest.raises(ValueError, match=r"00002-of-00004.*missing or damaged"):
+        checkpoint.load_parts(folder)
+    second.unlink()
+    with pytest.raises(ValueError, match=r"00002-of-00004.*missing or damaged"):
+        checkpoint.load_parts(folder)

@@ -31,15 +31,14 @@ drafts matching the eager ones; `bench/dflash_step.py --device cuda --check` doe
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from specscope.engine.speculative.dflash import block_mask, block_topk
+from specscope.engine.model import Transformer
+from specscope.engine.speculative.dflash_block import block_mask, block_topk
 from specscope.engine.speculative.dflash_context import RingContext, project
-
-if TYPE_CHECKING:
-    from specscope.engine.speculative.dflash import DFlashDrafter
+from specscope.engine.speculative.dflash_model import DFlashDraftModel
 
 MAX_SLOTS = 8
 
@@ -64,12 +63,11 @@ class _DeviceInts:
 
 
 class DFlashGraphs:
-    def __init__(self, drafter: DFlashDrafter, capture: bool):
-        model = drafter.model
+    def __init__(self, model: DFlashDraftModel, target: Transformer, top_k: int, capture: bool):
         dev = model.fc.weight.device
         if capture and dev.type != "cuda":
             raise ValueError("DFlash graphs: capturing needs the drafter on a CUDA device")
-        self.model, self.target, self.top_k = model, drafter.target, drafter.top_k
+        self.model, self.target, self.top_k = model, target, top_k
         self.block_size = model.config.block_size
         self.capturing = capture
         with torch.inference_mode():

@@ -26,12 +26,13 @@ path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from specscope.engine.cuda.dflash_graph import DFlashGraphs
 from specscope.engine.model import Transformer
+from specscope.engine.speculative.dflash_block import block_mask, block_topk
 from specscope.engine.speculative.dflash_context import (
     KV,
     Context,
@@ -42,48 +43,7 @@ from specscope.engine.speculative.dflash_context import (
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
-if TYPE_CHECKING:
-    from specscope.engine.cuda.dflash_graph import DFlashGraphs
-
 PATHS = ("ring", "graph", "static", "growing")
-
-
-def block_mask(visible: torch.Tensor, width: int, block: int) -> torch.Tensor:
-    """Attention mask [R, 1, block, width + block]: request r's first visible[r] context rows
-    of `width`, and the whole block (bidirectional)."""
-    seen = torch.arange(width, device=visible.device) < visible[:, None]
-    seen = torch.cat([seen, seen.new_ones(seen.shape[0], block)], dim=1)
-    return seen[:, None, None, :].expand(-1, 1, block, -1)
-
-
-def block_topk(
-    model: DFlashDraftModel,
-    target: Transformer,
-    ctx: KV,
-    anchors: torch.Tensor,
-    lengths: torch.Tensor,
-    mask: torch.Tensor | None,
-    depth: int,
-    top_k: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One block forward for R requests: [anchor, MASK x (B-1)] at positions length.., over the
-    context K/V `ctx` (per layer [R, rows, kv_heads, head_dim]) under `mask`; the target's LM
-    head over slots 1..depth; top-k log-probs and ids [R, depth, k]. Captured as is in a graph."""
-    b, r = model.config.block_size, anchors.shape[0]
-    dtype = model.fc.weight.dtype
-    positions = lengths[:, None] + torch.arange(b, device=anchors.device)
-    x = torch.cat(
-        [
-            target.embed_tokens(anchors).to(dtype)[:, None],
-            model.mask_embedding.to(dtype).expand(r, b - 1, -1),
-        ],
-        dim=1,
-    )
-    hidden = model.block_hidden(x, positions, ctx, mask)
-    head_in = hidden[:, 1 : 1 + depth].reshape(-1, hidden.shape[-1])  # 2-D: the fast matmul
-    logits = target.lm_head(head_in.to(target.lm_head.weight.dtype))
-    logp = torch.log_softmax(logits.float(), dim=-1).view(r, depth, -1)
-    return torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1)
 
 
 class DFlashDrafter:
@@ -115,9 +75,7 @@ class DFlashDrafter:
             self.contexts = ContextPool(lambda slot: RingContext(model, capacity, slot))
         self.graphs: DFlashGraphs | None = None
         if path in ("graph", "static"):
-            from specscope.engine.cuda.dflash_graph import DFlashGraphs
-
-            self.graphs = DFlashGraphs(self, capture=path == "graph")
+            self.graphs = DFlashGraphs(model, target, self.top_k, capture=path == "graph")
 
     @property
     def max_depth(self) -> int:

@@ -11,8 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
 import specscope.engine.training as package
+from specscope.engine.training.batch import BLOCKS_PER_ROW
+from specscope.engine.training.checkpoint import Stopped, export_drafter
 from specscope.engine.training.pipeline import run
+
+EXIT_STOPPED = 3  # stopped on time with its progress saved: run again with --resume
 
 PRESETS = {
     # One CPU thread in ~25 minutes: a one-layer drafter, short blocks, short responses.
@@ -46,6 +52,50 @@ PRESETS = {
         "lr": 6e-4,
     },
 }
+
+
+def _add_run_flags(ap: argparse.ArgumentParser) -> None:
+    """Where features come from, the step's layout, and how one call runs: stop on time,
+    checkpoint, resume."""
+    ap.add_argument(
+        "--feature-cache",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="keep the target's tapped features (on), or compute them every step (off); "
+        "auto: on for a CPU data set that fits in memory",
+    )
+    ap.add_argument(
+        "--blocks-per-row",
+        type=int,
+        default=BLOCKS_PER_ROW,
+        help="a training step's blocks per attention row: speed only "
+        "(bench/dflash_train_throughput.py measures it)",
+    )
+    ap.add_argument(
+        "--stop-after-minutes",
+        type=float,
+        default=None,
+        help="stop at the first shard or step after M minutes of this call, with a checkpoint "
+        f"(exit {EXIT_STOPPED}); continue with --resume",
+    )
+    ap.add_argument(
+        "--checkpoint-minutes",
+        type=float,
+        default=5.0,
+        help="minutes between checkpoints in OUT/checkpoint (0: only at a stop and at the end)",
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run whose checkpoint is in OUT/checkpoint (same flags; none there "
+        "yet: start it), so one command line repeated until it exits 0 runs a whole run",
+    )
+    ap.add_argument(
+        "--export-checkpoint",
+        action="store_true",
+        help="only write OUT's drafter (config.json, model.safetensors in --save-dtype) from "
+        "OUT/checkpoint, e.g. parts brought back from the GPU machine",
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -104,6 +154,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--eval-set-prompts", type=int, default=0, help="--eval-set: first N of each (0: all)"
     )
+    _add_run_flags(ap)
     for name, value in PRESETS["cpu"].items():
         ap.add_argument(
             "--" + name.replace("_", "-"),
@@ -130,8 +181,15 @@ def _check_files(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        if args.export_checkpoint:
+            dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
+            print(f"wrote {export_drafter(args.out / 'checkpoint', args.out, dtype)}")
+            return 0
         _check_files(args)
         run(args)
+    except Stopped as stop:
+        print(f"train_dflash: stopped ({stop}); continue with --resume", file=sys.stderr)
+        return EXIT_STOPPED
     except (ValueError, FileNotFoundError) as exc:
         print(f"train_dflash: {exc}", file=sys.stderr)
         return 2

@@ -1,17 +1,24 @@
 """The training loop: AdamW over the drafter with the target frozen, warmup + cosine schedule,
-gradient clipping, a loss curve and held-out checks as it goes.
+gradient clipping, a loss curve and held-out checks as it goes; stops on time and resumes.
 
 Seeded end to end (anchors, initialisation, the order sequences are drawn in), so the same
-arguments and step count give the same weights. A time budget (`minutes`) is turned into a step
-count before the first step, by timing a few passes: the schedule needs its length up front, and
-the card can then say `--steps N` to repeat the run exactly.
+arguments and step count give the same weights, and a run stopped and resumed
+(checkpoint.py) gives the weights of the uninterrupted one. A time budget (`minutes`) is
+turned into a step count before the first step, by timing a few steps: the schedule needs its
+length up front, and the card can then say `--steps N` to repeat the run exactly.
+
+A step is one forward and one backward over all its sequences' blocks (batch.py, loss.py);
+on CUDA under bf16 autocast with fp32 master weights and optimiser state.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -19,8 +26,18 @@ import torch
 
 from specscope.engine.loader import LoadedModel
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
-from specscope.engine.training.dataset import Sample
-from specscope.engine.training.loss import block_loss, expected_commit, sample_anchors
+from specscope.engine.training.batch import BLOCKS_PER_ROW, context_length, pack
+from specscope.engine.training.checkpoint import (
+    RunControl,
+    Stopped,
+    fingerprint,
+    load_training,
+    read_meta,
+    save_training,
+)
+from specscope.engine.training.dataset import Sample, step_features
+from specscope.engine.training.loss import batch_loss, expected_commit, sample_anchors
+from specscope.engine.training.tally import Tally
 
 
 @dataclass
@@ -36,39 +53,82 @@ class TrainSettings:
     seed: int = 0
     log_every: int = 10
     validate_every: int = 0  # steps between held-out checks (0: ten over the run)
+    blocks_per_row: int = BLOCKS_PER_ROW  # the step's layout (batch.py): speed, not results
+
+
+def step_loss(
+    draft: DFlashDraftModel,
+    target: LoadedModel,
+    samples: list[Sample],
+    anchors: list[np.ndarray],
+    gamma: float,
+    blocks_per_row: int = BLOCKS_PER_ROW,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(loss, per-sequence per-slot accuracy [G, B-1], label slots) of one step's sequences:
+    features (cached or one target forward), then one drafter forward, bf16 on CUDA."""
+    taps = tuple(draft.config.target_layer_ids)
+    feats = step_features(target, taps, samples, context_length(anchors))
+    batch = pack(samples, anchors, feats, target.device, blocks_per_row)
+    cuda = target.device.type == "cuda"
+    amp = torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext()
+    with amp:
+        loss, acc = batch_loss(
+            draft, target.model.embed_tokens, target.model.lm_head.weight, batch, gamma
+        )
+    return loss, acc, batch.label_slots(draft.config.block_size)
+
+
+def draw(
+    usable: list[Sample], count: int, block: int, anchors: int, rng: np.random.Generator
+) -> tuple[list[Sample], list[np.ndarray]]:
+    """A step's sequences and their anchors (a sequence, then its anchors, `count` times)."""
+    samples, picked = [], []
+    for _ in range(count):
+        samples.append(usable[int(rng.integers(len(usable)))])
+        picked.append(sample_anchors(samples[-1], block, anchors, rng))
+    return samples, picked
 
 
 def validation_point(
     draft: DFlashDraftModel,
     target: LoadedModel,
     held_out: list[Sample],
-    anchors: int,
-    gamma: float,
+    st: TrainSettings,
     seed: int = 0,
-) -> dict[str, float]:
-    """Loss and per-slot accuracy on sequences training never saw (fixed anchors per sequence),
-    with the expected chain commit they imply: the training accuracy alone cannot tell a drafter
-    that learnt the target from one that memorised its training sequences."""
-    embed, lm_head = target.model.embed_tokens, target.model.lm_head
+) -> dict[str, Any]:
+    """Loss, per-slot accuracy and tau_sim (the chain commit they imply, `expected_commit`)
+    on sequences training never saw (fixed anchors per sequence), overall and per category:
+    the training accuracy alone cannot tell a drafter that learnt the target from one that
+    memorised its training sequences, and tau_sim is what the served tau is compared with.
+    Sequences go `st.seqs_per_step` at a time, a training step's shape."""
     rng = np.random.default_rng(seed)
-    losses, accs = [], []
+    picked = [(s, sample_anchors(s, draft.config.block_size, st.anchors, rng)) for s in held_out]
+    picked = [(s, a) for s, a in picked if len(a)]
+    if not picked:
+        return {}
     was_training = draft.training
     draft.eval()
+    losses, accs = [], []
     with torch.no_grad():
-        for sample in held_out:
-            picked = sample_anchors(sample, draft.config.block_size, anchors, rng)
-            if len(picked):
-                loss, acc = block_loss(draft, embed, lm_head, sample, picked, gamma)
-                losses.append(float(loss))
-                accs.append(acc.cpu().numpy())
+        for g in range(0, len(picked), st.seqs_per_step):
+            part = picked[g : g + st.seqs_per_step]
+            samples, anchors = [s for s, _ in part], [a for _, a in part]
+            loss, acc, _ = step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)
+            losses += [float(loss)] * len(part)
+            accs += list(acc.float().cpu().numpy())
     draft.train(was_training)
-    if not accs:
-        return {}
     acc = np.mean(accs, axis=0)
+    by_cat: dict[str, list[np.ndarray]] = {}
+    for (s, _), a in zip(picked, accs, strict=True):
+        by_cat.setdefault(s.category, []).append(a)
     return {
         "loss": round(float(np.mean(losses)), 4),
         "slot1_acc": round(float(acc[0]), 4),
-        "expected_commit": round(expected_commit(acc), 3),
+        "tau_sim": round(expected_commit(acc), 3),
+        "slot_acc": [round(float(v), 4) for v in acc],
+        "tau_sim_by_category": {
+            c: round(expected_commit(np.mean(v, axis=0)), 3) for c, v in by_cat.items()
+        },
     }
 
 
@@ -90,26 +150,19 @@ def timed_step_count(
 ) -> int:
     """The step count that fills `st.minutes`: a few forward+backward passes timed (own RNG,
     gradients dropped) before the schedule starts, so the run equals `--steps total`."""
-    embed, lm_head = target.model.embed_tokens, target.model.lm_head
-    block = draft.config.block_size
     probe_rng = np.random.default_rng(st.seed + 1)
-    # One untimed pass first: kernel loading and allocator growth are not a step's cost.
-    sample = usable[int(probe_rng.integers(len(usable)))]
-    block_loss(
-        draft,
-        embed,
-        lm_head,
-        sample,
-        sample_anchors(sample, block, st.anchors, probe_rng),
-        st.gamma,
-    )[0].backward()
+    block = draft.config.block_size
+
+    def one_step() -> None:
+        samples, anchors = draw(usable, st.seqs_per_step, block, st.anchors, probe_rng)
+        step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)[0].backward()
+
+    one_step()  # untimed: kernel loading and allocator growth are not a step's cost
     if target.device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(2 * st.seqs_per_step):
-        sample = usable[int(probe_rng.integers(len(usable)))]
-        anchors = sample_anchors(sample, block, st.anchors, probe_rng)
-        block_loss(draft, embed, lm_head, sample, anchors, st.gamma)[0].backward()
+    for _ in range(2):
+        one_step()
     if target.device.type == "cuda":
         torch.cuda.synchronize()
     draft.zero_grad(set_to_none=True)
@@ -119,49 +172,126 @@ def timed_step_count(
     return total
 
 
-class _Tally:
-    """What a run records as it goes: the loss curve (the mean over each logging window),
-    per-slot accuracy over the whole run and over its last tenth, the held-out points."""
+def run_fingerprint(st: TrainSettings, draft: DFlashDraftModel, data: list[Sample]) -> dict:
+    """What a resumed run must share with the run it continues: the settings (but `minutes`,
+    which only chose the step count the checkpoint records), the drafter's shape and the data."""
+    digest = hashlib.sha256()
+    for s in data:
+        digest.update(np.asarray(s.tokens, dtype=np.int64).tobytes())
+        digest.update(str(s.prompt_len).encode())
+    cfg = {k: v for k, v in asdict(draft.config).items() if k != "training"}
+    settings = {k: v for k, v in asdict(st).items() if k not in ("minutes", "steps")}
+    return {"settings": settings, "drafter": cfg, "data": digest.hexdigest()[:16]}
 
-    def __init__(self, slots: int, total: int, t0: float):
-        self.total, self.t0 = total, t0
-        self.acc_sum = np.zeros(slots)  # over the whole run
-        self.acc_n = 0
-        self.recent: list[np.ndarray] = []  # per-step accuracies of the last tenth of the run
-        self.window: list[float] = []
-        self.curve: list[dict[str, float]] = []
-        self.validation: list[dict[str, float]] = []
 
-    def accuracy(self, step: int, acc: np.ndarray) -> None:
-        """One sequence's per-slot accuracy at (0-based) `step`."""
-        self.acc_sum += acc
-        self.acc_n += 1
-        if step >= self.total - max(1, self.total // 10):
-            self.recent.append(acc)
+def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings that differ between a checkpoint's run and this one, as `part.name`."""
+    out = []
+    for part in sorted(set(saved) | set(now)):
+        a, b = saved.get(part), now.get(part)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{part}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            out.append(part)
+    return out
 
-    def loss(self, step: int, loss: float, lr: float, every: int, log) -> None:
-        """The loss of (1-based) `step`; a curve point every `every` steps and at the end."""
-        self.window.append(loss)
-        if step % every == 0 or step == self.total:
-            point = {
-                "step": step,
-                "loss": round(float(np.mean(self.window)), 4),
-                "lr": lr,
-                "elapsed_s": round(time.perf_counter() - self.t0, 1),
-            }
-            self.curve.append(point)
-            log(f"train: {point} slot-1 acc (run mean) {self.acc_sum[0] / max(self.acc_n, 1):.3f}")
-            self.window = []
 
-    def history(self, steps: int) -> dict[str, Any]:
-        return {
-            "steps": steps,
-            "train_s": round(time.perf_counter() - self.t0, 1),
-            "curve": self.curve,
-            "validation": self.validation,
-            "slot_accuracy_run": [round(float(v), 4) for v in self.acc_sum / max(self.acc_n, 1)],
-            "slot_accuracy_last": [round(float(v), 4) for v in np.mean(self.recent, axis=0)],
-        }
+def _resume(
+    control: RunControl,
+    draft: DFlashDraftModel,
+    opt: torch.optim.Optimizer,
+    ident: dict,
+    st: TrainSettings,
+    log,
+) -> dict[str, Any] | None:
+    """The checkpoint's meta after loading its state into `draft` and `opt` (None unless
+    resuming, or where no checkpoint was written yet: a call stopped while generating, so that
+    one command line repeated until it exits 0 runs a whole run); a checkpoint of other
+    settings or another step count is one clear error."""
+    if not control.resume or control.folder is None:
+        return None
+    if not control.folder.is_dir():
+        log(f"train: --resume: no checkpoint in {control.folder} yet, starting at step 0")
+        return None
+    saved = read_meta(control.folder)
+    now = json.loads(json.dumps(ident))
+    if saved["fingerprint"] != fingerprint(now):
+        raise ValueError(
+            f"--resume: the checkpoint in {control.folder} is of a run with other settings "
+            f"({', '.join(_differences(saved['ident'], now))}); pass the same flags, or a new --out"
+        )
+    if st.steps is not None and st.steps != saved["total"]:
+        raise ValueError(
+            f"--resume: the checkpoint is of a {saved['total']}-step run, not --steps {st.steps}"
+        )
+    return load_training(control.folder, draft, opt)
+
+
+def _save(
+    control: RunControl,
+    draft: DFlashDraftModel,
+    opt: torch.optim.Optimizer,
+    ident: dict,
+    step: int,
+    tally: Tally,
+    rng: np.random.Generator,
+) -> None:
+    """A checkpoint after (1-based) `step`: everything the next step depends on."""
+    meta = {
+        "fingerprint": fingerprint(json.loads(json.dumps(ident))),
+        "ident": ident,
+        "step": step,
+        "total": tally.total,
+        "numpy_rng": rng.bit_generator.state,
+        "tally": tally.state(),
+    }
+    save_training(control.folder, draft, opt, meta)
+
+
+def _steps(
+    draft: DFlashDraftModel,
+    target: LoadedModel,
+    opt: torch.optim.Optimizer,
+    usable: list[Sample],
+    held: list[Sample],
+    st: TrainSettings,
+    state: tuple[int, np.random.Generator, Tally],
+    control: RunControl,
+    ident: dict,
+    log,
+) -> None:
+    """Steps `start`..total-1 of the run: optimise, record, check held-out, checkpoint, stop."""
+    start, rng, tally = state
+    params = [p for g in opt.param_groups for p in g["params"]]
+    every = st.validate_every or max(1, tally.total // 10)
+    saved_at = time.perf_counter()
+    for step in range(start, tally.total):
+        t0 = time.perf_counter()
+        lr = learning_rate(st, step, tally.total)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        samples, anchors = draw(usable, st.seqs_per_step, draft.config.block_size, st.anchors, rng)
+        loss, acc, tokens = step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, st.clip)
+        opt.step()
+        tally.accuracy(step, acc.float().cpu().numpy())
+        seconds = time.perf_counter() - t0
+        tally.step(step + 1, float(loss.detach()), lr, tokens, seconds, st.log_every, log)
+        if held and ((step + 1) % every == 0 or step + 1 == tally.total):
+            vp = validation_point(draft, target, held, st)
+            tally.validation.append({"step": step + 1, **vp})
+            log(f"held-out: {tally.validation[-1]}")
+        due = control.every_s > 0 and time.perf_counter() - saved_at >= control.every_s
+        stop = control.past_stop() and step + 1 < tally.total
+        if control.folder is not None and (due or stop or step + 1 == tally.total):
+            _save(control, draft, opt, ident, step + 1, tally, rng)
+            saved_at = time.perf_counter()
+        if stop:
+            raise Stopped(
+                f"training: step {step + 1} of {tally.total}, checkpoint in {control.folder}"
+            )
 
 
 def train(
@@ -171,10 +301,13 @@ def train(
     st: TrainSettings,
     log=print,
     held_out: list[Sample] | None = None,
+    control: RunControl | None = None,
 ) -> dict[str, Any]:
-    """Train in place; returns the history (loss per logged step, per-slot accuracy, timing,
-    and the held-out loss/accuracy at regular steps when `held_out` sequences are given)."""
-    embed, lm_head = target.model.embed_tokens, target.model.lm_head
+    """Train in place (continuing the checkpoint in `control.folder` when `control.resume`);
+    returns the history (loss per logged step with tokens/s, per-slot accuracy, timing, and
+    the held-out loss/accuracy/tau_sim at regular steps when `held_out` sequences are given).
+    Raises Stopped, after a checkpoint, when `control.stop_at` passes before the last step."""
+    control = control or RunControl()
     for p in target.model.parameters():
         p.requires_grad_(False)
     params = [p for p in draft.parameters() if p.requires_grad]
@@ -185,30 +318,19 @@ def train(
     usable = [s for s in data if len(s.tokens) - s.prompt_len > block]
     if not usable:
         raise ValueError("no training sequence has a response longer than one block")
-    draft.train()
-    total = st.steps if st.steps is not None else timed_step_count(draft, target, usable, st, log)
-    tally = _Tally(block - 1, total, time.perf_counter())
     held = [s for s in held_out or [] if len(s.tokens) - s.prompt_len > block]
-    every = st.validate_every or max(1, total // 10)
-    for step in range(total):
-        lr = learning_rate(st, step, total)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=True)
-        loss_val = 0.0
-        for _ in range(st.seqs_per_step):
-            sample = usable[int(rng.integers(len(usable)))]
-            anchors = sample_anchors(sample, block, st.anchors, rng)
-            loss, acc = block_loss(draft, embed, lm_head, sample, anchors, st.gamma)
-            (loss / st.seqs_per_step).backward()
-            loss_val += float(loss.detach()) / st.seqs_per_step
-            tally.accuracy(step, acc.cpu().numpy())
-        torch.nn.utils.clip_grad_norm_(params, st.clip)
-        opt.step()
-        tally.loss(step + 1, loss_val, lr, st.log_every, log)
-        if held and ((step + 1) % every == 0 or step + 1 == total):
-            vp = validation_point(draft, target, held, st.anchors, st.gamma)
-            tally.validation.append({"step": step + 1, **vp})
-            log(f"held-out: {tally.validation[-1]}")
+    draft.train()
+    ident = run_fingerprint(st, draft, usable + held)
+    meta = _resume(control, draft, opt, ident, st, log)
+    if meta is not None:
+        rng.bit_generator.state = meta["numpy_rng"]
+        state = (meta["step"], rng, Tally.from_state(meta["tally"]))
+        log(f"train: resumed at step {meta['step']} of {meta['total']} from {control.folder}")
+    else:
+        total = (
+            st.steps if st.steps is not None else timed_step_count(draft, target, usable, st, log)
+        )
+        state = (0, rng, Tally(block - 1, total))
+    _steps(draft, target, opt, usable, held, st, state, control, ident, log)
     draft.eval()
-    return tally.history(total)
+    return state[2].history()

@@ -1,10 +1,13 @@
 """The model side of training: where blocks are anchored and what a block's loss is.
 
-A DFlash drafter proposes a whole block [anchor, MASK x (B-1)] in one forward; training packs
-many such blocks of one sequence into one query stream (each block sees the context strictly
-before its anchor and itself) and weights slot k by exp(-(k-1)/gamma), because a drafted token
-is only worth something if every slot before it was accepted. `expected_commit` turns per-slot
-accuracies into the tokens per verify step a chain would commit, the number the card reports.
+A DFlash drafter proposes a whole block [anchor, MASK x (B-1)] in one forward; a training step
+runs many such blocks (each sees the context strictly before its anchor and itself) and weights
+slot k by exp(-(k-1)/gamma), because a drafted token is only worth something if every slot
+before it was accepted. `batch_loss` is the trainer's step (every block of every sequence of a
+step in one forward, batch.py); `block_loss`, one sequence's blocks packed into one query
+stream with the full fp32 logits, is the first trainer's, kept as the reference the batched
+step is tested against and the throughput bench's anchor. `expected_commit` turns per-slot
+accuracies into the tokens per verify step a chain would commit: tau_sim in the log and card.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
+from specscope.engine.training.batch import StepBatch
 from specscope.engine.training.dataset import Sample
+from specscope.engine.training.head_loss import head_loss
 
 
 def position_weights(block_size: int, gamma: float) -> torch.Tensor:
@@ -43,7 +48,8 @@ def block_loss(
     anchors: np.ndarray,
     gamma: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weighted CE of one sequence's packed blocks, and per-slot accuracy (argmax == label)."""
+    """Weighted CE of one sequence's packed blocks, and per-slot accuracy (argmax == label):
+    the reference formulation (see the module docstring), not the trainer's step."""
     b = draft.config.block_size
     dev = draft.fc.weight.device
     tokens = torch.tensor(sample.tokens, device=dev)
@@ -68,6 +74,57 @@ def block_loss(
     loss = (ce.view(n, b - 1) * w).sum() / (w.sum() * n)
     acc = (logits.argmax(-1) == labels).float().mean(0)
     return loss, acc.detach()
+
+
+def _block_inputs(
+    draft: DFlashDraftModel, embed: torch.nn.Module, batch: StepBatch
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's inputs [R, m*B, D] (per block: anchor embedding, then the mask embedding),
+    positions [R, m*B] and attention mask [R, 1, m*B, C + m*B] (a block sees the context
+    before its anchor and its own slots; an unused slot sees only its own block)."""
+    b, c = draft.config.block_size, batch.features.shape[1]
+    (r, m), dev = batch.anchors.shape, batch.tokens.device
+    x = draft.mask_embedding.expand(r, m, b, -1).clone()
+    x[:, :, 0] = embed(batch.tokens[batch.row_seq[:, None], batch.anchors])
+    positions = (batch.anchors[:, :, None] + torch.arange(b, device=dev)).view(r, m * b)
+    sees_ctx = torch.arange(c, device=dev) < batch.anchors[:, :, None]  # [R, m, C]
+    sees_ctx = sees_ctx[:, :, None, :].expand(r, m, b, c).reshape(r, m * b, c)
+    block_of = torch.arange(m * b, device=dev) // b
+    sees_block = (block_of[:, None] == block_of[None, :]).expand(r, -1, -1)
+    mask = torch.cat([sees_ctx, sees_block], dim=2)[:, None]
+    return x.view(r, m * b, -1), positions, mask
+
+
+def batch_loss(
+    draft: DFlashDraftModel,
+    embed: torch.nn.Module,
+    head_weight: torch.Tensor,
+    batch: StepBatch,
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's loss (the mean over its sequences of `block_loss`) and per-slot accuracy per
+    sequence [G, B-1], in one forward: context keys/values once per sequence, gathered per
+    row of blocks (batch.py); the LM head + CE by chunks (head_loss.py)."""
+    b, g, n = draft.config.block_size, batch.sequences, len(batch.seq)
+    dev = batch.tokens.device
+    fused = draft.fuse(batch.features.to(draft.fc.weight.dtype))
+    positions = torch.arange(fused.shape[1], device=dev).expand(g, -1)
+    ctx = [(k[batch.row_seq], v[batch.row_seq]) for k, v in draft.context_kv(fused, positions)]
+    x, block_positions, mask = _block_inputs(draft, embed, batch)
+    hidden = draft.block_hidden(x, block_positions, ctx, mask)
+    hidden = hidden.view(-1, b, hidden.shape[-1])[batch.valid.view(-1)]  # [N, B, D]
+    anchors = batch.anchors[batch.valid]
+    labels = batch.tokens[batch.seq[:, None], anchors[:, None] + torch.arange(1, b, device=dev)]
+    w = position_weights(b, gamma).to(dev)
+    row_weight = (batch.weight[:, None] * (w / w.sum())).reshape(-1)
+    loss, correct = head_loss(
+        hidden[:, 1:].reshape(n * (b - 1), -1), head_weight, labels.reshape(-1), row_weight
+    )
+    per_seq = torch.zeros(g, b - 1, device=dev).index_add_(
+        0, batch.seq, correct.view(n, b - 1).float()
+    )
+    counts = torch.bincount(batch.seq, minlength=g).clamp_min(1)
+    return loss, per_seq / counts[:, None]
 
 
 def expected_commit(acc: np.ndarray) -> float:

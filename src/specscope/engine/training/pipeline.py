@@ -22,6 +22,7 @@ from specscope.engine.loader import LoadedModel, load_model
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel
 from specscope.engine.training.card import write_card
+from specscope.engine.training.checkpoint import RunControl
 from specscope.engine.training.corpus import read_corpus
 from specscope.engine.training.dataset import Sample, build_dataset
 from specscope.engine.training.evaluate import evaluate
@@ -103,9 +104,10 @@ def _datasets(
     eval_prompts: list[Prompt],
     taps: tuple[int, ...],
     log,
+    stop_at: float | None = None,
 ) -> tuple[list[Sample], dict, list[Sample]]:
-    """The training set (cached) and the evaluation prompts' own responses and features, the
-    held-out loss during training (not cached)."""
+    """The training set and the evaluation prompts' own responses (the held-out loss during
+    training), both cached as tokens under `--cache-dir`."""
     data, data_stats = build_dataset(
         target,
         prompts,
@@ -115,6 +117,8 @@ def _datasets(
         args.cache_dir,
         log,
         cuda_graphs=not args.eager,
+        feature_cache=args.feature_cache,
+        stop_at=stop_at,
     )
     held_out = (
         build_dataset(
@@ -123,9 +127,10 @@ def _datasets(
             taps,
             args.response_tokens,
             args.gen_batch,
-            None,
+            args.cache_dir,
             log,
             cuda_graphs=not args.eager,
+            feature_cache=args.feature_cache,
         )[0]
         if eval_prompts
         else []
@@ -143,6 +148,17 @@ def _new_drafter(
     return draft.to(target.device)
 
 
+def _control(args: argparse.Namespace, t_start: float) -> RunControl:
+    """`--resume`, `--stop-after-minutes` (from the start of this call) and
+    `--checkpoint-minutes`; checkpoints in `--out`/checkpoint."""
+    return RunControl(
+        folder=args.out / "checkpoint",
+        resume=args.resume,
+        stop_at=None if args.stop_after_minutes is None else t_start + 60 * args.stop_after_minutes,
+        every_s=60 * args.checkpoint_minutes,
+    )
+
+
 def _settings(args: argparse.Namespace) -> TrainSettings:
     return TrainSettings(
         steps=args.steps,
@@ -152,6 +168,7 @@ def _settings(args: argparse.Namespace) -> TrainSettings:
         seqs_per_step=args.seqs_per_step,
         gamma=args.gamma,
         seed=args.seed,
+        blocks_per_row=args.blocks_per_row,
     )
 
 
@@ -183,15 +200,27 @@ def _evaluate_trained(
     )
 
 
+#: Flags of how this call ran, not of what it trained (`--steps`: the card pins it).
+LOCAL_FLAGS = (
+    "steps",
+    "out",
+    "cache_dir",
+    "resume",
+    "stop_after_minutes",
+    "checkpoint_minutes",
+    "export_checkpoint",
+)
+
+
 def reproduce_command(args: argparse.Namespace) -> str:
     """The command line that repeats this run: every flag set, `--out` last, without `--steps`
-    (the card says how to pin the step count) and `--cache-dir` (a local detail)."""
+    (the card says how to pin the step count) and the flags of how one call ran (LOCAL_FLAGS)."""
     return (
         "python -m specscope.engine.train_dflash "
         + " ".join(
             f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
             for k, v in sorted(vars(args).items())
-            if v is not None and v is not False and k not in ("steps", "out", "cache_dir")
+            if v is not None and v is not False and k not in LOCAL_FLAGS
         )
         + f" --out {args.out}"
     )
@@ -242,7 +271,9 @@ def run(
     eval_prompts: list[Prompt] | None = None,
     log=print,
 ) -> dict[str, Any]:
-    """The whole pipeline; tests pass a tiny target and token prompts instead of text ones."""
+    """The whole pipeline; tests pass a tiny target and token prompts instead of text ones.
+    Raises checkpoint.Stopped where `--stop-after-minutes` passes before the run's end (its
+    progress saved: tokens generated so far, a training checkpoint)."""
     t_start = time.perf_counter()
     _configure_torch(args)
     target = target or _load_target(args)
@@ -255,12 +286,13 @@ def run(
     cfg = DFlashConfig.for_target(
         target.name, target.config, num_layers=args.draft_layers, block_size=args.block_size
     )
+    control = _control(args, t_start)
     data, data_stats, held_out = _datasets(
-        args, target, prompts, eval_prompts, tuple(cfg.target_layer_ids), log
+        args, target, prompts, eval_prompts, tuple(cfg.target_layer_ids), log, control.stop_at
     )
     draft = _new_drafter(args, cfg, target)
     settings = _settings(args)
-    history = train(draft, target, data, settings, log, held_out=held_out)
+    history = train(draft, target, data, settings, log, held_out=held_out, control=control)
     cfg.training = {
         "steps": history["steps"],
         "seed": args.seed,

@@ -4,10 +4,16 @@ The drafter learns to predict this target's own output, so the responses are gen
 target through the engine itself (the same decoding a served request gets), and the features it
 is conditioned on are the target's hidden states at the tapped layers. Evaluation uses the same
 `generate` with a drafter attached, so plain and speculative output are produced alike.
+
+Both run batched and hold nothing per prompt beyond its tokens: `Generator.stream` keeps `batch`
+requests decoding and admits the next prompts as requests finish (a batch of 256 over tens of
+thousands of prompts: no slot waits for the batch's longest response), and `batch_features`
+runs several sequences in one forward (a training step's, or a cache's group).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -18,6 +24,63 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel
 from specscope.engine.options import EngineOptions
 from specscope.engine.runner import EagerRunner, Work
+
+#: Admit new prompts once this share of the batch has finished (one prefill forward for them).
+REFILL_SHARE = 8
+
+
+class Generator:
+    """One engine backend (and its CUDA graphs, captured once) for many prompts: greedy, or
+    speculative with `spec`. `steps` counts the verify steps taken."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        longest_prompt: int,
+        max_new: int,
+        batch: int = 8,
+        spec: dict[str, Any] | None = None,
+        cuda_graphs: bool = True,
+    ):
+        kv = KVCache.for_model(
+            loaded.config,
+            pool_tokens=batch * (longest_prompt + max_new + 80),
+            page_size=16,
+            dtype=loaded.dtype,
+            device=loaded.device,
+        )
+        opts = EngineOptions.from_flags(
+            device=loaded.device.type,
+            page_size=16,
+            max_batch=batch,
+            cuda_graphs=cuda_graphs,
+            **(spec or {}),
+        )
+        self.backend = assemble(loaded, kv, opts)
+        self.batch, self.steps = batch, 0
+        self.params = SamplingParams(max_tokens=max_new, temperature=0.0)
+
+    def _admit(self, prompts: list[list[int]], todo: list[int], live: dict[str, list[int]]) -> None:
+        """Prefill the next prompts of `todo` (indices, consumed from its end) into free slots."""
+        new = [todo.pop() for _ in range(min(self.batch - len(live), len(todo)))]
+        self.backend.prefill_many_sync([(f"g{i}", prompts[i], self.params) for i in new])
+        live.update({f"g{i}": [] for i in new})
+
+    def stream(self, prompts: list[list[int]]) -> Iterator[tuple[int, list[int]]]:
+        """(index, response) of every prompt, as requests finish."""
+        todo = list(range(len(prompts)))[::-1]
+        live: dict[str, list[int]] = {}
+        self._admit(prompts, todo, live)
+        while live:
+            for o in self.backend.step_sync(list(live)).outputs:
+                live[o.request_id].extend(o.tokens)
+            self.steps += 1
+            for rid in [r for r in live if self.backend.requests[r].finished]:
+                self.backend.release(rid)
+                yield int(rid[1:]), live.pop(rid)
+            free = self.batch - len(live)
+            if todo and (free >= max(1, self.batch // REFILL_SHARE) or not live):
+                self._admit(prompts, todo, live)
 
 
 def generate(
@@ -30,58 +93,39 @@ def generate(
 ) -> tuple[list[list[int]], int]:
     """Greedy responses of the target (our engine, batched); with `spec`, speculative decoding
     instead of plain. Returns (responses, verify steps taken)."""
-    longest = max(len(p) for p in prompts) + max_new + 64
-    kv = KVCache.for_model(
-        loaded.config,
-        pool_tokens=batch * (longest + 16),
-        page_size=16,
-        dtype=loaded.dtype,
-        device=loaded.device,
-    )
-    opts = EngineOptions.from_flags(
-        device=loaded.device.type,
-        page_size=16,
-        max_batch=batch,
-        cuda_graphs=cuda_graphs,
-        **(spec or {}),
-    )
-    backend = assemble(loaded, kv, opts)
-    params = SamplingParams(max_tokens=max_new, temperature=0.0)
+    gen = Generator(loaded, max(map(len, prompts)), max_new, batch, spec, cuda_graphs)
     responses: list[list[int]] = [[] for _ in prompts]
-    steps = 0
-    for g in range(0, len(prompts), batch):
-        ids = [f"g{i}" for i in range(g, min(g + batch, len(prompts)))]
-        backend.prefill_many_sync([(rid, prompts[int(rid[1:])], params) for rid in ids])
-        while live := [r for r in ids if not backend.requests[r].finished]:
-            step = backend.step_sync(live)
-            steps += 1
-            for o in step.outputs:
-                responses[int(o.request_id[1:])].extend(o.tokens)
-        for rid in ids:
-            backend.release(rid)
-    return responses, steps
+    for i, tokens in gen.stream(prompts):
+        responses[i] = tokens
+    return responses, gen.steps
 
 
-def target_features(
-    loaded: LoadedModel, tokens: list[int], taps: tuple[int, ...], chunk: int | None = None
+def batch_features(
+    loaded: LoadedModel, seqs: list[list[int]], taps: tuple[int, ...], chunk: int | None = None
 ) -> torch.Tensor:
-    """The tapped layer outputs for every position of `tokens` (chunked causal forwards over a
-    scratch KV cache), on the CPU, as a normal (autograd-usable) tensor."""
+    """The tapped layer outputs [len(seqs), longest, len(taps) * hidden] of every position of
+    every sequence (zero past a sequence's end), on the target's device in its dtype: causal
+    forwards of `chunk` positions of all sequences at once over a scratch KV cache."""
+    longest = max(map(len, seqs))
     kv = KVCache.for_model(
         loaded.config,
-        pool_tokens=len(tokens) + 16,
+        pool_tokens=len(seqs) * (longest + 16),
         page_size=16,
         dtype=loaded.dtype,
         device=loaded.device,
     )
-    seq = kv.admit("features", len(tokens))
+    handles = [kv.admit(f"f{i}", len(s)) for i, s in enumerate(seqs)]
     runner = EagerRunner(loaded.model, kv)
+    width = len(taps) * loaded.config.hidden_size
+    out = torch.zeros(len(seqs), longest, width, dtype=loaded.dtype, device=loaded.device)
     # A GPU takes a whole training sequence in one forward; a CPU in cache-sized chunks.
     chunk = chunk or (1024 if loaded.device.type == "cuda" else 256)
-    rows = []
-    for start in range(0, len(tokens), chunk):
-        work = [Work(seq, tokens[start : start + chunk])]
-        _, _, hidden = runner.forward_hidden(work, taps, want_logits=False)
-        kv.commit(seq, len(work[0].tokens))
-        rows.append(hidden[0].to("cpu", torch.bfloat16))
-    return torch.cat(rows).clone()
+    with torch.no_grad():
+        for start in range(0, longest, chunk):
+            rows = [i for i, s in enumerate(seqs) if len(s) > start]
+            work = [Work(handles[i], seqs[i][start : start + chunk]) for i in rows]
+            _, _, hidden = runner.forward_hidden(work, taps, want_logits=False)
+            for i, w, h in zip(rows, work, hidden, strict=True):
+                kv.commit(w.seq, len(w.tokens))
+                out[i, start : start + len(w.tokens)] = h
+    return out
