@@ -1,0 +1,67 @@
+#!/bin/bash
+# Issue #39 on the H200, one stage a device call (docs/dflash.md "The H200 plan"):
+#   bench/device/dflash.sh check            the drafter's graphs against the eager path
+#                                           (dflash_step --check, fp32 and bf16), its step split,
+#                                           and the trainer's tokens/s (~3 min)
+#   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
+#                                           call stopped; stops after MIN minutes (default 8) with
+#                                           a checkpoint under /tmp/dflash (kept while the machine
+#                                           is warm: send the next call at once); exit 3 = go on
+#   bench/device/dflash.sh eval             the trained drafter exported (bf16, in two parts),
+#                                           its card, and bench/engine_spec.py on the shipped
+#                                           held-out sets: plain, n-gram, DFlash chain and DDTree
+# The first call that needs the corpus carries .dflash (bench/device/prepare.sh dflash); the
+# GGUF and wheels come as for every device script (setup.sh through env.sh). DEVICE=cpu runs the
+# same here with tiny settings (a check of the script, not a figure).
+# Settings (environment): MAX_PROMPTS (24000), RESPONSE (384), MINUTES (12: the training length,
+# fixed on the first training call), GEN_BATCH (256), FILE_PROMPTS (32), EXTRA (more flags).
+set -u
+source bench/device/env.sh
+RUN=${RUN:-/tmp/dflash}
+mkdir -p $RUN
+[ -f .dflash/corpus.jsonl.gz ] && cp .dflash/corpus.jsonl.gz $RUN/corpus.jsonl.gz
+HELD=bench/data/dflash/heldout_code.jsonl,bench/data/dflash/heldout_chat.jsonl
+if [ "$DEVICE" = cuda ]; then
+  TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
+    --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-12}"
+  SPEC_FLAGS="--device cuda --max-new-tokens 256 --file-prompts ${FILE_PROMPTS:-32} --dflash-depth 15"
+else  # a check of the script: a handful of prompts, a few steps
+  TRAIN_FLAGS="--threads 1 --max-prompts ${MAX_PROMPTS:-6} --response-tokens ${RESPONSE:-24}
+    --gen-batch 6 --steps 6 --eval-tokens 16 --eval-set-prompts 2"
+  SPEC_FLAGS="--threads 1 --max-new-tokens 16 --file-prompts ${FILE_PROMPTS:-2} --repeats 1
+    --dflash-depth 7"
+fi
+train() {
+  timeout $(( ${1:-8} * 60 + 120 )) $PY -m specscope.engine.train_dflash --target smollm2 \
+    --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS ${EXTRA:-} \
+    --cache-dir $RUN/cache --out $RUN/drafter --resume --stop-after-minutes ${1:-8}
+}
+case "${1:-}" in
+  check)
+    for dt in float32 bfloat16; do
+      timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --check --dtype $dt \
+        > $OUT/check_$dt.txt 2>&1; echo "check $dt rc=$?"; tail -5 $OUT/check_$dt.txt
+    done
+    timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps 200 \
+      --json $OUT/dflash_step.json > $OUT/dflash_step.txt 2>&1; tail -8 $OUT/dflash_step.txt
+    timeout 200 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,4,64 \
+      --profile > $OUT/train_throughput.txt 2>&1; tail -25 $OUT/train_throughput.txt
+    ;;
+  train)
+    train "${2:-8}" > $OUT/train.log 2>&1
+    rc=$?; echo "train rc=$rc (0 done, 3 stopped: run it again)"; tail -30 $OUT/train.log
+    ;;
+  eval)
+    D=$RUN/drafter
+    [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
+    timeout 420 $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
+      --skip-hf --skip-self --stop-at-eos --budgets 32 --num-draft-tokens 8 \
+      --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS --json $OUT/engine_spec.json \
+      > $OUT/engine_spec.txt 2>&1
+    echo "engine_spec rc=$?"; tail -24 $OUT/engine_spec.txt
+    split -b 15000000 -d $D/model.safetensors $OUT/model.safetensors.part
+    tar czf $OUT/drafter_meta.tgz -C $D config.json card.json DATA_CARD.md
+    ls -la $OUT
+    ;;
+  *) echo "usage: bench/device/dflash.sh check|train [MINUTES]|eval"; exit 2 ;;
+esac
