@@ -98,6 +98,28 @@ def _add_run_flags(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_data_flags(ap: argparse.ArgumentParser) -> None:
+    """Where the prompts come from: a corpus file and the held-out sets (engine/training/corpus.py)."""
+    ap.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="train on this corpus file's train split (corpus_build) instead of --categories",
+    )
+    ap.add_argument(
+        "--max-prompts", type=int, default=0, help="--corpus: the first N training prompts (0: all)"
+    )
+    ap.add_argument(
+        "--eval-set",
+        default=None,
+        help="comma list of corpus files evaluated as held-out sets (each named by its file "
+        "stem), e.g. bench/data/dflash/heldout_code.jsonl; replaces the categories' seeds 1000+",
+    )
+    ap.add_argument(
+        "--eval-set-prompts", type=int, default=0, help="--eval-set: first N of each (0: all)"
+    )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m specscope.engine.train_dflash",
@@ -136,24 +158,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="evaluate the drafter already in --out (held-out prompts) and update its card",
     )
-    ap.add_argument(
-        "--corpus",
-        type=Path,
-        default=None,
-        help="train on this corpus file's train split (corpus_build) instead of --categories",
-    )
-    ap.add_argument(
-        "--max-prompts", type=int, default=0, help="--corpus: the first N training prompts (0: all)"
-    )
-    ap.add_argument(
-        "--eval-set",
-        default=None,
-        help="comma list of corpus files evaluated as held-out sets (each named by its file "
-        "stem), e.g. bench/data/dflash/heldout_code.jsonl; replaces the categories' seeds 1000+",
-    )
-    ap.add_argument(
-        "--eval-set-prompts", type=int, default=0, help="--eval-set: first N of each (0: all)"
-    )
+    _add_data_flags(ap)
     _add_run_flags(ap)
     for name, value in PRESETS["cpu"].items():
         ap.add_argument(
