@@ -7,13 +7,18 @@
 #                                           call stopped; stops after MIN minutes (default 8) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
 #                                           is warm: send the next call at once); exit 3 = go on
+#   bench/device/dflash.sh decay A B        item 5, the story's decay: each trained drafter (folders
+#                                           under /tmp/dflash, e.g. one trained with RESPONSE=256
+#                                           and NAME=short, one with RESPONSE=1024 and NAME=long)
+#                                           served with DDTree and diagnosed with --no-ignore-eos
+#                                           on long free-form generations (MAX_TOKENS, 1500)
 #   bench/device/dflash.sh eval             the trained drafter exported (bf16, in two parts),
 #                                           its card, and bench/engine_spec.py on the shipped
 #                                           held-out sets: plain, n-gram, DFlash chain and DDTree
 # The first call that needs the corpus carries .dflash (bench/device/prepare.sh dflash); the
 # GGUF and wheels come as for every device script (setup.sh through env.sh). DEVICE=cpu runs the
 # same here with tiny settings (a check of the script, not a figure).
-# Settings (environment): MAX_PROMPTS (24000), RESPONSE (384), MINUTES (12: the training length,
+# Settings (environment): NAME (drafter: the folder under /tmp/dflash), MAX_PROMPTS (24000), RESPONSE (384), MINUTES (12: the training length,
 # fixed on the first training call), GEN_BATCH (256), FILE_PROMPTS (32), EXTRA (more flags).
 set -u
 source bench/device/env.sh
@@ -25,16 +30,40 @@ if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
     --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-12}"
   SPEC_FLAGS="--device cuda --max-new-tokens 256 --file-prompts ${FILE_PROMPTS:-32} --dflash-depth 15"
+  DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"
 else  # a check of the script: a handful of prompts, a few steps
   TRAIN_FLAGS="--threads 1 --max-prompts ${MAX_PROMPTS:-6} --response-tokens ${RESPONSE:-24}
     --gen-batch 6 --steps 6 --eval-tokens 16 --eval-set-prompts 2"
   SPEC_FLAGS="--threads 1 --max-new-tokens 16 --file-prompts ${FILE_PROMPTS:-2} --repeats 1
     --dflash-depth 7"
+  DEPTH=7; DIAG_FLAGS="--quick --prompt-tokens 128"
 fi
 train() {
   timeout $(( ${1:-8} * 60 + 120 )) $PY -m specscope.engine.train_dflash --target smollm2 \
     --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS ${EXTRA:-} \
-    --cache-dir $RUN/cache --out $RUN/drafter --resume --stop-after-minutes ${1:-8}
+    --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} --resume --stop-after-minutes ${1:-8}
+}
+decay() {  # serve drafter $1 with DDTree, diagnose long free-form generations, stop the server
+  local port=$((31000 + RANDOM % 2000)) dir=$OUT/decay_$1
+  mkdir -p $dir
+  $PY -m specscope.cli serve --backend engine --device $DEVICE --drafter dflash:$RUN/$1 \
+    --verify tree --num-draft-tokens $DEPTH --budget 32 --port $port > $dir/serve.log 2>&1 &
+  local server=$!
+  $PY - "$port" <<'WAIT'
+import sys, time, urllib.request
+for _ in range(240):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/models", timeout=2)
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.5)
+sys.exit("server did not answer within 120 s")
+WAIT
+  timeout 420 $PY -m specscope.cli diagnose http://127.0.0.1:$port --no-ignore-eos \
+    --workload long-writing --max-tokens ${MAX_TOKENS:-1500} $DIAG_FLAGS --out $dir/run \
+    > $dir/diagnose.txt 2>&1
+  echo "decay $1: diagnose rc=$?"; head -30 $dir/diagnose.txt
+  kill $server; wait $server 2>/dev/null
 }
 case "${1:-}" in
   check)
@@ -52,7 +81,7 @@ case "${1:-}" in
     rc=$?; echo "train rc=$rc (0 done, 3 stopped: run it again)"; tail -30 $OUT/train.log
     ;;
   eval)
-    D=$RUN/drafter
+    D=$RUN/${NAME:-drafter}
     [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
     timeout 420 $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
       --skip-hf --skip-self --stop-at-eos --budgets 32 --num-draft-tokens 8 \
@@ -63,5 +92,10 @@ case "${1:-}" in
     tar czf $OUT/drafter_meta.tgz -C $D config.json card.json DATA_CARD.md
     ls -la $OUT
     ;;
-  *) echo "usage: bench/device/dflash.sh check|train [MINUTES]|eval"; exit 2 ;;
+  decay)
+    shift
+    for name in "$@"; do decay "$name"; done
+    tar czf $OUT/decay.tgz -C $OUT $(cd $OUT && ls -d decay_*) && ls -la $OUT
+    ;;
+  *) echo "usage: bench/device/dflash.sh check|train [MINUTES]|eval|decay NAME..."; exit 2 ;;
 esac
