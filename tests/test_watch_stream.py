@@ -25,8 +25,11 @@ from specscope.telemetry.prometheus import MetricsSnapshot
 from specscope.watch import passive
 from specscope.watch.alertcmd import run_alert_cmd
 from specscope.watch.passive import LogTail, MetricsWatcher
+from support.cli import start_cli
+from support.diagnose import WAIT_S
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+CTRL_C_EXIT_S = 30  # the most seconds from one SIGINT to the watch's exit
 LOG_LINE = (
     "[2026-11-29 10:00:01 TP0] Decode batch, #running-req: 1, #token: 2702, token usage: 0.02, "
     "accept len: {acc}, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 32.70, "
@@ -93,23 +96,18 @@ def test_a_bad_option_is_one_line_and_exit_2():
     assert done.returncode == 2 and "--interval must be" in done.stderr
 
 
-@pytest.mark.xfail(
-    reason="known defect (#40, open): beside the suite's other workers the watch sometimes does "
-    "not end within 90 s of one Ctrl-C (seen idle and loaded on fresh clones, 2026-12-04); it "
-    "passes alone",
-    strict=False,
-)
-@pytest.mark.timeout(150)
-def test_ctrl_c_ends_with_a_summary_and_exit_130(twin_server):
+@pytest.mark.timeout(WAIT_S + 2 * CTRL_C_EXIT_S)
+def test_ctrl_c_ends_with_a_summary_and_exit_130(twin_server, tmp_path):
     url = twin_server("healthy", time_scale=0.5).url
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    cmd = [sys.executable, "-m", "specscope.cli", "watch", url, "--probe-every", "0.5",
-           "--interval", "1", "--json"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # start_cli: SIGINT at its default in the child. A suite run as a background job of a
+    # non-interactive shell has SIGINT ignored, which survives exec: a watch started with a bare
+    # Popen then never sees the Ctrl-C (#40: "no exit 90 s after one SIGINT", beside the suite)
+    args = ["watch", url, "--probe-every", "0.5", "--interval", "1", "--json"]
+    proc = start_cli(args, tmp_path)
     try:
         assert proc.stdout is not None
         seen = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT_S  # niced beside busy loops, its start took >30 s
         while time.monotonic() < deadline:
             line = proc.stdout.readline()  # each event flushed as it happens
             seen.append(json.loads(line)["event"])
@@ -117,8 +115,10 @@ def test_ctrl_c_ends_with_a_summary_and_exit_130(twin_server):
                 break
         assert seen[:1] == ["start"] and seen[-1] == "window"
         proc.send_signal(signal.SIGINT)
-        # beside a loaded suite its exit after Ctrl-C once took over 20 s (not yet understood)
-        out, _ = proc.communicate(timeout=90)
+        try:  # 0.2 s idle (nearly all the interpreter's teardown), 7-18 s niced and starved
+            out, _ = proc.communicate(timeout=CTRL_C_EXIT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the watch did not end within {CTRL_C_EXIT_S} s of one SIGINT")
     finally:
         if proc.poll() is None:
             proc.kill()
