@@ -81,34 +81,34 @@ def test_logs_cmd_that_cannot_run_is_a_fault():
 
 def test_diagnose_on_alert_runs_the_cli_without_a_shell_and_reads_its_cause(monkeypatch):
     import json
-    import subprocess
 
     from specscope.analysis.watch.events import Diagnosis
     from specscope.report.watch_events import event_json
     from specscope.watch import diagnosis
+    from specscope.watch.child import ChildDone
 
     seen = {}
 
-    def fake_run(argv, **kw):
-        seen["argv"], seen["kw"] = argv, kw
+    async def fake_run(argv, stdin, timeout_s):
+        seen["argv"], seen["stdin"], seen["timeout"] = argv, stdin, timeout_s
         out = {"verdict": ["Step time grew.", "Fix the KV layout."], "run_dir": "/r",
                "findings": [{"id": "step_time_drift", "cause": "kv_layout"}]}  # fmt: skip
-        return subprocess.CompletedProcess(argv, 0, json.dumps(out).encode(), b"")
+        return ChildDone(0, json.dumps(out).encode(), b"")
 
-    monkeypatch.setattr(diagnosis.subprocess, "run", fake_run)
-    done = diagnosis._diagnose("http://127.0.0.1:1", None, 5.0)
+    monkeypatch.setattr(diagnosis, "run_child", fake_run)
+    done = asyncio.run(diagnosis.diagnose("http://127.0.0.1:1", None, 5.0))
     assert seen["argv"][1:] == ["-m", "specscope.cli", "diagnose", "http://127.0.0.1:1", "--quick", "--json"]  # fmt: skip
-    assert "shell" not in seen["kw"] and seen["kw"]["timeout"] == 5.0
+    assert seen["stdin"] is None and seen["timeout"] == 5.0
     assert (done.run_dir, done.exit_code, done.cause) == ("/r", 0, "kv_layout")
     assert done.message == "Step time grew. Fix the KV layout."
     line = event_json(Diagnosis(1.0, "step_time", done.run_dir, 0, done.cause, done.message))
     assert line["event"] == "diagnosis" and line["cause"] == "kv_layout"
 
-    def slow(argv, **kw):
-        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+    async def slow(argv, stdin, timeout_s):
+        return ChildDone(None, b"", b"")
 
-    monkeypatch.setattr(diagnosis.subprocess, "run", slow)
-    late = diagnosis._diagnose("http://127.0.0.1:1", None, 5.0)
+    monkeypatch.setattr(diagnosis, "run_child", slow)
+    late = asyncio.run(diagnosis.diagnose("http://127.0.0.1:1", None, 5.0))
     assert late.exit_code is None and "still running after 5 s" in late.message
 
 

@@ -1,11 +1,12 @@
 """The watch's event stream and its faults (ARCHITECTURE §8, docs/watch.md): the keys of each
 event, one line each; a bad URL or an unreachable server is one clear line with the contract's
-exit code; Ctrl-C ends with a summary and exit 130; the alert command runs without a shell and
-within its timeout; the log tail survives rotation; a Prometheus restart is an error, not a
-delta. Loopback only."""
+exit code; Ctrl-C ends with a summary and exit 130 (SIGTERM: 143); the alert command runs
+without a shell and within its timeout, and a cancelled one is killed at once; the log tail
+survives rotation; a Prometheus restart is an error, not a delta. Loopback only."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from specscope.report.watch_events import event_line
 from specscope.telemetry.prometheus import MetricsSnapshot
 from specscope.watch import passive
 from specscope.watch.alertcmd import run_alert_cmd
+from specscope.watch.child import run_child
 from specscope.watch.passive import LogTail, MetricsWatcher
 from support.cli import start_cli
 from support.diagnose import WAIT_S
@@ -97,7 +99,8 @@ def test_a_bad_option_is_one_line_and_exit_2():
 
 
 @pytest.mark.timeout(WAIT_S + 2 * CTRL_C_EXIT_S)
-def test_ctrl_c_ends_with_a_summary_and_exit_130(twin_server, tmp_path):
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_ends_with_a_summary(twin_server, tmp_path, signum, exit_code):
     url = twin_server("healthy", time_scale=0.5).url
     # start_cli: SIGINT at its default in the child. A suite run as a background job of a
     # non-interactive shell has SIGINT ignored, which survives exec: a watch started with a bare
@@ -114,35 +117,79 @@ def test_ctrl_c_ends_with_a_summary_and_exit_130(twin_server, tmp_path):
             if seen[-1] == "window":
                 break
         assert seen[:1] == ["start"] and seen[-1] == "window"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         try:  # 0.2 s idle (nearly all the interpreter's teardown), 7-18 s niced and starved
             out, _ = proc.communicate(timeout=CTRL_C_EXIT_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the watch did not end within {CTRL_C_EXIT_S} s of one SIGINT")
+            pytest.fail(f"the watch did not end within {CTRL_C_EXIT_S} s of one {signum.name}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)  # no child left behind for a later test of this worker to find
-    assert proc.returncode == 130
+    assert proc.returncode == exit_code
     last = json.loads(out.strip().splitlines()[-1])
     assert last["event"] == "summary" and last["interrupted"] is True
 
 
 def test_the_alert_command_gets_the_json_without_a_shell(tmp_path):
+    def run(argv, payload="{}", timeout=10):
+        return asyncio.run(run_alert_cmd(argv, payload, timeout))
+
     sink = tmp_path / "got.json"
     code = f"import sys; open({str(sink)!r}, 'w').write(sys.stdin.read())"
-    assert run_alert_cmd([sys.executable, "-c", code], '{"event": "alert"}\n', 10) is None
+    assert run([sys.executable, "-c", code], '{"event": "alert"}\n') is None
     assert json.loads(sink.read_text()) == {"event": "alert"}
     # a shell would expand this; without one it is one literal argument
     argv_code = f"import sys; open({str(sink)!r}, 'w').write(sys.argv[1])"
-    assert run_alert_cmd([sys.executable, "-c", argv_code, "$(echo hi) *"], "{}", 10) is None
+    assert run([sys.executable, "-c", argv_code, "$(echo hi) *"]) is None
     assert sink.read_text() == "$(echo hi) *"
-    slow = run_alert_cmd([sys.executable, "-c", "import time; time.sleep(30)"], "{}", 0.5)
+    slow = run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
     assert slow is not None and "still running after 0.5 s" in slow
-    failed = run_alert_cmd([sys.executable, "-c", "import sys; sys.exit('boom')"], "{}", 10)
+    failed = run([sys.executable, "-c", "import sys; sys.exit('boom')"])
     assert failed is not None and "exit 1" in failed and "boom" in failed
-    missing = run_alert_cmd([str(tmp_path / "no-such-command")], "{}", 10)
+    missing = run([str(tmp_path / "no-such-command")])
     assert missing is not None and "cannot run" in missing
+
+
+def test_a_cancelled_child_is_killed_at_once_with_its_children(tmp_path):
+    """Ctrl-C cancels the watch's tasks: a running alert command or diagnosis goes at once (in
+    a thread it held the exit for up to its timeout), and so do the processes it started."""
+    pids = tmp_path / "pids"
+    code = (
+        "import os, subprocess, sys, time\n"
+        "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{kid.pid}}')\n"
+        "time.sleep(60)\n"
+    )
+
+    async def cancel_soon() -> float:
+        task = asyncio.create_task(run_child([sys.executable, "-c", code], None, 120))
+        deadline = time.monotonic() + 60
+        while not pids.exists() or len(pids.read_text().split()) < 2:
+            assert time.monotonic() < deadline, "the child did not start"
+            await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - t0
+
+    assert asyncio.run(cancel_soon()) < 5
+    deadline = time.monotonic() + 10
+    for pid in map(int, pids.read_text().split()):
+        while _alive(pid):
+            assert time.monotonic() < deadline, f"process {pid} outlived its cancelled parent"
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie of ours counts as gone: it is dead, only not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
 def test_the_log_tail_reads_new_lines_and_survives_rotation(tmp_path):

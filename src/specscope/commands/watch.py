@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -154,6 +155,18 @@ def watch(
     _run(o, (base, plain), json_, serve_metrics)
 
 
+EXIT_TERMINATED = 143  # 128 + SIGTERM, after the summary
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager's stop, a plain `kill`): ended like Ctrl-C, with the
+    summary and the run dir closed, and told apart by its exit code."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def _run(o: WatchOptions, refs: tuple[Any, Any], json_: bool, port: int | None) -> None:
     try:
         run_dir = WatchRunDir(o.out, _recorded(o)) if o.out is not None else None
@@ -166,13 +179,17 @@ def _run(o: WatchOptions, refs: tuple[Any, Any], json_: bool, port: int | None) 
     sink = _sink(json_, run_dir, exporter)
     w = Watch(o, sink, refs[0], plain=refs[1])
     code = EXIT_OK
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         summary = asyncio.run(w.run())
     except WatchStartError as e:
         say_error(e, e.exit_code)
         raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:
-        summary, code = w.summary(interrupted=True), EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:
+        code = EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
+        summary = w.summary(interrupted=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if run_dir is not None:
         summary = w.summary(summary.interrupted, str(o.out))
     sink(summary)

@@ -6,12 +6,12 @@ read by the canary as the server's load."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from specscope.watch.child import run_child
 
 DIAGNOSE_TIMEOUT_S = 900.0
 
@@ -24,12 +24,14 @@ class DiagnosisDone:
     message: str
 
 
-def _diagnose(url: str, out: Path | None, timeout_s: float) -> DiagnosisDone:
+async def diagnose(
+    url: str, out: Path | None, timeout_s: float = DIAGNOSE_TIMEOUT_S
+) -> DiagnosisDone:
+    """`specscope diagnose URL --quick --json [--out OUT]` in a child; its verdict and top cause."""
     argv = [sys.executable, "-m", "specscope.cli", "diagnose", url, "--quick", "--json"]
     argv += ["--out", str(out)] if out is not None else []
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
+    done = await run_child(argv, None, timeout_s)
+    if done.returncode is None:
         where = str(out) if out is not None else None
         return DiagnosisDone(where, None, None, f"diagnose still running after {timeout_s:g} s")
     try:
@@ -42,10 +44,3 @@ def _diagnose(url: str, out: Path | None, timeout_s: float) -> DiagnosisDone:
     message = " ".join(verdict) if isinstance(verdict, list) else str(obj.get("error", ""))
     run_dir = obj.get("run_dir") if isinstance(obj, dict) else None
     return DiagnosisDone(run_dir, done.returncode, cause, message[:2000])
-
-
-async def diagnose(
-    url: str, out: Path | None, timeout_s: float = DIAGNOSE_TIMEOUT_S
-) -> DiagnosisDone:
-    """_diagnose off the event loop."""
-    return await asyncio.to_thread(_diagnose, url, out, timeout_s)

@@ -29,7 +29,7 @@ from specscope.probe.client import new_session
 from specscope.report.watch_events import Event, alert_json, event_line
 from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import RequestTrace
-from specscope.watch.alertcmd import alert as run_alert
+from specscope.watch.alertcmd import run_alert_cmd
 from specscope.watch.canary import Canary, start_canary
 from specscope.watch.diagnosis import diagnose as run_diagnosis
 from specscope.watch.logcmd import LogCommand
@@ -221,7 +221,9 @@ class Watch:
         )
 
     async def _alert_cmd(self, a: Alert) -> None:
-        problem = await run_alert(self.o.alert_cmd, event_line(a) + "\n", self.o.alert_timeout_s)
+        problem = await run_alert_cmd(
+            self.o.alert_cmd, event_line(a) + "\n", self.o.alert_timeout_s
+        )
         if problem is not None:
             self._emit(WatchError(self.clock(), "alert_cmd", "alert_cmd_failed", problem))
 
