@@ -71,7 +71,7 @@ def eager_anchor(backend, ids: list[str]):
     """The model's forward + argmax over the batch's real contexts, packed once up front: what
     a step costs without the engine's per-step bookkeeping (the new K/V go to the scratch slot)."""
     kv, model = backend.kv, backend.lm.model
-    pad = torch.tensor([kv.pad_slot], dtype=torch.long, device=kv.device)
+    pad = [kv.pad_slot]
     items = []
     for rid in ids:
         req = backend.requests[rid]

@@ -209,16 +209,15 @@ class KVCache:
         return [pages[r // ps] * ps + r % ps for r in range(start, stop)]
 
     def _slots_of_rows(self, seq: SeqKV, start: int, stop: int) -> torch.Tensor:
-        """`slot_ids` as a long tensor, computed page-wise in numpy: a whole context per request
-        per eager step is too many rows for a Python loop."""
+        """`slot_ids` as a long CPU tensor, computed page-wise in numpy: a whole context per
+        request per eager step is too many rows for a Python loop."""
         if stop <= start:
-            return torch.empty(0, dtype=torch.long, device=self.device)
+            return torch.empty(0, dtype=torch.long)
         ps = self.page_size
         first, last = start // ps, (stop - 1) // ps + 1
         pages = np.asarray(seq.pages[first:last], dtype=np.int64)
         slots = (pages[:, None] * ps + np.arange(ps, dtype=np.int64)).reshape(-1)
-        rows = slots[start - first * ps : stop - first * ps]
-        return torch.from_numpy(rows).to(self.device)
+        return torch.from_numpy(slots[start - first * ps : stop - first * ps])
 
     # -- the per-request operations ---------------------------------------------------------
     def alloc_rows(self, seq: SeqKV, n: int) -> list[int]:
@@ -243,7 +242,8 @@ class KVCache:
         seq.context_len += n
 
     def context_slots(self, seq: SeqKV) -> torch.Tensor:
-        """Slots of the committed context in position order, long [context_len] on the device."""
+        """Slots of the committed context in position order, long [context_len] on the host:
+        `ForwardBatch.pack` sends a whole batch's slots to the device in one copy."""
         return self._slots_of_rows(seq, 0, seq.context_len)
 
     def reorder_rows(self, seq: SeqKV, start: int, order: list[int]) -> None:

@@ -103,20 +103,11 @@ class EagerRunner:
         """`forward`, plus each request's tapped hidden states [q_r, len(taps) * hidden]
         (`Transformer.forward_taps`)."""
         items, slots = [], []
-        for w in work:
+        for w in work:  # host data only: `pack` moves the batch to the device in one copy
             context = self.kv.context_slots(w.seq)
             s = self.kv.alloc_rows(w.seq, len(w.tokens))
             slots.append(s)
-            mask = None if w.mask is None else torch.from_numpy(np.asarray(w.mask, dtype=bool))
-            items.append(
-                NewTokens(
-                    w.tokens,
-                    w.resolved_positions(),
-                    torch.tensor(s, dtype=torch.long, device=self.device),
-                    context,
-                    mask,
-                )
-            )
+            items.append(NewTokens(w.tokens, w.resolved_positions(), s, context, w.mask))
         batch = ForwardBatch.pack(items, self.device, self.kv.pad_slot)
         out, hidden = self.model.forward_taps(batch, self.kv, taps, compute_logits=want_logits)
         rows = [] if hidden is None else [hidden[r, :q] for r, q in enumerate(batch.num_new)]

@@ -157,12 +157,11 @@ class EngineLM:
             if start < seq.num_rows:
                 self.kv.truncate(seq, start)
                 seq.context_len = min(seq.context_len, start)
-            slots = self.kv.alloc_slots(seq, len(tokens))
             news.append(
                 NewTokens(
                     token_ids=[int(t) for t in tokens],
                     positions=list(range(start, start + len(tokens))),
-                    write_slots=slots,
+                    write_slots=self.kv.alloc_rows(seq, len(tokens)),
                     context_slots=self.kv.context_slots(seq),
                 )
             )
