@@ -4,7 +4,7 @@
 #                                           (dflash_step --check, fp32 and bf16), its step split,
 #                                           and the trainer's tokens/s (~3 min)
 #   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
-#                                           call stopped; stops after MIN minutes (default 8) with
+#                                           call stopped; stops after MIN minutes (default 7) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
 #                                           is warm: send the next call at once); exit 3 = go on
 #   bench/device/dflash.sh decay A B        item 5, the story's decay: each trained drafter (folders
@@ -18,8 +18,10 @@
 # The first call that needs the corpus carries .dflash (bench/device/prepare.sh dflash); the
 # GGUF and wheels come as for every device script (setup.sh through env.sh). DEVICE=cpu runs the
 # same here with tiny settings (a check of the script, not a figure).
-# Settings (environment): NAME (drafter: the folder under /tmp/dflash), MAX_PROMPTS (24000), RESPONSE (384), MINUTES (12: the training length,
-# fixed on the first training call), GEN_BATCH (256), FILE_PROMPTS (32), EXTRA (more flags).
+# Settings (environment): NAME (drafter: the folder under /tmp/dflash), MAX_PROMPTS (24000),
+# RESPONSE (384), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
+# (256), FILE_PROMPTS (32), EXTRA (more flags). A call stops training after 7 minutes by default
+# (the held-out evaluation after the last step must fit the 10-minute call too).
 set -u
 source bench/device/env.sh
 RUN=${RUN:-/tmp/dflash}
@@ -28,7 +30,7 @@ mkdir -p $RUN
 HELD=bench/data/dflash/heldout_code.jsonl,bench/data/dflash/heldout_chat.jsonl
 if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
-    --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-12}"
+    --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-8}"
   SPEC_FLAGS="--device cuda --max-new-tokens 256 --file-prompts ${FILE_PROMPTS:-32} --dflash-depth 15"
   DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"
 else  # a check of the script: a handful of prompts, a few steps
@@ -39,9 +41,11 @@ else  # a check of the script: a handful of prompts, a few steps
   DEPTH=7; DIAG_FLAGS="--quick --prompt-tokens 128"
 fi
 train() {
-  timeout $(( ${1:-8} * 60 + 120 )) $PY -m specscope.engine.train_dflash --target smollm2 \
+  local budget=$(( ${1:-7} * 60 + 90 ))
+  [ $budget -gt 580 ] && budget=580  # a device call ends at 600 s
+  timeout $budget $PY -m specscope.engine.train_dflash --target smollm2 \
     --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS ${EXTRA:-} \
-    --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} --resume --stop-after-minutes ${1:-8}
+    --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} --resume --stop-after-minutes ${1:-7}
 }
 decay() {  # serve drafter $1 with DDTree, diagnose long free-form generations, stop the server
   local port=$((31000 + RANDOM % 2000)) dir=$OUT/decay_$1
@@ -77,7 +81,7 @@ case "${1:-}" in
       --profile > $OUT/train_throughput.txt 2>&1; tail -25 $OUT/train_throughput.txt
     ;;
   train)
-    train "${2:-8}" > $OUT/train.log 2>&1
+    train "${2:-7}" > $OUT/train.log 2>&1
     rc=$?; echo "train rc=$rc (0 done, 3 stopped: run it again)"; tail -30 $OUT/train.log
     ;;
   eval)
