@@ -25,10 +25,10 @@ class ChildDone:
     stderr: bytes
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    """The child's process group, at once (it runs in a session of its own)."""
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """A child started with start_new_session, and whatever it started, at once."""
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
@@ -45,11 +45,11 @@ async def run_child(argv: Sequence[str], stdin: bytes | None, timeout_s: float) 
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
     except TimeoutError:
-        _kill(proc)
+        kill_group(proc)
         await proc.wait()
         return ChildDone(None, b"", b"")
     except BaseException:  # cancelled: the watch is ending (Ctrl-C, SIGTERM)
-        _kill(proc)
+        kill_group(proc)
         # reaped and its pipes drained here, before the loop closes (else their transport is
         # closed by the garbage collector on a closed loop); a killed child ends at once
         with contextlib.suppress(TimeoutError):

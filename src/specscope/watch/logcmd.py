@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specscope.telemetry.ingest import parse_line
 from specscope.telemetry.records import SpecRecord
+from specscope.watch.child import kill_group
 from specscope.watch.passive import LINE_MAX, Fault
 
 QUEUE_LINES = 100_000  # lines kept between two windows (the oldest dropped beyond)
@@ -75,8 +74,7 @@ class LogCommand:
 
     async def close(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
+            kill_group(self._proc)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._proc.wait(), 5)
         if self._reader is not None:
