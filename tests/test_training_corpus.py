@@ -83,6 +83,10 @@ def test_the_same_records_give_the_same_gzip_bytes(tmp_path):
     write_corpus(a, RECORDS)
     write_corpus(b, RECORDS)
     assert a.read_bytes() == b.read_bytes()
+    # no time in the header (gzip's MTIME, bytes 4-8), no file name (FLG's FNAME bit): two
+    # builds in different seconds or under other names still give the same bytes
+    head = a.read_bytes()[:10]
+    assert head[4:8] == b"\0\0\0\0" and not head[3] & 0x08
 
 
 def test_a_line_separator_inside_a_text_stays_in_its_record(tmp_path):

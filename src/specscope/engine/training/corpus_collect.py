@@ -9,6 +9,7 @@ archive (name, size, sha256), the files read and their characters.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections import Counter
@@ -72,12 +73,15 @@ class Collector:
                 self.prompts.append(p)
 
 
+@functools.cache
+def _archive_entry(archive: Path) -> dict[str, Any]:
+    """An archive's name, size and sha256, read once however many sources it holds."""
+    data = archive.read_bytes()
+    return {"name": archive.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def _material(fam: str, files: dict[str, int], archive: Path | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"license": LICENSES[fam], "archive": None}
-    if archive is not None:
-        data = archive.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        entry["archive"] = {"name": archive.name, "bytes": len(data), "sha256": digest}
+    entry = {"license": LICENSES[fam], "archive": _archive_entry(archive) if archive else None}
     return entry | {"files_read": sorted(files), "material_chars": sum(files.values())}
 
 
