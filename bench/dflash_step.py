@@ -2,7 +2,8 @@
 accepted) and the block propose, against the previous path measured in the same run.
 
 Why: on the H200 the drafter's eager step cost 2.1-2.6 ms (propose) + 0.9-1.1 ms (update)
-against a 0.77 ms plain target step (issue #39 item 4: both together <= 0.3 ms). Paths
+against a 0.77 ms plain target step (issue #39's text, from `bench/engine_spec.py --device cuda`
+on 2026-12-02; item 4 asks both together <= 0.3 ms). Paths
 (engine/speculative/dflash.py): "growing" (the previous store, torch.cat per update: the
 anchor), "ring" (the fixed-size in-place store, eager: the CPU's and --eager's path), "static"
 (the functions the graphs capture, run eagerly over the whole capacity), "graph" (CUDA only:

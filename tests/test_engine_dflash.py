@@ -107,13 +107,21 @@ def test_static_step_is_lossless(tiny, reference, drafter_dir, window):
     """The functions the CUDA graphs capture (run eagerly here), inside the engine: prefill
     chunks, accepted paths and several requests at once."""
     spec = {"verify": "tree", "num_draft_tokens": 5, "budget": 16, "draft_window": window}
-    backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", **spec)
-    d = backend.stepper.drafter
-    backend.stepper.drafter = DFlashDrafter(
-        d.model, d.target, top_k=d.top_k, draft_window=window, path="static"
-    )
-    tokens, _ = run_to_end(backend, PROMPTS, GREEDY)
+
+    def drafts_per_step(path: str) -> tuple[list, list]:
+        backend = _backend(tiny, 16, drafter=f"dflash:{drafter_dir}", **spec)
+        d = backend.stepper.drafter
+        backend.stepper.drafter = DFlashDrafter(
+            d.model, d.target, top_k=d.top_k, draft_window=window, path=path
+        )
+        tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
+        counts = [[(o.proposed_drafts, o.accepted_drafts) for o in s.outputs] for s in steps]
+        return tokens, counts
+
+    tokens, counts = drafts_per_step("static")
     assert tokens == reference
+    # lossless whatever the drafts: the same drafts as the engine's own eager path is the check
+    assert counts == drafts_per_step("ring")[1]
 
 
 def _full_taps(loaded, tokens, taps):

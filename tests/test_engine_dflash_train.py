@@ -97,6 +97,12 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     held = card["training"]["validation"]
     assert [v["step"] for v in held] == list(range(6, 61, 6))
     assert all(v["loss"] > 0 and 1.0 <= v["tau_sim"] <= 5 for v in held)
+    # tau_sim is what the per-slot held-out accuracy implies, per point
+    for v in held:
+        assert v["tau_sim"] == pytest.approx(
+            loss.expected_commit(np.array(v["slot_acc"])), abs=2e-3
+        )
+        assert set(v["tau_sim_by_category"]) == {"code-completion", "chat"}
     assert np.mean(curve[-2:]) < 0.8 * curve[0]
     out = tmp_path / "d"
     for name in ("config.json", "model.safetensors", "card.json", "DATA_CARD.md"):

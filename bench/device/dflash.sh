@@ -77,7 +77,7 @@ case "${1:-}" in
     done
     timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps 200 \
       --json $OUT/dflash_step.json > $OUT/dflash_step.txt 2>&1; tail -8 $OUT/dflash_step.txt
-    timeout 200 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,4,64 \
+    timeout 200 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,1,4,64,256 \
       --profile > $OUT/train_throughput.txt 2>&1; tail -25 $OUT/train_throughput.txt
     ;;
   train)

@@ -2,7 +2,8 @@
 
 Eager, that step is launch-bound: a one-layer drafter's block forward is some sixty small
 kernels (2.1-2.6 ms on the H200, against a 0.77 ms plain target step) and its context update
-~1 ms. Both are captured once per context store (`RingContext`, engine/speculative/
+0.9-1.1 ms (issue #39's text: `bench/engine_spec.py --device cuda`, 2026-12-02, a two-layer
+drafter; its "commit" part then held the update). Both are captured once per context store (`RingContext`, engine/speculative/
 dflash_context.py: its buffers never move, so graphs captured over them stay valid while it
 lives, and the pool hands a released store to the next request):
 - block: the inputs (anchor id, context length) sit in a static int64 device vector set by one

@@ -10,8 +10,9 @@ and its own B slots. How blocks are laid out decides what attention costs, becau
 - one block a row: no wasted block keys, but the context keys are copied into every row (256
   copies of each sequence's context, through the attention's K/V, every layer);
 - `blocks_per_row` m in between (default 16): m*B block keys a query, n/m copies of the
-  context; at the GPU preset's shape that moves ~8x less memory through attention than either
-  end. The result is the same up to float rounding for every m (tests compare m=1 and m>1 with
+  context; at the GPU preset's shape that should move several times less memory through
+  attention than either end (an estimate from the shapes; `bench/dflash_train_throughput.py
+  --blocks-per-row 1,16,256` measures the choice). The result is the same up to float rounding for every m (tests compare m=1 and m>1 with
   the packed reference).
 Either way the step is one forward and one backward, not one per sequence.
 """

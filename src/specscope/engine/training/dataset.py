@@ -180,7 +180,8 @@ def step_features(
     """Features [G, length, F] of positions 0..length-1 of a step's sequences (zero past a
     sequence's end), on the target's device: the cached ones, else one batched target forward."""
     if any(s.hidden is None for s in samples):
-        return batch_features(loaded, [s.tokens[:length] for s in samples], taps)
+        # in the dtype the cache keeps them in: both modes train on the same inputs
+        return batch_features(loaded, [s.tokens[:length] for s in samples], taps).to(torch.bfloat16)
     width = samples[0].hidden.shape[1]
     out = torch.zeros(len(samples), length, width, dtype=samples[0].hidden.dtype)
     for i, s in enumerate(samples):
