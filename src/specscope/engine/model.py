@@ -151,7 +151,11 @@ class ForwardBatch:
         b, q_max = len(items), max(len(it.token_ids) for it in items)
         ctx = [np.asarray(it.context_slots, dtype=np.int64) for it in items]
         c_max = max(c.size for c in ctx)
-        host = np.full(b * (3 * q_max + c_max), pad_slot, dtype=np.int64)
+        # pinned from the start on CUDA (filled in place, no copy into pinned memory after)
+        host_t = torch.full(
+            (b * (3 * q_max + c_max),), pad_slot, dtype=torch.long, pin_memory=device.type == "cuda"
+        )
+        host = host_t.numpy()
         per_token = host[: 3 * b * q_max].reshape(3, b, q_max)  # ids, positions, write slots
         per_token[:2] = 0
         context_host = host[3 * b * q_max :].reshape(b, c_max)
@@ -163,7 +167,7 @@ class ForwardBatch:
             per_token[1, r, :q] = it.positions
             per_token[2, r, :q] = np.asarray(it.write_slots, dtype=np.int64)
             context_host[r, : c.size] = c
-        dev = _to_device(host, device)
+        dev = host_t.to(device, non_blocking=device.type == "cuda")
         ids, pos, write = dev[: 3 * b * q_max].view(3, b, q_max).unbind(0)
         context = dev[3 * b * q_max :].view(b, c_max)
         num_new = [len(it.token_ids) for it in items]

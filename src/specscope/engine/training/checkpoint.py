@@ -10,8 +10,8 @@ safetensors files of at most `PART_BYTES`, a tensor split across files where it 
 JSON state too (as bytes); the first file's header says where each piece lies, with its
 sha256, so a missing or damaged part is one clear error. No file beside the parts: a 2-layer
 SmolLM2 drafter's state is 8 files, what one device call brings back. Never pickle (weights only from safetensors
-or GGUF: the project's rule). A settings fingerprint makes resuming with other settings an
-error instead of a silently different run.
+or GGUF: the project's rule). The run's settings kept in the meta make resuming with other
+settings an error naming them instead of a silently different run.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Stopped(Exception):
 @dataclass
 class RunControl:
     """How long this call may run and where its checkpoints go (nothing the weights depend
-    on, so none of it is in the settings fingerprint)."""
+    on, so none of it is in the settings a resume compares)."""
 
     folder: Path | None = None  # checkpoints (None: none written, no resume)
     resume: bool = False
@@ -49,10 +49,6 @@ class RunControl:
 
     def past_stop(self) -> bool:
         return self.stop_at is not None and time.perf_counter() > self.stop_at
-
-
-def fingerprint(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _digest(piece: torch.Tensor) -> str:

@@ -6,11 +6,17 @@ located with `sysconfig` and parsed with `ast`, never imported (importing runs m
 Test suites, generated tables and the bundled documentation module are left out: they are not
 the code or prose people ask a model about. A module is named as `import` names it
 (`urllib/parse.py` -> `urllib.parse`), which is how the held-out split and the card refer to it.
+
+probe/workloads/material.py reads the stdlib for the workload prompts the same way (its
+`stdlib_dir`, its definition starts); the engine may not import the measuring side beyond
+training/prompts.py (ARCHITECTURE §2), and this module needs every file, not the workloads'
+fixed list, so the few lines of locating and walking are this module's own.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sysconfig
 import textwrap
@@ -116,12 +122,21 @@ def _definition(module: str, prefix: str, node: _Def, lines: list[str]) -> Defin
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _tree(source: str) -> ast.Module | None:
+    """The module's syntax tree, parsed once for the three readers below (None: not Python this
+    interpreter parses)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def definitions(module: str, source: str) -> list[Definition]:
     """The module's public top-level functions and classes and its classes' public methods, in
     source order (nested functions are not material: they need their enclosing code)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _tree(source)
+    if tree is None:
         return []
     lines = source.splitlines(keepends=True)
     out: list[Definition] = []
@@ -139,19 +154,16 @@ def definitions(module: str, source: str) -> list[Definition]:
 
 
 def module_docstring(source: str) -> str:
-    try:
-        return inspect.cleandoc(ast.get_docstring(ast.parse(source), clean=False) or "")
-    except (SyntaxError, ValueError):
-        return ""
+    tree = _tree(source)
+    return inspect.cleandoc(ast.get_docstring(tree, clean=False) or "") if tree else ""
 
 
 def code_windows(source: str, lo: int, hi: int) -> list[tuple[int, str]]:
     """(first line number, text) of non-overlapping stretches of the module's code, each starting
     where a definition starts and ending on a line boundary once it has `lo`..`hi` characters:
     code to continue from a natural starting point."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _tree(source)
+    if tree is None:
         return []
     starts = sorted(
         {

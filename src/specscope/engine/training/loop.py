@@ -30,7 +30,6 @@ from specscope.engine.training.batch import BLOCKS_PER_ROW, context_length, pack
 from specscope.engine.training.checkpoint import (
     RunControl,
     Stopped,
-    fingerprint,
     load_training,
     read_meta,
     save_training,
@@ -213,11 +212,11 @@ def _resume(
         log(f"train: --resume: no checkpoint in {control.folder} yet, starting at step 0")
         return None
     saved = read_meta(control.folder)
-    now = json.loads(json.dumps(ident))
-    if saved["fingerprint"] != fingerprint(now):
+    differ = _differences(saved["ident"], ident)
+    if differ:
         raise ValueError(
             f"--resume: the checkpoint in {control.folder} is of a run with other settings "
-            f"({', '.join(_differences(saved['ident'], now))}); pass the same flags, or a new --out"
+            f"({', '.join(differ)}); pass the same flags, or a new --out"
         )
     if st.steps is not None and st.steps != saved["total"]:
         raise ValueError(
@@ -237,7 +236,6 @@ def _save(
 ) -> None:
     """A checkpoint after (1-based) `step`: everything the next step depends on."""
     meta = {
-        "fingerprint": fingerprint(json.loads(json.dumps(ident))),
         "ident": ident,
         "step": step,
         "total": tally.total,
@@ -319,7 +317,8 @@ def train(
         raise ValueError("no training sequence has a response longer than one block")
     held = [s for s in held_out or [] if len(s.tokens) - s.prompt_len > block]
     draft.train()
-    ident = run_fingerprint(st, draft, usable + held)
+    # as JSON keeps it (tuples as lists): what a resume compares with the checkpoint's
+    ident = json.loads(json.dumps(run_fingerprint(st, draft, usable + held)))
     meta = _resume(control, draft, opt, ident, st, log)
     if meta is not None:
         rng.bit_generator.state = meta["numpy_rng"]
