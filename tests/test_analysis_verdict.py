@@ -21,16 +21,22 @@ from specscope.store.analyses import analyze_run
 from support.reports import story_run
 
 
-def _test(fid: str, reported: bool = True) -> FindingTest:
+def _test(
+    fid: str, reported: bool = True, effect: float = 0.4, ci: tuple[float, float] = (0.3, 0.5)
+) -> FindingTest:
+    """A claim's test: reported (effect 0.4, its interval clear of zero) or, with `reported`
+    False, undecided (its interval reaching zero; small unless `effect` says otherwise)."""
+    if not reported and effect == 0.4:
+        effect, ci = 0.03, (-0.04, 0.10)
     return FindingTest(
         id=fid,
         method="m",
-        effect=0.4,
-        ci=[0.3, 0.5],
-        p=1e-6,
-        q=1e-5,
+        effect=effect,
+        ci=list(ci),
+        p=1e-6 if reported else 0.2,
+        q=1e-5 if reported else 0.4,
         min_effect=0.1,
-        unit="fraction",
+        unit="fraction of the mean step" if fid == "step_time_drift" else "fraction",
         reported=reported,
         outcome="reported" if reported else "interval includes zero effect",
     )
@@ -119,6 +125,19 @@ def test_a_healthy_server_reads_nothing_wrong_in_words():
         "Nothing wrong: none of the 2 effects tested is both real and large enough to matter."
     )
     assert v[-1].startswith("Next: nothing to fix; keep this run as the baseline")
+    # an effect as large as matters, its interval too wide to decide: not ruled out
+    noisy = _test("step_time_drift", False, effect=1.25, ci=(-1.95, 4.45))
+    small = _test("two_point_bias", False, effect=0.144, ci=(-0.22, 0.67))
+    v = verdict(_analysis(finding_tests=[small, noisy]), WINDOW)
+    assert v[-2] == (
+        "Nothing shown wrong, but not ruled out: step_time_drift (step time grows with output "
+        "position beyond what context explains) read +125% of the mean step (95% CI "
+        "-195%..+445%), as large as the 10% that matters, with an interval too wide to decide."
+    )
+    assert v[-1] == (
+        "Next: measure again with more repeats of the full generation (--precision 0.05) or on "
+        "a quieter machine, to decide step_time_drift."
+    )
     untested = verdict(_analysis(no_finding_reason="one prompt length."), None)
     assert untested[-1] == (
         "Nothing found wrong, but nothing could be tested either: one prompt length."

@@ -23,7 +23,7 @@ import numpy as np
 from specscope.analysis.diagnosis.cards import BY_ID, MECHANISM, Cause
 from specscope.analysis.diagnosis.facts import HONEYMOON_DEFAULT_WINDOW, Facts
 from specscope.analysis.diagnosis.findings import COST_LABEL, is_expected
-from specscope.analysis.result import Analysis, Finding
+from specscope.analysis.result import Analysis, Finding, FindingTest
 
 MIN_REFERENCE_STEPS = 8  # steps a reference window needs before its means say anything
 
@@ -256,12 +256,54 @@ def _healthy_as_expected(a: Analysis) -> list[str]:
     ]
 
 
+# The outcomes of a test that decided nothing either way (FindingTest.outcome)
+UNDECIDED = ("interval includes zero effect", "not significant")
+
+
+def not_ruled_out(a: Analysis) -> FindingTest | None:
+    """The tested effect that was measured as large as matters but left undecided (its interval
+    reaches zero): the largest such, else None. "Nothing wrong" would then overstate the run:
+    on a loaded 2-core machine the engine's seeded host work read +125% drift of the mean
+    step, 95% CI -195%..+445% (the load's slow phases), and the verdict said nothing was wrong."""
+    open_ = [
+        t
+        for t in a.finding_tests
+        if t.outcome in UNDECIDED
+        and t.min_effect > 0
+        and t.effect is not None
+        and t.effect >= t.min_effect
+    ]
+    return max(open_, key=lambda t: t.effect / t.min_effect, default=None)
+
+
+def _percent(x: float | None) -> str:
+    return "?" if x is None else f"{x:+.0%}"
+
+
+def _undecided_sentence(t: FindingTest) -> str:
+    """One undecided test in words: the claim, what it read with its interval, why open."""
+    of = t.unit.removeprefix("fraction") if t.unit.startswith("fraction of") else ""
+    return (
+        f"Nothing shown wrong, but not ruled out: {t.id} ({BY_ID[t.id].claim}) read "
+        f"{_percent(t.effect)}{of} (95% CI {_percent(t.ci[0])}..{_percent(t.ci[1])}), as large "
+        f"as the {t.min_effect:.0%} that matters, with an interval too wide to decide."
+    )
+
+
 def _healthy(a: Analysis) -> list[str]:
-    """No finding: nothing wrong, in words, and what to keep."""
+    """No finding: nothing wrong, in words, and what to keep; or, where an effect that would
+    matter was measured but left undecided, that it is not ruled out and how to decide it."""
     tested = len(a.finding_tests)
     if not tested:
         why = _clause(a.no_finding_reason) or "no claim could be tested on this run"
         return [f"Nothing found wrong, but nothing could be tested either: {why}."]
+    undecided = not_ruled_out(a)
+    if undecided is not None:
+        return [
+            _undecided_sentence(undecided),
+            "Next: measure again with more repeats of the full generation (--precision 0.05) "
+            f"or on a quieter machine, to decide {undecided.id}.",
+        ]
     return [
         f"Nothing wrong: none of the {tested} effects tested is both real and large enough to "
         "matter.",
