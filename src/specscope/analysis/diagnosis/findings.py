@@ -1335,11 +1335,15 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+# A test's outcome where its interval reaches zero (FindingTest.outcome): nothing decided
+INTERVAL_INCLUDES_ZERO = "interval includes zero effect"
+
+
 def _outcome(t: sig.Test, q: float) -> str:
     if not math.isfinite(t.effect):
         return "not testable"
     if q > sig.ALPHA:
-        return "interval includes zero effect" if t.interval_includes_zero else "not significant"
+        return INTERVAL_INCLUDES_ZERO if t.interval_includes_zero else "not significant"
     return "reported" if t.material else "below minimum"
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from specscope.analysis.diagnosis.cards import BY_ID, MECHANISM, Cause
 from specscope.analysis.diagnosis.facts import HONEYMOON_DEFAULT_WINDOW, Facts
-from specscope.analysis.diagnosis.findings import COST_LABEL, is_expected
+from specscope.analysis.diagnosis.findings import COST_LABEL, INTERVAL_INCLUDES_ZERO, is_expected
 from specscope.analysis.result import Analysis, Finding, FindingTest
 
 MIN_REFERENCE_STEPS = 8  # steps a reference window needs before its means say anything
@@ -256,10 +256,6 @@ def _healthy_as_expected(a: Analysis) -> list[str]:
     ]
 
 
-# The outcomes of a test that decided nothing either way (FindingTest.outcome)
-UNDECIDED = ("interval includes zero effect", "not significant")
-
-
 def not_ruled_out(a: Analysis) -> FindingTest | None:
     """The tested effect that was measured as large as matters but left undecided (its interval
     reaches zero): the largest such, else None. "Nothing wrong" would then overstate the run:
@@ -268,12 +264,12 @@ def not_ruled_out(a: Analysis) -> FindingTest | None:
     open_ = [
         t
         for t in a.finding_tests
-        if t.outcome in UNDECIDED
+        if t.outcome == INTERVAL_INCLUDES_ZERO
         and t.min_effect > 0
         and t.effect is not None
         and t.effect >= t.min_effect
     ]
-    return max(open_, key=lambda t: t.effect / t.min_effect, default=None)
+    return max(open_, key=lambda t: (t.effect or 0.0) / t.min_effect, default=None)
 
 
 def _percent(x: float | None) -> str:
