@@ -4,7 +4,9 @@ grouped by the requests that caused them, as the analysis groups them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import time
 import urllib.request
 
@@ -14,6 +16,7 @@ from specscope.analysis.fits.acceptance import from_telemetry
 from specscope.telemetry import (
     LogQuery,
     MetricsError,
+    fetch_metrics,
     fetch_server_info,
     metrics_delta,
     read_logs,
@@ -85,9 +88,38 @@ def test_twin_log_metrics_and_records_per_request(twin_server, tmp_path):
     assert lifetime[0].commit_len == pytest.approx(mean_from_log, abs=1e-9)  # fresh server
 
 
-def test_scrape_errors_are_one_line(twin_server):
+def _fetch(url: str, timeout_s: float = 5.0):
+    return asyncio.run(fetch_metrics(url, timeout_s))
+
+
+@pytest.mark.parametrize("scrape", [scrape_metrics, _fetch], ids=["thread", "event-loop"])
+def test_scrape_errors_are_one_line(twin_server, scrape):
     srv = twin_server("healthy", time_scale=0.05)
+    assert scrape(srv.url + "/metrics").counters == scrape_metrics(srv.url + "/metrics").counters
     with pytest.raises(MetricsError, match="HTTP 404"):
-        scrape_metrics(srv.url + "/no-such-endpoint")
+        scrape(srv.url + "/no-such-endpoint")
     with pytest.raises(MetricsError, match="cannot scrape"):
-        scrape_metrics("http://127.0.0.1:9/metrics", timeout_s=2)
+        scrape("http://127.0.0.1:9/metrics", timeout_s=2)
+    with pytest.raises(MetricsError, match="cannot scrape"):
+        scrape("not a url", timeout_s=2)
+
+
+def test_a_scrape_of_a_hung_server_stops_when_cancelled():
+    """The watch and the probe scrape on their event loop: cancelled (Ctrl-C), a scrape of a
+    server that accepted and never answers ends at once. In a thread it ran on to its timeout,
+    and `asyncio.run` waited for it at exit."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/metrics"
+
+        async def cancel_mid_scrape() -> None:
+            task = asyncio.create_task(fetch_metrics(url, timeout_s=60))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        t0 = time.monotonic()
+        asyncio.run(cancel_mid_scrape())
+        assert time.monotonic() - t0 < 30  # the scrape's own timeout is 60 s

@@ -228,7 +228,11 @@ def test_a_counter_going_down_is_a_restart_not_a_delta(monkeypatch):
             MetricsSnapshot(20.0, "vllm", {"drafts": 5.0, "accepted_tokens": 4.0}),
         ]
     )
-    monkeypatch.setattr(passive, "scrape_metrics", lambda url, timeout_s: next(snaps))
+
+    async def fetch(url: str, timeout_s: float) -> MetricsSnapshot:
+        return next(snaps)
+
+    monkeypatch.setattr(passive, "fetch_metrics", fetch)
     w = MetricsWatcher("http://127.0.0.1:1/metrics")
     assert asyncio.run(w.read()) == ([], [])
     records, faults = asyncio.run(w.read())

@@ -6,7 +6,8 @@ Public API (other layers call these; everything returns `SpecRecord`s or summari
   rank filter; `keep_records=True` for the records themselves), `parse_text(text) -> LogResult`,
   `parse_line(line) -> SpecRecord | Malformed | None`; per-format parsers in `sglang`,
   `ddtree`, `vllm`, `llamacpp`, `custom`.
-- Prometheus: `scrape_metrics(url)`, `parse_metrics_text(text)`, `metrics_delta(before, after)`.
+- Prometheus: `scrape_metrics(url)` (`fetch_metrics(url)` on an event loop),
+  `parse_metrics_text(text)`, `metrics_delta(before, after)`.
 - SGLang server info: `fetch_server_info(base_url)`, `parse_server_info(obj)` (scope lifetime).
 - Per-request server fields: `parse_llamacpp_timings(obj)` (dict of SpecRecord fields).
 - Evidence for a run window: `evidence.collect_evidence(sources, started_unix, before)`.
@@ -19,6 +20,7 @@ from specscope.telemetry.llamacpp import parse_llamacpp_timings
 from specscope.telemetry.prometheus import (
     MetricsError,
     MetricsSnapshot,
+    fetch_metrics,
     metrics_delta,
     parse_metrics_text,
     scrape_metrics,
@@ -36,6 +38,7 @@ __all__ = [
     "ServerInfoError",
     "SourceError",
     "SpecRecord",
+    "fetch_metrics",
     "fetch_server_info",
     "metrics_delta",
     "parse_line",

@@ -6,7 +6,6 @@ and every failure becomes a note (never a crash: the measurement is already on d
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from specscope.telemetry.ingest import LogQuery, read_logs
 from specscope.telemetry.prometheus import (
     MetricsError,
     MetricsSnapshot,
+    fetch_metrics,
     metrics_delta,
     scrape_metrics,
 )
@@ -57,7 +57,7 @@ async def scrape_before(url: str | None) -> MetricsBefore:
     if not url:
         return None
     try:
-        return await asyncio.to_thread(scrape_metrics, url)
+        return await fetch_metrics(url)
     except MetricsError as e:
         return e
 

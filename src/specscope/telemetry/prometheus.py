@@ -16,6 +16,7 @@ import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from specscope.telemetry.records import SpecRecord
@@ -121,6 +122,35 @@ def scrape_metrics(url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise MetricsError(f"{url}: cannot scrape ({reason})") from None
+    return _snapshot(body, t, url)
+
+
+async def fetch_metrics(url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
+    """scrape_metrics on the event loop (aiohttp): what a loop that scrapes while it runs
+    uses. A cancelled scrape stops at once; one in a thread (asyncio.to_thread) ran on to its
+    timeout, and `asyncio.run` waited for it at exit (Ctrl-C during a scrape of a hung server
+    took up to `timeout_s`). Raises MetricsError with one line."""
+    t = time.time()
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url) as resp,
+        ):
+            status = resp.status
+            body = bytearray()
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                body += chunk
+                if len(body) > MAX_BYTES:
+                    break
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        raise MetricsError(f"{url}: cannot scrape ({exc or type(exc).__name__})") from None
+    if status >= 400:
+        raise MetricsError(f"{url}: HTTP {status}")
+    return _snapshot(bytes(body), t, url)
+
+
+def _snapshot(body: bytes, t: float, url: str) -> MetricsSnapshot:
     if len(body) > MAX_BYTES:
         raise MetricsError(f"{url}: response larger than {MAX_BYTES} bytes")
     return parse_metrics_text(body.decode("utf-8", "replace"), t, url)

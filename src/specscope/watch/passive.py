@@ -6,7 +6,6 @@ for the loop to record; nothing here raises for the server's or the disk's fault
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +14,8 @@ from specscope.telemetry.ingest import parse_line
 from specscope.telemetry.prometheus import (
     MetricsError,
     MetricsSnapshot,
+    fetch_metrics,
     metrics_delta,
-    scrape_metrics,
 )
 from specscope.telemetry.records import SpecRecord
 
@@ -37,7 +36,7 @@ class MetricsWatcher:
 
     async def read(self) -> tuple[list[SpecRecord], list[Fault]]:
         try:
-            snap = await asyncio.to_thread(scrape_metrics, self.url, self.timeout_s)
+            snap = await fetch_metrics(self.url, self.timeout_s)
         except MetricsError as e:
             return [], [("scrape_failed", str(e))]
         before, self.last = self.last, snap
