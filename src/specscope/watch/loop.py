@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from specscope.analysis.watch.baseline import WARM_UP, Baseline
+from specscope.analysis.watch.baseline import Baseline
 from specscope.analysis.watch.detector import Alert, Detector, DetectorConfig
 from specscope.analysis.watch.events import Diagnosis, Start, Summary, WatchError, Window
 from specscope.analysis.watch.sample import CanarySample, sample_from_trace
@@ -154,7 +154,7 @@ class Watch:
             max_tokens=o.max_tokens,
             budget_tokens_per_hour=o.budget_tokens_per_hour,
             warmup_s=o.warmup_s,
-            baseline=WARM_UP if b is None else b.source,
+            baseline="warm-up" if b is None else b.source,
             false_alarms_per_day=o.false_alarms_per_day,
             min_shift=o.min_shift,
             plain_baseline=self.plain,

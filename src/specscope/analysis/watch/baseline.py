@@ -21,7 +21,6 @@ UPPER_Q = 0.10  # the spread's bound: chi-square quantile 0.10, i.e. a 90% upper
 SIGMA_FLOOR = 0.01  # log units: 1% per canary, the least spread ever assumed
 MIN_BASELINE = 5  # canaries a baseline needs
 PLAIN_COMMIT = 1.05  # a commit length at or below this is plain decoding (steps.speculation)
-WARM_UP = "warm-up"  # Baseline.source of one learned from the watch's own canaries
 
 
 @dataclass(frozen=True)
@@ -44,13 +43,8 @@ class Baseline:
     commit_trend: Series  # log(second half / first half) of commit length
     step_trend: Series  # the same of step time
     speculating: bool  # the baseline drafts (commit length above PLAIN_COMMIT)
-    source: str  # WARM_UP | the run directory it came from
+    source: str  # "warm-up" | the run directory it came from
     t_end: float  # when it was learned (the last sample's time)
-    # prompts (sample.prompt_key) every reliable canary of which committed one token a step
-    # here, on a server that drafted: their canaries cannot tell speculation off; and those
-    # that drafted here: one of them reading plain can
-    plain_prompts: frozenset[str] = frozenset()
-    drafting_prompts: frozenset[str] = frozenset()
 
 
 def _series(values: Sequence[float]) -> Series:
@@ -60,15 +54,13 @@ def _series(values: Sequence[float]) -> Series:
     return Series(statistics.fmean(values), sd, max(bound, SIGMA_FLOOR), n)
 
 
-def learn_baseline(samples: Sequence[CanarySample], source: str = WARM_UP) -> Baseline | None:
+def learn_baseline(samples: Sequence[CanarySample], source: str = "warm-up") -> Baseline | None:
     """The baseline of these samples; None with fewer than MIN_BASELINE (reliable for commit
     length: a commit length read off merged chunks is not a step's)."""
     reliable = [s for s in samples if s.reliable]
     if len(samples) < MIN_BASELINE or len(reliable) < MIN_BASELINE:
         return None
     commit = _series([s.log_commit for s in reliable])
-    drafting = {s.prompt for s in reliable if s.commit_len > PLAIN_COMMIT or s.drafted}
-    plain = {s.prompt for s in reliable if s.prompt is not None} - drafting
     return Baseline(
         commit=commit,
         step=_series([s.log_step for s in samples]),
@@ -77,6 +69,4 @@ def learn_baseline(samples: Sequence[CanarySample], source: str = WARM_UP) -> Ba
         speculating=math.exp(commit.mean) > PLAIN_COMMIT,
         source=source,
         t_end=max(s.t for s in samples),
-        plain_prompts=frozenset(plain),
-        drafting_prompts=frozenset(p for p in drafting if p is not None),
     )

@@ -34,13 +34,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from specscope.analysis.watch.baseline import (
-    PLAIN_COMMIT,
-    WARM_UP,
-    Baseline,
-    Series,
-    learn_baseline,
-)
+from specscope.analysis.watch.baseline import PLAIN_COMMIT, Baseline, Series, learn_baseline
 from specscope.analysis.watch.causes import SPECULATION_OFF, commit_cause, step_cause
 from specscope.analysis.watch.cusum import Cusum, threshold_for
 from specscope.analysis.watch.sample import CanarySample
@@ -140,9 +134,6 @@ class Detector:
         self.factors: dict[str, _Factor] = {}
         self._off: deque[CanarySample] = deque(maxlen=OFF_SAMPLES)
         self.off_alerting = False
-        # whether a canary's prompt drafted in a recorded baseline (one from other prompts than
-        # the canaries' knows none: the speculation_off rule then reads commit length alone)
-        self._known_prompts_seen = False
         self.refining: bool | None = None  # None: not started; False: done (or a given one)
         self._unconfirmed: deque[CanarySample] = deque()  # canaries waiting REFINE_DELAY
         if baseline is not None:
@@ -177,7 +168,7 @@ class Detector:
         (ten minutes at the default period), unless an alarm fires first: six warm-up canaries
         read the mean and spread too roughly for a rate of false alarms per day to hold."""
         b = self.baseline
-        if b is None or b.source != WARM_UP or self.refining is False:
+        if b is None or b.source != "warm-up" or self.refining is False:
             return
         if any(f.alerting for f in self.factors.values()) or self.off_alerting:
             self.refining = False
@@ -262,39 +253,20 @@ class Detector:
             )
         ]
 
-    def _evidence_of_off(self) -> bool:
-        """Whether the plain canaries in a row show speculation off: one of them at least sent a
-        prompt that drafted in the baseline. Prompts the baseline has not seen yet (a warm-up
-        shorter than the canaries' cycle) may read plain on a drafting server: two of them in a
-        row alone raised speculation_off and ended the baseline's learning, so it never learned
-        them, and they raised it again every cycle. A baseline from other prompts than the
-        canaries' (a recorded run) knows none of them, and a canary without a prompt key says
-        nothing of its prompt: commit length alone decides there."""
-        b = self.baseline
-        if b is None or self.off_alerting:
-            return True
-        if b.source != WARM_UP and not self._known_prompts_seen:
-            return True
-        return any(x.prompt is None or x.prompt in b.drafting_prompts for x in self._off)
-
     def _speculation(self, s: CanarySample) -> list[Alert | Recovery]:
         """The speculation_off rule over reliable canaries of a baseline that drafted:
         OFF_SAMPLES plain canaries in a row (one token a step, no draft the server reports)
-        raise it, OFF_SAMPLES drafting ones end it. A canary whose prompt committed one token
-        a step throughout the baseline says nothing either way and is passed over."""
+        raise it, OFF_SAMPLES drafting ones end it."""
         b = self.baseline
         if b is None or not b.speculating or not s.reliable:
             return []
-        if s.prompt in b.plain_prompts:  # one token a step was this prompt's baseline too
-            return []
-        self._known_prompts_seen |= s.prompt in b.drafting_prompts
         # a canary the server says it drafted for is speculation on, whatever it committed
         plain = s.commit_len <= PLAIN_COMMIT and not s.drafted
         if plain != self.off_alerting:  # a canary against the current state: count it
             self._off.append(s)
         else:
             self._off.clear()
-        if len(self._off) < OFF_SAMPLES or not self._evidence_of_off():
+        if len(self._off) < OFF_SAMPLES:
             return []
         run = list(self._off)
         self._off.clear()

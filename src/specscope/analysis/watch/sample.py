@@ -5,8 +5,6 @@ generation (what tells a position effect from a uniform one when an alert fires)
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -39,9 +37,6 @@ class CanarySample:
     # when it said nothing. A drafting server can still commit ~1 token a step (an n-gram
     # drafter that finds few matches in this prompt): that canary is not speculation off.
     drafted: int | None = None
-    # which prompt it sent (prompt_key): a prompt the baseline saw commit one token a step is
-    # no evidence that speculation stopped when it does so again
-    prompt: str | None = None
 
     @property
     def log_commit(self) -> float:
@@ -104,15 +99,6 @@ def server_drafts(fields: ServerSpecFields | None) -> int | None:
     return None
 
 
-def prompt_key(prompt: object) -> str | None:
-    """A short digest of a request's prompt (text, token ids or messages): the same prompt
-    gives the same key in the live watch and in a recorded baseline; None for an empty one."""
-    if not prompt:
-        return None
-    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
 def sample_from_trace(
     trace: RequestTrace, t: float, max_commit_len: int | None = None
 ) -> CanarySample | None:
@@ -124,7 +110,7 @@ def sample_from_trace(
         return None
     rec = reconstruct_steps(trace, max_commit_len=max_commit_len)
     sample = sample_from_steps(t, [(s.commit_len, s.step_s) for s in rec.steps], rec.reliable)
-    if sample is None:
-        return None
-    prompt = prompt_key(trace.spec.prompt) if trace.spec is not None else None
-    return dataclasses.replace(sample, drafted=server_drafts(trace.server_spec), prompt=prompt)
+    drafted = server_drafts(trace.server_spec)
+    if sample is None or drafted is None:
+        return sample
+    return dataclasses.replace(sample, drafted=drafted)
