@@ -151,9 +151,15 @@ def test_the_alert_command_gets_the_json_without_a_shell(tmp_path):
     assert missing is not None and "cannot run" in missing
 
 
-def test_a_cancelled_child_is_killed_at_once_with_its_children(tmp_path):
+@pytest.mark.parametrize("while_starting", [False, True], ids=["running", "starting"])
+def test_a_cancelled_child_is_killed_at_once_with_its_children(
+    tmp_path, monkeypatch, while_starting
+):
     """Ctrl-C cancels the watch's tasks: a running alert command or diagnosis goes at once (in
-    a thread it held the exit for up to its timeout), and so do the processes it started."""
+    a thread it held the exit for up to its timeout), and so do the processes it started. Also
+    when the cancel comes while asyncio is still setting the child up (`starting`: its setup
+    made 1 s slower here): cancelled inside asyncio's own start, the child was killed alone and
+    the exit waited for the pipes its child kept open, 60 s (seen under load)."""
     pids = tmp_path / "pids"
     code = (
         "import os, subprocess, sys, time\n"
@@ -162,10 +168,27 @@ def test_a_cancelled_child_is_killed_at_once_with_its_children(tmp_path):
         "time.sleep(60)\n"
     )
 
+    def started() -> bool:
+        return pids.exists() and len(pids.read_text().split()) == 2
+
+    in_setup: list[bool] = []  # set while the slowed setup waits, the child running
+    if while_starting:
+        real = asyncio.create_subprocess_exec
+
+        async def slow_start(*args, **kwargs):
+            proc = await real(*args, **kwargs)
+            while not started():
+                await asyncio.sleep(0.05)
+            in_setup.append(True)
+            await asyncio.sleep(1.0)  # the cancel lands here
+            return proc
+
+        monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
+
     async def cancel_soon() -> float:
         task = asyncio.create_task(run_child([sys.executable, "-c", code], None, 120))
         deadline = time.monotonic() + 60
-        while not pids.exists() or len(pids.read_text().split()) < 2:
+        while not started() or (while_starting and not in_setup):
             assert time.monotonic() < deadline, "the child did not start"
             await asyncio.sleep(0.05)
         t0 = time.monotonic()

@@ -16,6 +16,7 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,11 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
 async def run_child(argv: Sequence[str], stdin: bytes | None, timeout_s: float) -> ChildDone:
     """Run `argv` with `stdin` (None: nothing), its output captured. OSError when it cannot
     start (a missing command); returncode None when it outlived `timeout_s` (killed)."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
+    proc = await start_child(
+        argv,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # its group is ours to kill; a terminal's Ctrl-C reaches us
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
@@ -49,10 +49,32 @@ async def run_child(argv: Sequence[str], stdin: bytes | None, timeout_s: float) 
         await proc.wait()
         return ChildDone(None, b"", b"")
     except BaseException:  # cancelled: the watch is ending (Ctrl-C, SIGTERM)
-        kill_group(proc)
-        # reaped and its pipes drained here, before the loop closes (else their transport is
-        # closed by the garbage collector on a closed loop); a killed child ends at once
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.communicate(), 5)
+        await _kill_and_reap(proc)
         raise
     return ChildDone(proc.returncode, out, err)
+
+
+async def start_child(argv: Sequence[str], **stdio: Any) -> asyncio.subprocess.Process:
+    """`argv` in a session of its own (`stdio`: create_subprocess_exec's stdin, stdout, stderr,
+    limit). Cancelled while starting, the start still completes and the child's group is
+    killed: a cancellation inside asyncio's own start closes the transport, kills the child
+    alone and waits for its pipes, which a grandchild keeps open (the watch's exit waited out a
+    60 s grandchild so, twice in a few runs of tests/test_watch_stream.py under load)."""
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(*argv, start_new_session=True, **stdio)
+    )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):  # a start that failed has nothing to kill
+            await _kill_and_reap(await starting)
+        raise
+
+
+async def _kill_and_reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill the child's group, then reap it and drain its pipes here, before the loop closes
+    (else their transport is closed by the garbage collector on a closed loop); a killed child
+    ends at once."""
+    kill_group(proc)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.communicate(), 5)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from specscope.telemetry.ingest import parse_line
 from specscope.telemetry.records import SpecRecord
-from specscope.watch.child import kill_group
+from specscope.watch.child import kill_group, start_child
 from specscope.watch.passive import LINE_MAX, Fault
 
 QUEUE_LINES = 100_000  # lines kept between two windows (the oldest dropped beyond)
@@ -29,12 +29,11 @@ class LogCommand:
 
     async def _start(self) -> Fault | None:
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *self.argv,
+            self._proc = await start_child(
+                self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
                 limit=LINE_MAX,
             )
         except OSError as e:
