@@ -143,8 +143,10 @@ async def fetch_metrics(url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
                 body += chunk
                 if len(body) > MAX_BYTES:
                     break
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-        raise MetricsError(f"{url}: cannot scrape ({exc or type(exc).__name__})") from None
+    except TimeoutError:
+        raise MetricsError(f"{url}: cannot scrape (no answer within {timeout_s:g} s)") from None
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        raise MetricsError(f"{url}: cannot scrape ({str(exc) or type(exc).__name__})") from None
     if status >= 400:
         raise MetricsError(f"{url}: HTTP {status}")
     return _snapshot(bytes(body), t, url)
