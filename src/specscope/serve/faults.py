@@ -97,12 +97,15 @@ def parse_host_faults(specs: list[str]) -> tuple[HostFaults, list[str]]:
 @functools.cache
 def scan_cost() -> tuple[float, float]:
     """(seconds per scan, seconds per character scanned) of one stop-string scan on this
-    machine, measured once per process in this thread's CPU time, the fastest of several tries:
-    a busy moment while measuring must not shrink the fault. Wall time did: the server measures
-    at its first request, often while the machine is busiest, and beside five busy processes a
-    scan over 1,200 characters read ~2x its idle cost in wall time (so the fault ran at about half
-    its size) and the idle cost in CPU time (`bench/scan_cost_load.py`). The fault is an amount
-    of work, not of time: on a loaded machine it slows down as the server's own steps do, so it
+    machine, measured once per process in this thread's CPU time (time spent waiting for a core
+    or for the interpreter lock does not count), the fastest of several tries: a busy moment
+    while measuring must not shrink the fault. The server measures at its first request, often
+    while the machine is busiest; in wall time a try taken while the process waited reads high:
+    once here, beside five busy loops and the fault lab's runs, 2.7x the idle cost per
+    character (the fault then runs at ~40% of its size) where CPU time read the idle figure.
+    `bench/scan_cost_load.py` beside 2-12 spinning processes read both at the idle figure
+    (1.00-1.01: the fastest of five tries found one not preempted). The fault is an amount of
+    work, not of time: on a loaded machine it slows down as the server's own steps do, so it
     shows as much."""
     return measure_scan_cost(time.thread_time)
 
