@@ -158,6 +158,15 @@ def test_only_what_a_healthy_server_does_reads_nothing_wrong_with_what_could_hid
     assert "(context_scaling, factor 1.40×)" in v[-2]
     assert v[-1].startswith("Next: nothing to fix") and "kv_layout would look the same" in v[-1]
     assert not any(line.startswith("Top ") for line in v)
+    # another effect as large as matters left undecided: not ruled out, said after what was
+    # found
+    noisy = _test("step_time_drift", False, effect=0.5, ci=(-0.2, 1.2))
+    a = _analysis(findings=[scaling], finding_tests=[_test("context_scaling"), noisy])
+    v = verdict(a, WINDOW)
+    assert v[-3].startswith("What was found is how a healthy server behaves")
+    assert v[-2].startswith("Nothing shown wrong, but not ruled out: step_time_drift")
+    assert "read +50% of the mean step (95% CI -20%..+120%)" in v[-2]
+    assert v[-1].endswith("to decide step_time_drift.")
     # named as the expected cause: nothing left to rule out
     named = scaling.model_copy(update={"cause": "attention_context", "candidates": []})
     v = verdict(_analysis(findings=[named], finding_tests=[_test("context_scaling")]), WINDOW)

@@ -236,10 +236,18 @@ def next_step(f: Finding) -> str:
 
 def _healthy_as_expected(a: Analysis) -> list[str]:
     """Only what a healthy server does was found (attention cost growing with the context):
-    nothing wrong, said as such, with the fault it could still hide and how to rule it out."""
+    nothing wrong, said as such, with the fault it could still hide and how to rule it out;
+    or, where another effect that would matter was left undecided, that it is not ruled out
+    (as `_healthy` says it)."""
     top = a.findings[0]
     size = factor_of(top)
     seen = f"{top.id}, {size[0]} {times(size[1])}" if size else top.id
+    undecided = not_ruled_out(a)
+    if undecided is not None:
+        return [
+            f"What was found is how a healthy server behaves, {BY_ID[top.id].claim} ({seen}).",
+            *_undecided_lines(undecided),
+        ]
     expected = BY_ID[top.id].expected
     others = [c for c in top.candidates if c != expected] if top.cause is None else []
     untold = (
@@ -276,14 +284,17 @@ def _percent(x: float | None) -> str:
     return "?" if x is None else f"{x:+.0%}"
 
 
-def _undecided_sentence(t: FindingTest) -> str:
-    """One undecided test in words: the claim, what it read with its interval, why open."""
+def _undecided_lines(t: FindingTest) -> list[str]:
+    """One undecided test in words (the claim, what it read with its interval, why it is open)
+    and the next step that decides it."""
     of = t.unit.removeprefix("fraction") if t.unit.startswith("fraction of") else ""
-    return (
+    return [
         f"Nothing shown wrong, but not ruled out: {t.id} ({BY_ID[t.id].claim}) read "
         f"{_percent(t.effect)}{of} (95% CI {_percent(t.ci[0])}..{_percent(t.ci[1])}), as large "
-        f"as the {t.min_effect:.0%} that matters, with an interval too wide to decide."
-    )
+        f"as the {t.min_effect:.0%} that matters, with an interval too wide to decide.",
+        "Next: measure again with more repeats of the full generation (--precision 0.05) "
+        f"or on a quieter machine, to decide {t.id}.",
+    ]
 
 
 def _healthy(a: Analysis) -> list[str]:
@@ -295,11 +306,7 @@ def _healthy(a: Analysis) -> list[str]:
         return [f"Nothing found wrong, but nothing could be tested either: {why}."]
     undecided = not_ruled_out(a)
     if undecided is not None:
-        return [
-            _undecided_sentence(undecided),
-            "Next: measure again with more repeats of the full generation (--precision 0.05) "
-            f"or on a quieter machine, to decide {undecided.id}.",
-        ]
+        return _undecided_lines(undecided)
     return [
         f"Nothing wrong: none of the {tested} effects tested is both real and large enough to "
         "matter.",
