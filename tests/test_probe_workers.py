@@ -39,7 +39,8 @@ from support.twin_truth import timed_truth
 # its last read by one data write: the window is short by that difference, which grows with the
 # streams started at once and the machine's load. At concurrency 64 and 96 tokens (~3 s windows)
 # it took 0.15-0.67% off the step time here under load and 3.2% once in CI; at this shape
-# 0.03-0.04% beside two busy processes (bench of the test's own run, twin truth per request).
+# 0.03-0.04% beside two busy processes (a one-off copy of this test that kept each request's
+# reads and the twin's step-end stamps, 2026-12-05).
 SHAPE = ("--prompt-tokens", "16", "--max-tokens", "384")
 
 

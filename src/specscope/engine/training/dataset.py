@@ -34,6 +34,8 @@ from specscope.engine.training.target import Generator, batch_features
 SHARD_BYTES = 15_000_000  # a shard of tokens: one file that moves between machines
 FEATURE_CACHE_BYTES = 8 << 30  # `auto` caches features up to this much host memory
 FEATURE_GROUP = 8  # sequences per batched target forward when caching features
+# the features' dtype, cached or computed per step: both modes train on the same inputs
+FEATURE_DTYPE = torch.bfloat16
 
 
 @dataclass
@@ -156,7 +158,7 @@ def cache_features(
         group = [samples[i] for i in order[g : g + FEATURE_GROUP]]
         feats = batch_features(loaded, [s.tokens for s in group], taps)
         for s, f in zip(group, feats, strict=True):
-            s.hidden = f[: len(s.tokens)].to("cpu", torch.bfloat16).clone()
+            s.hidden = f[: len(s.tokens)].to("cpu", FEATURE_DTYPE).clone()
     if path is not None:
         save_file({f"hidden{i}": s.hidden for i, s in enumerate(samples)}, str(path) + ".tmp")
         Path(str(path) + ".tmp").replace(path)  # whole or absent, like the token shards
@@ -180,8 +182,7 @@ def step_features(
     """Features [G, length, F] of positions 0..length-1 of a step's sequences (zero past a
     sequence's end), on the target's device: the cached ones, else one batched target forward."""
     if any(s.hidden is None for s in samples):
-        # in the dtype the cache keeps them in: both modes train on the same inputs
-        return batch_features(loaded, [s.tokens[:length] for s in samples], taps).to(torch.bfloat16)
+        return batch_features(loaded, [s.tokens[:length] for s in samples], taps).to(FEATURE_DTYPE)
     width = samples[0].hidden.shape[1]
     out = torch.zeros(len(samples), length, width, dtype=samples[0].hidden.dtype)
     for i, s in enumerate(samples):

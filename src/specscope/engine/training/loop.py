@@ -170,16 +170,18 @@ def timed_step_count(
     return total
 
 
-def run_fingerprint(st: TrainSettings, draft: DFlashDraftModel, data: list[Sample]) -> dict:
+def run_identity(st: TrainSettings, draft: DFlashDraftModel, data: list[Sample]) -> dict:
     """What a resumed run must share with the run it continues: the settings (but `minutes`,
-    which only chose the step count the checkpoint records), the drafter's shape and the data."""
+    which only chose the step count the checkpoint records), the drafter's shape and the data;
+    as JSON keeps it (tuples as lists), the form the checkpoint stores and a resume compares."""
     digest = hashlib.sha256()
     for s in data:
         digest.update(np.asarray(s.tokens, dtype=np.int64).tobytes())
         digest.update(str(s.prompt_len).encode())
     cfg = {k: v for k, v in asdict(draft.config).items() if k != "training"}
     settings = {k: v for k, v in asdict(st).items() if k not in ("minutes", "steps")}
-    return {"settings": settings, "drafter": cfg, "data": digest.hexdigest()[:16]}
+    ident = {"settings": settings, "drafter": cfg, "data": digest.hexdigest()[:16]}
+    return json.loads(json.dumps(ident))
 
 
 def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -317,8 +319,7 @@ def train(
         raise ValueError("no training sequence has a response longer than one block")
     held = [s for s in held_out or [] if len(s.tokens) - s.prompt_len > block]
     draft.train()
-    # as JSON keeps it (tuples as lists): what a resume compares with the checkpoint's
-    ident = json.loads(json.dumps(run_fingerprint(st, draft, usable + held)))
+    ident = run_identity(st, draft, usable + held)
     meta = _resume(control, draft, opt, ident, st, log)
     if meta is not None:
         rng.bit_generator.state = meta["numpy_rng"]
