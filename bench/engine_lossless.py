@@ -2,12 +2,16 @@
 
 1. fast path vs eager: the same batch (decode, and tree verification under a tree mask) through
    the CUDA-graph runner and through the eager runner, over one shared KV pool state: max |diff|
-   of logits, and argmax agreement;
+   of logits, and argmax agreement; fresh prompts' prefill (the compiled path) against the
+   eager forward: max |diff| of the K/V written;
 2. fp32: greedy output with speculation (n-gram chain / tree, early-exit drafter tree; page 16
    contiguous and page 1 scattered, in-place tree KV) equals plain greedy output, token for token;
 3. bf16: the same comparison, reported, not required (batched verification changes rounding):
-   the share of identical tokens.
-Exits 1 when a check of 1 or 2 fails.
+   the share of identical tokens;
+4. overlapped plain steps (engine/overlap.py, driven by serve's StepLoop: the next step fed
+   from the device before the host reads this one) against synchronous ones, requests of
+   different lengths and two arriving late: identical in fp32 (required), reported in bf16.
+Exits 1 when a check of 1, 2 or 4 fails.
 
     python3 bench/engine_lossless.py --device cuda --random-weights
     .venv/bin/python bench/engine_lossless.py --tiny           # CPU, a tiny random model
@@ -109,6 +113,64 @@ def decode(lm, spec, page, policy, prompts, max_tokens, cuda_graphs=True):
     return [out[r] for r in ids], longest
 
 
+def decode_stepped(lm, prompts, max_tokens, overlap: bool) -> tuple[list[list[int]], int]:
+    """Plain greedy decoding driven as `serve` drives it (StepLoop: admission, steps, frees),
+    overlapped or not; requests end at different steps and the last two arrive after three
+    passes. Returns each request's tokens and how many overlapped steps were finished."""
+    from collections import deque
+
+    from specscope.serve.scheduler import RequestState
+    from specscope.serve.step_thread import StepLoop
+
+    kv = KVCache.for_model(
+        lm.config, pool_tokens=8192, page_size=16, dtype=lm.dtype, device=lm.device
+    )
+    opts = EngineOptions(device=lm.device.type, max_batch=len(prompts), overlap=overlap)
+    be = assemble(lm, kv, opts)
+    finished = {"n": 0}
+    finish = be.finish_locked
+
+    def counted(launched):
+        finished["n"] += 1
+        return finish(launched)
+
+    be.finish_locked = counted
+    states = [
+        RequestState(f"r{i}", p, SamplingParams(max_tokens=max_tokens - 5 * i, ignore_eos=True))
+        for i, p in enumerate(prompts)
+    ]
+    waiting = deque(states[:-2])
+    loop = StepLoop(be, waiting, max_batch=len(prompts))
+    out: dict[str, list[int]] = {s.request_id: [] for s in states}
+    for passes in range(8 * max_tokens):
+        if passes == 3:
+            waiting.extend(states[-2:])
+        if passes > 3 and not loop.busy:
+            break
+        report = loop.run_pass()
+        assert report.error is None, report.error
+        for o in report.batch.outputs if report.batch else []:
+            out[o.request_id] += o.tokens
+    assert kv.free_pages == kv.num_pages, "pages leaked"
+    return [out[s.request_id] for s in states], finished["n"]
+
+
+def overlap_check(lm, prompts, max_tokens) -> bool:
+    """Check 4: overlapped steps against synchronous ones, the same schedule."""
+    want, _ = decode_stepped(lm, prompts, max_tokens, overlap=False)
+    got, overlapped = decode_stepped(lm, prompts, max_tokens, overlap=True)
+    same = sum(a == b for g, w in zip(got, want, strict=True) for a, b in zip(g, w, strict=False))
+    lengths = [len(g) for g in got] == [len(w) for w in want]
+    exact = got == want
+    total = sum(len(w) for w in want)
+    print(
+        f"overlap vs synchronous    plain greedy     : identical {exact}, {same}/{total} "
+        f"tokens, lengths equal {lengths}, overlapped steps {overlapped}",
+        flush=True,
+    )
+    return (exact or lm.dtype != torch.float32) and lengths and overlapped > 0
+
+
 def fast_vs_eager(lm) -> bool:
     """Same KV state, same new tokens: the graph runner's logits against the eager runner's."""
     kv = KVCache.for_model(
@@ -160,7 +222,35 @@ def fast_vs_eager(lm) -> bool:
         print(
             f"fast vs eager, {name}: max |diff| {diff:.2e} (logit scale {scale:.1f}), argmax equal: {agree}"
         )
-    return ok
+    for i in range(3):
+        be.release(f"r{i}")
+    return prefill_vs_eager(lm, kv, be.runner, eager, prompts[:2]) and ok
+
+
+def prefill_vs_eager(lm, kv, fast, eager, prompts) -> bool:
+    """Fresh prompts of different lengths in one forward: the K/V the fast path's prefill
+    (engine/cuda/prefill.py: the compiled token-wise functions, causal SDPA) writes against
+    the eager forward's, every layer."""
+    seqs = {path: [kv.admit(f"{path}{i}", 256) for i in range(len(prompts))] for path in "fe"}
+    for path, runner in (("f", fast), ("e", eager)):
+        work = [Work(s, p) for s, p in zip(seqs[path], prompts, strict=True)]
+        runner.forward(work, False)
+        for w in work:
+            kv.commit(w.seq, len(w.tokens))
+    diff = scale = 0.0
+    for f, e in zip(seqs["f"], seqs["e"], strict=True):
+        rows_f, rows_e = kv.context_slots(f), kv.context_slots(e)
+        for pool in (kv.k, kv.v):
+            for layer in pool:
+                want = layer[rows_e].float()
+                diff = max(diff, (layer[rows_f].float() - want).abs().max().item())
+                scale = max(scale, want.abs().max().item())
+    for path in "fe":
+        for i in range(len(prompts)):
+            kv.release(f"{path}{i}")
+    tol = 1e-3 if lm.dtype == torch.float32 else 0.1
+    print(f"fast vs eager, prefill K/V: max |diff| {diff:.2e} (scale {scale:.2e})")
+    return diff <= tol * scale
 
 
 def main() -> None:
@@ -201,6 +291,8 @@ def main() -> None:
             print(line, flush=True)
             if dtype == torch.float32 and not exact:
                 failed = True
+        if not overlap_check(lm, prompts_for(lm.config.vocab_size, 6), args.max_tokens):
+            failed = True
     print("FAILED" if failed else "all fp32 checks passed")
     sys.exit(1 if failed else 0)
 

@@ -12,6 +12,7 @@ the step work after it, the time between steps). No thresholds: the ratios are t
 
     python bench/serve_throughput.py --device cpu --concurrency 1,4 [--gguf PATH]
     python3 bench/serve_throughput.py --device cuda --concurrency 1,16,64,256 --workers 4
+        [--overlap both]   (served with overlapped steps, then without, same anchor)
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ def engine_alone(args, levels: list[int], work: Path) -> dict[int, float]:
     return {r["batch"]: r["engine_step_ms"] / 1e3 for r in rows}
 
 
-def start_server(args, port: int, log: Path) -> subprocess.Popen:
+def start_server(args, port: int, log: Path, extra: list[str]) -> subprocess.Popen:
     """`specscope serve --backend engine` on loopback; returns once /v1/models answers."""
     cmd = [sys.executable, "-m", "specscope.cli", "serve", "--backend", "engine"]
     cmd += ["--device", args.device, "--drafter", args.drafter, "--port", str(port)]
-    cmd += ["--max-batch", str(max(256, args.max_level))]
+    cmd += ["--max-batch", str(max(256, args.max_level)), *extra]
     if args.gguf:
         cmd += ["--model", args.gguf]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -99,34 +100,19 @@ def row(c: int, result: dict, engine_s: float | None) -> str:
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--concurrency", default=None, help="comma list (cpu 1,4; cuda 1,16,64,256)")
-    ap.add_argument("--drafter", default="none", choices=["none", "ngram"])
-    ap.add_argument("--workers", type=int, default=1, help="probe client processes")
-    ap.add_argument("--gguf", default=None, help="weights (default: the packaged SmolLM2)")
-    ap.add_argument("--random-weights", action="store_true", help="refused: serve has none")
-    ap.add_argument(
-        "--threads", type=int, default=None, help="torch threads, both sides (cpu default 1)"
-    )
-    ap.add_argument("--port", type=int, default=30123)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--max-tokens", type=int, default=OUTPUT)
-    args = ap.parse_args()
-    cuda = args.device == "cuda"
-    levels = [int(x) for x in (args.concurrency or ("1,16,64,256" if cuda else "1,4")).split(",")]
-    args.max_level = max(levels)
-    threads = args.threads or (None if cuda else 1)
-    if threads:  # a shared CPU: more torch threads than free cores spin (10x slower steps)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-    if args.random_weights:
-        raise SystemExit("serve loads real weights only: pass --gguf PATH or nothing (SmolLM2)")
-    work = Path(tempfile.mkdtemp(prefix="serve_throughput_"))
-    anchor = engine_alone(args, levels, work)
-    proc = start_server(args, args.port, work / "serve.log")
+# --overlap: serve's own default (on with --device cuda), or both settings one after the
+# other against the same anchor (the overlap's effect measured in one run)
+VARIANTS = {
+    "default": [("", [])],
+    "on": [("", ["--overlap"])],
+    "off": [("", ["--no-overlap"])],
+    "both": [("overlap", ["--overlap"]), ("no_overlap", ["--no-overlap"])],
+}
+
+
+def serve_levels(args, levels: list[int], anchor: dict, work: Path, extra: list[str]) -> None:
+    """One server, probed at each level: the table, then the server's account per level."""
+    proc = start_server(args, args.port, work / "serve.log", extra)
     url = f"http://127.0.0.1:{args.port}"
     try:
         probe(url, min(8, args.max_level), 1, 16, 1)  # warm-up outside the figures
@@ -146,6 +132,47 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--concurrency", default=None, help="comma list (cpu 1,4; cuda 1,16,64,256)")
+    ap.add_argument("--drafter", default="none", choices=["none", "ngram"])
+    ap.add_argument("--workers", type=int, default=1, help="probe client processes")
+    ap.add_argument("--gguf", default=None, help="weights (default: the packaged SmolLM2)")
+    ap.add_argument("--random-weights", action="store_true", help="refused: serve has none")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch threads, both sides (cpu default 1)"
+    )
+    ap.add_argument("--port", type=int, default=30123)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=OUTPUT)
+    ap.add_argument(
+        "--overlap",
+        default="default",
+        choices=list(VARIANTS),
+        help="serve's --overlap: its default, on, off, or both one after the other",
+    )
+    args = ap.parse_args()
+    cuda = args.device == "cuda"
+    levels = [int(x) for x in (args.concurrency or ("1,16,64,256" if cuda else "1,4")).split(",")]
+    args.max_level = max(levels)
+    threads = args.threads or (None if cuda else 1)
+    if threads:  # a shared CPU: more torch threads than free cores spin (10x slower steps)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    if args.random_weights:
+        raise SystemExit("serve loads real weights only: pass --gguf PATH or nothing (SmolLM2)")
+    work = Path(tempfile.mkdtemp(prefix="serve_throughput_"))
+    anchor = engine_alone(args, levels, work)
+    for name, extra in VARIANTS[args.overlap]:
+        if name:
+            print(f"== served with {' '.join(extra)}", flush=True)
+        folder = work / name if name else work
+        folder.mkdir(exist_ok=True)
+        serve_levels(args, levels, anchor, folder, extra)
     print(f"files: {work}")
 
 

@@ -1,6 +1,6 @@
 """Streams stay whole under load (issue #38): 64 concurrent streamed /generate requests against
 the served engine (real SmolLM2 weights on CPU, short outputs), stepped by serve's step thread,
-then by the engine's own process.
+then by the engine's own process with its steps overlapped.
 
 Each stream's text must be the detokenization of that request's own final token ids (the
 server's record, `output_ids` on the final chunk): nothing lost, duplicated or reordered, and
@@ -82,11 +82,14 @@ def test_streams_match_the_servers_token_record(served):
 @pytest.mark.timeout(900)
 def test_streams_match_through_the_engine_process():
     """The same 64 streams with the engine in a process of its own (what `specscope serve
-    --backend engine` runs): one report per step crosses the pipe, the text is rendered here."""
-    engine = EngineProcess(functools.partial(build_served_backend, **ENGINE))
+    --backend engine` runs): one report per step crosses the pipe, the text is rendered here.
+    Its steps overlap (engine/overlap.py), as they do by default on CUDA: each report then
+    carries the step before the one just launched."""
+    engine = EngineProcess(functools.partial(build_served_backend, **ENGINE, overlap=True))
     opts = ServeOptions(log_to_stderr=False, max_batch=CONCURRENCY)
     handle = run_server(engine, opts, "127.0.0.1", 0)
     try:
+        assert engine.info.extra["overlap"] is True  # the child's steps overlap
         results = asyncio.run(asyncio.wait_for(_all(handle.url), 600))
         assert handle.app.state.ctx.scheduler.running == {}
     finally:

@@ -141,6 +141,14 @@ def serve(
     budget: Annotated[int | None, typer.Option(help="Engine: tree node budget")] = None,
     draft_window: Annotated[int | None, typer.Option(help="Engine: drafter context window")] = None,
     tree_kv: Annotated[str | None, typer.Option(help="Engine: compact | inplace")] = None,
+    overlap: Annotated[
+        bool | None,
+        typer.Option(
+            "--overlap/--no-overlap",
+            help="Engine: overlap each plain decode step with the host's work on the step "
+            "before (default: on with --device cuda)",
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (twin: overrides scenario)")] = None,
     fault: Annotated[list[str] | None, typer.Option(help=FAULTS_HELP)] = None,
     switch_to: Annotated[
@@ -182,6 +190,7 @@ def serve(
             "budget": budget,
             "draft_window": draft_window,
             "tree_kv": tree_kv,
+            "overlap": overlap,
             "seed": seed,
             "faults": engine_faults or None,
         }

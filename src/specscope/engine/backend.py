@@ -30,6 +30,7 @@ from dataclasses import replace
 from specscope.backend import BackendError, BackendInfo, BatchStep, SamplingParams, StepOutput
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel
+from specscope.engine.overlap import Launched, feed_tokens, to_host
 from specscope.engine.request import Request
 from specscope.engine.runner import EagerRunner, Runner, Work, extend
 from specscope.engine.sampling import make_generator
@@ -68,9 +69,13 @@ class EngineBackend(CodecText):
         runner: Runner | None = None,
         max_batch: int = 8,
         seed: int | None = None,
+        overlap: bool = False,
     ):
         self.lm, self.codec, self.kv = loaded, loaded.codec, kv
         self.stepper: Stepper = stepper or PlainStepper()
+        # Overlapped steps (engine/overlap.py) for a step loop that drives launch / finish:
+        # plain decoding only (a drafter drafts from committed tokens on the host).
+        self.overlap = overlap and isinstance(self.stepper, PlainStepper)
         self.runner: Runner = runner or EagerRunner(loaded.model, kv)
         self.max_batch = max_batch
         self.seed = seed
@@ -93,6 +98,7 @@ class EngineBackend(CodecText):
                 "device": str(loaded.device),
                 "dtype": str(loaded.dtype).removeprefix("torch."),
                 "fast_path": type(self.runner).__name__,
+                "overlap": self.overlap,
                 **(spec.extra if spec else {}),
             },
         )
@@ -126,6 +132,14 @@ class EngineBackend(CodecText):
     def step_locked(self, request_ids: list[str]) -> BatchStep:
         """`step` for a caller on its own thread (serve's step thread)."""
         return self._locked(self.step_sync, request_ids)
+
+    def launch_locked(self, request_ids: list[str], previous: Launched | None) -> Launched | None:
+        """`launch_sync` for the step loop's thread."""
+        return self._locked(self.launch_sync, request_ids, previous)
+
+    def finish_locked(self, launched: Launched) -> BatchStep:
+        """`finish_sync` for the step loop's thread."""
+        return self._locked(self.finish_sync, launched)
 
     def release(self, request_id: str) -> None:
         # Never block the event loop behind a running step: defer to the end of that step.
@@ -233,12 +247,60 @@ class EngineBackend(CodecText):
         consecutive positions); returns the logits (`runner.Logits`) or None."""
         return extend(self.runner, [Work(req.seq, tokens) for req, tokens in work], compute_logits)
 
-    def step_sync(self, request_ids: list[str]) -> BatchStep:
-        t0 = time.perf_counter()
+    def _running(self, request_ids: list[str]) -> list[Request]:
         missing = [r for r in request_ids if r not in self.requests]
         if missing:
             raise BackendError(f"unknown or released request(s): {missing}", 404)
-        reqs = [self.requests[r] for r in request_ids]
+        return [self.requests[r] for r in request_ids]
+
+    def launch_sync(self, request_ids: list[str], previous: Launched | None) -> Launched | None:
+        """Start a plain greedy decode step over these requests without waiting for it
+        (engine/overlap.py); those in `previous`, the step still in flight, feed its argmax
+        from the device. None when this batch cannot overlap (overlap off, or a request that
+        samples): step it with `step_sync` once `previous` is finished. A request is left out
+        once its limit is reached counting the token in flight; one that ended on EOS or a
+        stop string in `previous` is in this step too, and `finish_sync` drops its token."""
+        t0 = time.perf_counter()
+        reqs = self._running(request_ids)
+        if not self.overlap or any(r.params.temperature > 0 for r in reqs):
+            return None
+        in_flight = previous.in_flight() if previous is not None else {}
+        live = [
+            r for r in reqs if not r.finished and r.room(self.max_context) > (id(r) in in_flight)
+        ]
+        if not live:
+            return Launched([], None, None, None, time.perf_counter() - t0)
+        host_tokens, on_device = feed_tokens(live, previous, self.kv.device)
+        work = [Work(r.seq, [tok]) for r, tok in zip(live, host_tokens, strict=True)]
+        _, logits = self.runner.forward(work, True, on_device)
+        assert logits is not None
+        for w in work:
+            self.kv.commit(w.seq, 1)
+        tokens_device = logits.argmax_device()[:, 0].clone()
+        tokens_host, ready = to_host(tokens_device)
+        return Launched(live, tokens_device, tokens_host, ready, time.perf_counter() - t0)
+
+    def finish_sync(self, launched: Launched) -> BatchStep:
+        """Wait for a launched step's tokens and commit them as `step_sync` would; requests
+        released since, or finished in the step before, get nothing (their token is dropped).
+        `step_s`: the host's time in this step's launch and here, the wait included."""
+        t0 = time.perf_counter()
+        if launched.ready is not None:
+            launched.ready.synchronize()
+        tokens = [] if launched.tokens_host is None else launched.tokens_host.tolist()
+        t1 = time.perf_counter()
+        outputs = [
+            self.accept_tokens(r, [tok])
+            for r, tok in zip(launched.requests, tokens, strict=True)
+            if self.requests.get(r.request_id) is r and not r.finished
+        ]
+        t2 = time.perf_counter()
+        timing = {"verify": launched.launch_s + t1 - t0, "commit": t2 - t1}
+        return BatchStep(outputs=outputs, step_s=launched.launch_s + t2 - t0, timing=timing)
+
+    def step_sync(self, request_ids: list[str]) -> BatchStep:
+        t0 = time.perf_counter()
+        reqs = self._running(request_ids)
         live = [r for r in reqs if not r.finished]
         result = self.stepper.step(self.runner, live, self.max_context) if live else None
         outputs = []

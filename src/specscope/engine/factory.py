@@ -98,6 +98,7 @@ def assemble(
         runner=runner or EagerRunner(loaded.model, kv),
         max_batch=opts.max_batch,
         seed=opts.seed,
+        overlap=opts.overlap if opts.overlap is not None else loaded.device.type == "cuda",
     )
     backend.info.extra.update(graph_statement(runner, opts))
     return backend

@@ -73,8 +73,10 @@ class EagerAbove:
     def _runner(self, work: Sequence[Work]) -> Runner:
         return self.eager if len(work) > self.max_graph_batch else self.fast
 
-    def forward(self, work: Sequence[Work], want_logits: bool = True) -> Any:
-        return self._runner(work).forward(work, want_logits)
+    def forward(
+        self, work: Sequence[Work], want_logits: bool = True, tokens_on_device: Any = None
+    ) -> Any:
+        return self._runner(work).forward(work, want_logits, tokens_on_device)
 
     def forward_hidden(
         self, work: Sequence[Work], taps: tuple[int, ...], want_logits: bool = True

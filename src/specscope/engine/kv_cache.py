@@ -311,8 +311,12 @@ class KVCache:
                 raise ValueError(
                     f"request outgrew the device block table ({table.max_pages} pages)"
                 )
-            idx = torch.tensor([rows, cols], dtype=torch.long).to(self.device, non_blocking=True)
-            table.table[idx[0], idx[1]] = torch.tensor(vals, dtype=torch.int32).to(self.device)
+            # One non-blocking copy from pinned memory: a blocking one waits for the device to
+            # finish every step queued before it (an overlapped step's, engine/overlap.py).
+            cuda = self.device.type == "cuda"
+            host = torch.tensor([rows, cols, vals], dtype=torch.long, pin_memory=cuda)
+            new = host.to(self.device, non_blocking=cuda)
+            table.table[new[0], new[1]] = new[2].to(torch.int32)
 
 
 class DeviceBlockTable:

@@ -238,7 +238,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> tor
     return x * cos + swapped * sin_signed
 
 
-def _sdpa_backends(device: torch.device):
+def sdpa_backends(device: torch.device):
     """On CUDA, SDPA without cuDNN: cuDNN builds an execution plan for every new KV length
     (~40 ms each on an H200), and prefill chunks and eager decode change the length every call."""
     if device.type != "cuda":
@@ -349,7 +349,7 @@ class Transformer(nn.Module):
         rope = self._rope(batch.positions, x.dtype)
         bias = _attention_bias(batch.attn_mask, x.dtype)
         tapped: dict[int, torch.Tensor] = {}
-        with _sdpa_backends(x.device):
+        with sdpa_backends(x.device):
             for i, layer in enumerate(self.layers):
                 x = layer(x, rope, batch, bias, kv.k[i], kv.v[i])
                 if i in taps:

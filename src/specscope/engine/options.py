@@ -78,6 +78,10 @@ class EngineOptions:
     speculation: SpeculationOptions | None = None
     # the `graph-off-above=B` fault (engine/faults.py): batches above B leave the CUDA graphs
     graph_off_above: int | None = None
+    # plain greedy decode steps overlapped with the host's work on the step before
+    # (engine/overlap.py). None: on where the device runs the step asynchronously (CUDA);
+    # on the CPU a forward is the host's own work, so there is nothing to overlap.
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

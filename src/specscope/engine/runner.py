@@ -50,10 +50,16 @@ class Logits:
         self._argmax_dev = argmax
         self._argmax: list[list[int]] | None = None
 
+    def argmax_device(self) -> torch.Tensor:
+        """The argmax rows [B, Q] on the device, nothing read back (an overlapped step feeds
+        them to the next forward before the host has seen them)."""
+        if self._argmax_dev is None:
+            self._argmax_dev = self.tensor.argmax(dim=-1)
+        return self._argmax_dev
+
     def argmax(self) -> list[list[int]]:
         if self._argmax is None:
-            dev = self._argmax_dev if self._argmax_dev is not None else self.tensor.argmax(dim=-1)
-            rows = dev.tolist()  # the step's one device->host synchronisation
+            rows = self.argmax_device().tolist()  # the step's one device->host synchronisation
             self._argmax = [row[:q] for row, q in zip(rows, self.num_new, strict=False)]
         return self._argmax
 
@@ -63,9 +69,15 @@ class Runner(Protocol):
     device: torch.device
 
     def forward(
-        self, work: Sequence[Work], want_logits: bool = True
+        self,
+        work: Sequence[Work],
+        want_logits: bool = True,
+        tokens_on_device: torch.Tensor | None = None,
     ) -> tuple[list[list[int]], Logits | None]:
-        """Write the new tokens' K/V into new rows and return (their slots per request, logits)."""
+        """Write the new tokens' K/V into new rows and return (their slots per request, logits).
+        `tokens_on_device` (long [B], one token per request): the tokens this forward feeds,
+        already on the device (an overlapped decode step: the previous step's argmax); the
+        work's own tokens are then placeholders."""
         ...
 
     def forward_hidden(
@@ -92,13 +104,20 @@ class EagerRunner:
         self.device = kv.device
 
     def forward(
-        self, work: Sequence[Work], want_logits: bool = True
+        self,
+        work: Sequence[Work],
+        want_logits: bool = True,
+        tokens_on_device: torch.Tensor | None = None,
     ) -> tuple[list[list[int]], Logits | None]:
-        slots, logits, _ = self.forward_hidden(work, (), want_logits)
+        slots, logits, _ = self.forward_hidden(work, (), want_logits, tokens_on_device)
         return slots, logits
 
     def forward_hidden(
-        self, work: Sequence[Work], taps: tuple[int, ...], want_logits: bool = True
+        self,
+        work: Sequence[Work],
+        taps: tuple[int, ...],
+        want_logits: bool = True,
+        tokens_on_device: torch.Tensor | None = None,
     ) -> tuple[list[list[int]], Logits | None, list[torch.Tensor]]:
         """`forward`, plus each request's tapped hidden states [q_r, len(taps) * hidden]
         (`Transformer.forward_taps`)."""
@@ -109,6 +128,8 @@ class EagerRunner:
             slots.append(s)
             items.append(NewTokens(w.tokens, w.resolved_positions(), s, context, w.mask))
         batch = ForwardBatch.pack(items, self.device, self.kv.pad_slot)
+        if tokens_on_device is not None:
+            batch.token_ids[:, 0].copy_(tokens_on_device)  # one token per request (decode)
         out, hidden = self.model.forward_taps(batch, self.kv, taps, compute_logits=want_logits)
         rows = [] if hidden is None else [hidden[r, :q] for r, q in enumerate(batch.num_new)]
         return slots, (None if out is None else Logits(out, batch.num_new)), rows

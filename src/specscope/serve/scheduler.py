@@ -308,10 +308,10 @@ class Scheduler:
                     self._fail(state, f"internal error: {report.error.split(':')[0]}", 500)
         self.metrics.num_queue_reqs.set(self.queued)
         self.metrics.num_running_reqs.set(len(self.running))
+        self.metrics.step_prefill.inc(report.prefill_s)  # also in a pass with no step out
         batch = report.batch
         if batch is not None:
             self.metrics.step_between.inc(report.between_s)
-            self.metrics.step_prefill.inc(report.prefill_s)
             self.metrics.step_engine.inc(batch.step_s)
             self.metrics.step_wait.inc(report.wait_s)
             self.metrics.step_post.inc(report.post_s)

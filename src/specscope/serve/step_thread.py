@@ -14,6 +14,12 @@ A server's host faults (faults.py) are output processing in this loop: `run_step
 each request's after the step and before the hand-off, on the step's path as in a scheduler that
 renders its requests' text itself.
 
+Where the backend offers it (the engine's plain greedy decoding on CUDA, engine/overlap.py), a
+pass launches the next step before it finishes the one in flight, so the host's per-request
+work on step n runs while the device computes step n + 1 (SGLang's overlap scheduler); each
+report then carries the step before the one just launched. A host fault turns it off (its work
+is what the next step must wait for).
+
 Whoever runs the loop owns the requests it steps (`active`); the event loop never releases them
 itself, it marks them cancelled and the loop frees them at its next step boundary. Counters and
 events stay on the event loop, as in the async path (`Scheduler`), so that /metrics, logs and
@@ -61,6 +67,19 @@ class ThreadSteppable(Protocol):
     def step_locked(self, request_ids: list[str]) -> BatchStep: ...
 
     def release(self, request_id: str) -> None: ...
+
+
+@runtime_checkable
+class Overlapping(Protocol):
+    """A backend whose plain decode steps can overlap (engine/overlap.py): `launch_locked`
+    starts a step without waiting for it, `finish_locked` commits a launched one. `overlap`
+    False: it steps synchronously only."""
+
+    overlap: bool
+
+    def launch_locked(self, request_ids: list[str], previous: Any) -> Any: ...
+
+    def finish_locked(self, launched: Any) -> BatchStep: ...
 
 
 @dataclass
@@ -132,6 +151,11 @@ class StepLoop:
         self.max_batch = max_batch
         self.active: dict[str, RequestState] = {}
         self._step_ended: float | None = None
+        # Overlapped steps where the backend offers them, except under a host fault: its
+        # output processing models work the next step waits for (docs/faults.md), and an
+        # overlap would hide what costs less than the device's step.
+        self.overlap = not step_work and isinstance(backend, Overlapping) and bool(backend.overlap)
+        self._in_flight: Any = None  # the overlapped step launched and not yet finished
 
     @property
     def busy(self) -> bool:
@@ -156,6 +180,7 @@ class StepLoop:
         for rid in list(self.active):
             self.backend.release(rid)
         self.active.clear()
+        self._in_flight = None
 
     def _reap(self, report: StepReport) -> None:
         for rid, state in list(self.active.items()):
@@ -215,9 +240,9 @@ class StepLoop:
         if self._step_ended is not None:
             report.between_s = max(0.0, t0 - self._step_ended - report.prefill_s)
         try:
-            batch = self.backend.step_locked(ids)
+            batch = self._advance(ids) if self.overlap else self.backend.step_locked(ids)
             t1 = time.perf_counter()
-            if self.step_work:  # without a fault, no per-request pass on the step's path
+            if self.step_work and batch is not None:  # without a fault, no per-request pass
                 run_step_work(batch, self.active)
         except Exception as exc:  # a backend bug fails its requests, never the server
             report.error = f"{type(exc).__name__}: {exc}"
@@ -226,6 +251,10 @@ class StepLoop:
                 self.backend.release(rid)
             self.active.clear()
             self._step_ended = None
+            self._in_flight = None
+            return
+        if batch is None:  # the first overlapped step is launched: nothing to hand over yet
+            self._step_ended = time.perf_counter()
             return
         report.batch = batch
         report.wait_s = max(0.0, t1 - t0 - batch.step_s)
@@ -233,8 +262,24 @@ class StepLoop:
             if out.finished and out.request_id in self.active:
                 del self.active[out.request_id]
                 self.backend.release(out.request_id)
+        if not self.active:
+            self._in_flight = None  # what it holds was freed: its tokens are nobody's
         self._step_ended = time.perf_counter()
         report.post_s = self._step_ended - t1
+
+    def _advance(self, ids: list[str]) -> BatchStep | None:
+        """An overlapped pass: launch the next step, then finish the one in flight (its
+        outputs are this pass's batch; None after the first launch). A batch that cannot
+        overlap (a request that samples) first finishes the step in flight, and is stepped
+        synchronously from the next pass on; so is one where nothing could be launched."""
+        launched = self.backend.launch_locked(ids, self._in_flight)
+        previous = self._in_flight
+        self._in_flight = launched if launched is not None and launched.requests else None
+        if previous is not None:
+            return self.backend.finish_locked(previous)
+        if self._in_flight is None:
+            return self.backend.step_locked(ids)
+        return None
 
 
 class StepThread:

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from specscope.engine.cuda.paged_attention import (
     causal_bits,
@@ -36,6 +35,8 @@ from specscope.engine.cuda.paged_attention import (
     num_splits_for,
     paged_attention,
 )
+from specscope.engine.cuda.prefill import is_fresh, pack_fresh, prefill_fresh
+from specscope.engine.cuda.tokenwise import TokenwiseLayers
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
 from specscope.engine.runner import EagerRunner, Logits, Work
@@ -44,7 +45,6 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 MAX_GRAPH_NODES = (
     63  # tokens per request in one captured forward (verify budget + root): one int64 mask word
 )
-_COMPILED: dict[tuple, tuple] = {}
 
 
 def buckets_up_to(max_batch: int) -> list[int]:
@@ -80,108 +80,6 @@ class PackedInputs:
         )
 
 
-def _tokenwise_functions(h: int, kvh: int, d: int, eps: float, gemv: bool) -> tuple:
-    """(first, middle, last): the token-wise parts of a step for one architecture shape, as
-    functions of (activations, weights), so one compiled set serves every layer.
-    first: embedding, RoPE angles, layer 0's norm + QKV; middle: a layer's output projection and
-    MLP, then the next layer's norm + QKV; last: the final layer's rest, norm, LM head, argmax."""
-
-    def rms(x, w):
-        hx = x.float()
-        hx = hx * torch.rsqrt(hx.pow(2).mean(-1, keepdim=True) + eps)
-        return w * hx.to(x.dtype)
-
-    def linear(a, w):
-        # One token (batch-1 decode): a multiply-reduce that Inductor fuses with the norm /
-        # activation feeding it, instead of a cuBLAS launch whose fixed latency dominates at
-        # M = 1. Several tokens: the matrix product (tensor cores, weights read once).
-        if gemv and a.shape[0] == 1:
-            return (a[:, None, :].float() * w[None].float()).sum(-1).to(a.dtype)
-        return a @ w.t()
-
-    def rot(x, cos, sin):
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-    def qkv(x, ln, wqkv, cos, sin):
-        # One RoPE pass over q and k together; q, k, v leave as views (the attention
-        # kernel takes token strides), so no copy kernels.
-        t = x.shape[0]
-        y = linear(rms(x, ln), wqkv)
-        qk = rot(y[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
-        return qk[:, :h], qk[:, h:], y[:, (h + kvh) * d :].view(t, kvh, d)
-
-    def first(tokens, positions, embed, inv_freq, ln, wqkv):
-        x = F.embedding(tokens, embed)
-        ang = positions.to(torch.float32)[:, None] * inv_freq
-        ang = torch.cat([ang, ang], dim=-1)[:, None, :]
-        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-        q, k, v = qkv(x, ln, wqkv, cos, sin)
-        return x, cos, sin, q, k, v
-
-    def mlp_block(x, o, wo, ln2, wgu, wd):
-        x = x + linear(o.reshape(x.shape[0], -1), wo)
-        g, u = linear(rms(x, ln2), wgu).chunk(2, dim=-1)
-        return x + linear(F.silu(g) * u, wd)
-
-    def middle(x, o, wo, ln2, wgu, wd, ln_next, wqkv_next, cos, sin):
-        x = mlp_block(x, o, wo, ln2, wgu, wd)
-        q, k, v = qkv(x, ln_next, wqkv_next, cos, sin)
-        return x, q, k, v
-
-    def last(x, o, wo, ln2, wgu, wd, norm, head):
-        x = mlp_block(x, o, wo, ln2, wgu, wd)
-        logits = linear(rms(x, norm), head).float()
-        return logits, logits.argmax(dim=-1)
-
-    return first, middle, last
-
-
-class _TokenwiseLayers:
-    """The per-token parts of the model as functions of (activations, weights): compiled once,
-    reused by every layer. Arithmetic follows model.py (RMSNorm in float32, scale in the model
-    dtype; rotate-half RoPE)."""
-
-    @torch.no_grad()
-    def __init__(self, model: Transformer, compile: bool, gemv: bool = True):
-        cfg = model.cfg
-        self.h, self.kvh, self.d, eps = (
-            cfg.num_heads,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-            cfg.rms_norm_eps,
-        )
-        h, kvh, d = self.h, self.kvh, self.d
-        self.embed = model.embed_tokens.weight
-        self.inv_freq = model.inv_freq
-        self.final_norm = model.norm.weight
-        self.head = model.lm_head.weight
-        self.layers = []
-        for layer in model.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.layers.append(
-                (
-                    layer.input_layernorm.weight,
-                    torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).contiguous(),
-                    a.o_proj.weight,
-                    layer.post_attention_layernorm.weight,
-                    torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(),
-                    m.down_proj.weight,
-                )
-            )
-
-        first, middle, last = _tokenwise_functions(h, kvh, d, eps, gemv)
-        wrap = (
-            (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
-        )
-        # One compiled set per architecture shape: a second runner (another bench configuration,
-        # another KV layout) reuses the compiled code instead of compiling again.
-        key = (h, kvh, d, eps, compile, gemv)
-        if key not in _COMPILED:
-            _COMPILED[key] = (wrap(first), wrap(middle), wrap(last))
-        self.first, self.middle, self.last = _COMPILED[key]
-
-
 class CudaGraphRunner:
     """Runner (engine/runner.py) for CUDA: graphs for decode (Q = 1) and verify (Q = node budget)."""
 
@@ -213,7 +111,7 @@ class CudaGraphRunner:
             # Rows: every running request + the draft pool's own, if it shares this cache.
             kv.enable_device_table(self.buckets[-1] + 1, kv.pages_for(rows + max_nodes) + 1)
         self.table = kv.device_table.table
-        self.layers = _TokenwiseLayers(model, compile, gemv and compile)
+        self.layers = TokenwiseLayers(model, compile, gemv and compile)
         self._graphs: dict[
             tuple[int, int],
             tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor | None],
@@ -316,11 +214,18 @@ class CudaGraphRunner:
 
     # -- Runner -----------------------------------------------------------------------------
     def forward(
-        self, work: Sequence[Work], want_logits: bool = True
+        self,
+        work: Sequence[Work],
+        want_logits: bool = True,
+        tokens_on_device: torch.Tensor | None = None,
     ) -> tuple[list[list[int]], Logits | None]:
-        replayed = self._replay(work)
+        replayed = self._replay(work, tokens_on_device)
         if replayed is None:
-            return self.eager.forward(work, want_logits)
+            if not want_logits and tokens_on_device is None and is_fresh(work):
+                slots, batch = pack_fresh(work, self.kv)  # fresh prompts' prefill (prefill.py)
+                prefill_fresh(self.layers, self.kv, batch)
+                return slots, None
+            return self.eager.forward(work, want_logits, tokens_on_device)
         slots, logits, _ = replayed
         return slots, logits
 
@@ -372,9 +277,11 @@ class CudaGraphRunner:
         return slots
 
     def _replay(
-        self, work: Sequence[Work]
+        self, work: Sequence[Work], tokens_on_device: torch.Tensor | None = None
     ) -> tuple[list[list[int]], Logits, torch.Tensor | None] | None:
-        """One captured step over `work`, or None where no graph covers it (eager then)."""
+        """One captured step over `work`, or None where no graph covers it (eager then).
+        `tokens_on_device` overwrites the staged token column after the input copy, on the
+        stream, so the step reads the previous step's argmax without a host round trip."""
         q_max = max(len(w.tokens) for w in work)
         q = next((n for n in self.node_counts if n >= q_max), None)
         if q is None or len(work) > self.buckets[-1]:
@@ -393,8 +300,10 @@ class CudaGraphRunner:
         graph, logits, top, hidden = self._graph(bucket, q)
         self._inputs[q][:bucket].copy_(self._staging[q][:bucket], non_blocking=True)
         self._copied[q].record()
-        graph.replay()
         b = len(work)
+        if tokens_on_device is not None:
+            self._inputs[q][:b, lo.tokens.start].copy_(tokens_on_device)
+        graph.replay()
         return (
             slots,
             Logits(logits[:b], [len(w.tokens) for w in work], top[:b]),
