@@ -16,6 +16,19 @@ import torch.nn.functional as F
 from specscope.engine.model import Transformer
 
 _COMPILED: dict[tuple, tuple] = {}
+# Compiled variants one process may need of each function (Dynamo counts them per code object,
+# so every architecture shares the count): per dtype, one token or many, the captured step's
+# strided inputs or a prefill's contiguous ones, inference tensors or not. Dynamo's default of 8
+# was reached by bench/engine_lossless.py's fp32 then bf16 runs once prefill used these
+# functions (H200, 2026-12-05), and with fullgraph=True that is an error, not a slow path.
+RECOMPILE_LIMIT = 64
+
+
+def allow_variants() -> None:
+    """Raise Dynamo's recompile limit to RECOMPILE_LIMIT (never lower it)."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
 
 def _tokenwise_functions(h: int, kvh: int, d: int, eps: float, gemv: bool) -> tuple:
@@ -115,6 +128,8 @@ class TokenwiseLayers:
         # One compiled set per architecture shape: a second runner (another bench configuration,
         # another KV layout) reuses the compiled code instead of compiling again.
         key = (h, kvh, d, eps, compile, gemv)
+        if compile:
+            allow_variants()
         if key not in _COMPILED:
             _COMPILED[key] = (wrap(first), wrap(middle), wrap(last))
         self.first, self.middle, self.last = _COMPILED[key]
