@@ -164,12 +164,17 @@ def test_eager_above_dispatches_by_batch_size():
         return SimpleNamespace(
             kv="pool",
             device="cuda",
-            forward=lambda work, want_logits=True: (label, len(work)),
+            forward=lambda work, want_logits=True, tokens_on_device=None: (
+                label,
+                len(work),
+                tokens_on_device,
+            ),
             forward_hidden=lambda work, taps, want_logits=True: (label, len(work), taps),
             warmup=lambda: label + " warm",
         )
 
     r = EagerAbove(runner("graphs"), runner("eager"), max_graph_batch=2)
     assert [r.forward([0] * n)[0] for n in (1, 2, 3, 8)] == ["graphs", "graphs", "eager", "eager"]
+    assert r.forward([0] * 3, True, "fed") == ("eager", 3, "fed")  # an overlapped step's tokens
     assert r.forward_hidden([0] * 3, (1,)) == ("eager", 3, (1,))
     assert r.kv == "pool" and r.warmup() == "graphs warm"
