@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscope.engine.cuda.prefill import is_fresh, pack_fresh, prefill_fresh
+from specscope.engine.cuda.prefill import is_fresh, pack_fresh, prefill_fresh, warm_up
 from specscope.engine.cuda.tokenwise import TokenwiseLayers
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import TINY_CONFIG, random_model
@@ -65,3 +65,12 @@ def test_a_context_or_a_tree_mask_is_not_fresh():
     assert not is_fresh([Work(seq, [1, 2], positions=[4, 5])])
     extend(EagerRunner(model, kv), [Work(seq, [3, 4, 5])], False)
     assert not is_fresh([Work(seq, [6])])
+
+
+def test_the_warm_up_leaves_the_pool_as_it_found_it():
+    model = random_model(TINY_CONFIG, seed=5).model
+    kv = _pool(model, torch.float32)
+    warm_up(TokenwiseLayers(model, compile=False, gemv=False), kv)
+    assert kv.free_pages == kv.num_pages
+    seq = kv.admit("__prefill_warmup_0", 8)  # its names are free again
+    assert seq.context_len == 0

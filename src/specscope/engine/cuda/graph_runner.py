@@ -35,7 +35,7 @@ from specscope.engine.cuda.paged_attention import (
     num_splits_for,
     paged_attention,
 )
-from specscope.engine.cuda.prefill import is_fresh, pack_fresh, prefill_fresh
+from specscope.engine.cuda.prefill import is_fresh, pack_fresh, prefill_fresh, warm_up
 from specscope.engine.cuda.tokenwise import TokenwiseLayers
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
@@ -210,6 +210,7 @@ class CudaGraphRunner:
         for q in self.node_counts:
             for b in self.buckets:
                 self._graph(b, q)
+        warm_up(self.layers, self.kv)  # the fresh-prompt prefill's compiled variant, too
         torch.cuda.synchronize()
 
     # -- Runner -----------------------------------------------------------------------------

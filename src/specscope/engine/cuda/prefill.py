@@ -75,3 +75,17 @@ def prefill_fresh(layers, kv: KVCache, batch: ForwardBatch) -> None:
             nxt_ln, nxt_qkv = layers.layers[i + 1][0], layers.layers[i + 1][1]
             o = o.transpose(1, 2).reshape(b * q, h, d)
             x, qh, k, v = layers.middle(x, o, wo, ln2, wgu, wd, nxt_ln, nxt_qkv, cos, sin)
+
+
+def warm_up(layers, kv: KVCache) -> None:
+    """One small fresh prefill (two prompts, scratch requests released after), so that the
+    compiled functions' prefill variant is built when the server starts, not at its first
+    request (Dynamo compiles per input layout: the captured step's inputs are strided)."""
+    names = ("__prefill_warmup_0", "__prefill_warmup_1")
+    try:
+        seqs = [kv.admit(name, 32) for name in names]
+        _, batch = pack_fresh([Work(s, [1] * n) for s, n in zip(seqs, (17, 9), strict=True)], kv)
+        prefill_fresh(layers, kv, batch)
+    finally:
+        for name in names:
+            kv.release(name)
