@@ -15,7 +15,9 @@ contexts; writes go to the pool's scratch slot), and on the graph path one repla
 captured graph. Reported (medians over the steps): step ms; model ms, the time inside the
 model's forward within each step (eager path only); anchor ms; host ms = step - model time of
 the same step (eager), or step - anchor (graphs: the replay is asynchronous, so the anchor
-stands for the GPU work); host us per request; step / anchor.
+stands for the GPU work); host us per request; step / anchor; then the same requests stepped
+overlapped (engine/overlap.py: each step launched before the one in flight is finished), ms per
+step over the run, and its ratio to the anchor.
 `--profile N` runs the timed steps under cProfile and prints the N costliest functions (own time).
 
     PYTHONPATH=src .venv/bin/python bench/engine_step_python.py            # CPU, tiny model
@@ -134,6 +136,27 @@ def timed_steps(backend, ids: list[str], steps: int, graphs: bool) -> tuple[list
     return step_s, model_s
 
 
+def overlapped_steps(backend, ids: list[str], steps: int) -> list[float]:
+    """Seconds of each pass when each step is launched before the one in flight is finished
+    (engine/overlap.py, as serve's step loop drives it: launch n + 1, finish n). Once the
+    device sets the pace a pass lasts one step, so their median compares with the synchronous
+    steps' (the median, like theirs: on a shared CPU the mean carries the preemptions). The
+    step alone minus this is what the overlap can save a server."""
+    device = backend.kv.device
+    sync(device)
+    in_flight = backend.launch_sync(ids, None)
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        launched = backend.launch_sync(ids, in_flight)
+        backend.finish_sync(in_flight)
+        in_flight = launched
+        out.append(time.perf_counter() - t0)
+    backend.finish_sync(in_flight)
+    sync(device)
+    return out
+
+
 def measure(backend, batch: int, args, profiler: cProfile.Profile | None) -> dict:
     """Prefill `batch` requests, time the decode steps and the anchor; release them."""
     gen = torch.Generator().manual_seed(batch)
@@ -142,7 +165,7 @@ def measure(backend, batch: int, args, profiler: cProfile.Profile | None) -> dic
     # (equal lengths would put every page change into one step in page_size, which a median hides).
     lengths = [args.context + i % args.page_size for i in range(batch)]
     prompts = [torch.randint(1, vocab, (n,), generator=gen).tolist() for n in lengths]
-    params = SamplingParams(max_tokens=args.warmup + args.steps + 2, ignore_eos=True)
+    params = SamplingParams(max_tokens=args.warmup + 2 * args.steps + 4, ignore_eos=True)
     ids = [f"b{batch}-r{i}" for i in range(batch)]
     backend.prefill_many_sync([(rid, p, params) for rid, p in zip(ids, prompts, strict=True)])
     for _ in range(args.warmup):
@@ -156,6 +179,7 @@ def measure(backend, batch: int, args, profiler: cProfile.Profile | None) -> dic
     anchor_fn = graph_anchor(backend, batch) if graphs else eager_anchor(backend, ids)
     with torch.inference_mode():
         anchor = timed(anchor_fn, backend.kv.device, args.steps)
+    overlapped = statistics.median(overlapped_steps(backend, ids, args.steps))
     for rid in ids:
         backend.release(rid)
     step_ms, anchor_ms = statistics.median(steps) * 1e3, statistics.median(anchor) * 1e3
@@ -170,6 +194,8 @@ def measure(backend, batch: int, args, profiler: cProfile.Profile | None) -> dic
         "host_ms": host_ms,
         "host_us_per_request": host_ms * 1e3 / batch,
         "step_over_anchor": step_ms / anchor_ms,
+        "overlapped_step_ms": overlapped * 1e3,
+        "overlapped_over_anchor": overlapped * 1e3 / anchor_ms,
     }
 
 
@@ -192,6 +218,7 @@ def build(args):
         max_batch=max(args.batch_list),
         cuda_graphs=not args.eager,
         torch_compile=not args.no_compile,
+        overlap=True,  # for the overlapped column; step_sync is unchanged by it
     )
     return assemble(lm, kv, opts)
 
@@ -233,7 +260,7 @@ def main() -> None:
     )
     print(
         f"{'batch':>5} | {'step ms':>8} {'model ms':>8} {'anchor ms':>9} {'host ms':>8} "
-        f"{'us/req':>7} | step/anchor"
+        f"{'us/req':>7} | step/anchor | {'overlap ms':>10} overlap/anchor"
     )
     rows = []
     for batch in args.batch_list:
@@ -244,7 +271,8 @@ def main() -> None:
         print(
             f"{batch:>5} | {row['step_ms']:>8.3f} {model:>8} {row['anchor_ms']:>9.3f} "
             f"{row['host_ms']:>8.3f} "
-            f"{row['host_us_per_request']:>7.1f} | {row['step_over_anchor']:.2f}",
+            f"{row['host_us_per_request']:>7.1f} | {row['step_over_anchor']:11.2f} | "
+            f"{row['overlapped_step_ms']:>10.3f} {row['overlapped_over_anchor']:.2f}",
             flush=True,
         )
         if profiler is not None:
