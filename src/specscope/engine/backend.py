@@ -270,7 +270,7 @@ class EngineBackend(CodecText):
         ]
         if not live:
             return Launched([], None, None, None, time.perf_counter() - t0)
-        host_tokens, on_device = feed_tokens(live, previous, self.kv.device)
+        host_tokens, on_device = feed_tokens(live, previous, in_flight, self.kv.device)
         work = [Work(r.seq, [tok]) for r, tok in zip(live, host_tokens, strict=True)]
         _, logits = self.runner.forward(work, True, on_device)
         assert logits is not None
