@@ -27,6 +27,10 @@ against "static", the same kernels replayed, should show 0).
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --check --random-weights --shape tiny
     python3 bench/dflash_step.py --device cuda --random-weights --check           # H200
     python3 bench/dflash_step.py --device cuda --random-weights --steps 300       # H200
+    python3 bench/dflash_step.py --device cuda --random-weights --check --draft-vocab 16384
+
+--draft-vocab N (random weights): the drafter drafts over N token ids (its LM head cut to those
+rows, engine/speculative/draft_vocab.py); the shipped drafter drafts over its own vocabulary.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +75,12 @@ def models(args: argparse.Namespace):
         cfg = dflash_model.DFlashConfig(**raw)
     else:
         cfg = dflash_model.DFlashConfig.for_target("tiny", target.config, block_size=8)
-    model = dflash_model.DFlashDraftModel(cfg)
+    model = dflash_model.DFlashDraftModel(replace(cfg, draft_vocab_size=args.draft_vocab))
     model.init_weights(seed=2, embed_std=1.0)
+    if args.draft_vocab:  # a seeded random subset: the head's cost is its row count
+        g = torch.Generator().manual_seed(3)
+        ids = torch.randperm(cfg.target_vocab_size, generator=g)[: args.draft_vocab]
+        model.draft_vocab.copy_(ids.sort().values)
     for p in model.parameters():  # as the tests do: drafts that depend visibly on the context,
         if p.dim() == 2:  # so that --check sees one wrong context row
             p.data.mul_(10)
@@ -210,6 +219,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ap.add_argument("--check", action="store_true", help="compare the paths' drafts, exit 1 if off")
+    ap.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="--random-weights: draft over N token ids (a random subset; 0 = every token); "
+        "the shipped drafter drafts over its own",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.threads > 0:

@@ -8,10 +8,12 @@ packed query stream per sequence, full fp32 logits). Rounds alternate (anchor, n
 ...) so load on a shared machine hits both alike; the ratio is the figure on a CPU, absolute
 tokens/s only on the H200. The new step is also timed with the target's features computed
 each step (one batched target forward: `--feature-cache off`, what a big corpus needs) against
-the same step with cached features.
+the same step with cached features, and with `--draft-vocab N` over a draft vocabulary of N
+tokens (train_dflash's `--draft-vocab`: the head and its CE over N rows) against the whole one.
 
     python bench/dflash_train_throughput.py                       # CPU, tiny random target
     python bench/dflash_train_throughput.py --device cuda --profile   # the GPU preset's shape
+    python bench/dflash_train_throughput.py --shape smollm2 --draft-vocab 16384   # CPU
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +58,13 @@ def _args() -> argparse.Namespace:
         "--blocks-per-row", default="16", help="comma list: the new step once per value"
     )
     ap.add_argument("--profile", action="store_true", help="then the top ops of one new step")
+    ap.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="also the new step over a draft vocabulary of N tokens (the LM head's rows cut "
+        "to N; same weights), against the whole vocabulary's",
+    )
     a = ap.parse_args()
     gpu = a.device == "cuda"
     defaults = {
@@ -97,6 +107,14 @@ def _setup(a: argparse.Namespace):
         for _ in range(4 * a.seqs)
     ]
     return target, draft, cached, [Sample(s.category, s.tokens, s.prompt_len) for s in cached]
+
+
+def _with_vocab(draft: DFlashDraftModel, size: int) -> DFlashDraftModel:
+    """A copy of `draft` (same weights) that drafts over the target's first `size` ids."""
+    restricted = DFlashDraftModel(replace(draft.config, draft_vocab_size=size))
+    ids = torch.arange(size, device=draft.fc.weight.device)
+    restricted.load_state_dict({**draft.state_dict(), "draft_vocab": ids})
+    return restricted.to(draft.fc.weight.device).train()
 
 
 def _old_step(draft, target, samples, anchors, gamma: float) -> None:
@@ -152,16 +170,23 @@ def main() -> None:
     rows = [int(m) for m in a.blocks_per_row.split(",")]
     new = [f"new batched step, {m} blocks a row (cached features)" for m in rows]
     per_step = f"new batched step, {rows[0]} blocks a row (features per step)"
-    steps = {OLD: (_old_step, cached)}
-    steps.update({name: (_new_step(m), cached) for name, m in zip(new, rows, strict=True)})
-    steps[per_step] = (_new_step(rows[0]), bare)
+    steps = {OLD: (_old_step, cached, draft, opt)}
+    steps.update(
+        {name: (_new_step(m), cached, draft, opt) for name, m in zip(new, rows, strict=True)}
+    )
+    steps[per_step] = (_new_step(rows[0]), bare, draft, opt)
+    vocab = f"new batched step, {rows[0]} blocks a row, draft vocabulary {a.draft_vocab:,}"
+    if a.draft_vocab:
+        small = _with_vocab(draft, a.draft_vocab)
+        small_opt = torch.optim.AdamW(small.parameters(), lr=1e-4, betas=(0.9, 0.95))
+        steps[vocab] = (_new_step(rows[0]), cached, small, small_opt)
     rates: dict[str, list[float]] = {k: [] for k in steps}
     peak: dict[str, float] = {}
     for r in range(a.rounds + 1):  # round 0 warms up (kernels, allocator), not counted
-        for name, (fn, samples) in steps.items():
+        for name, (fn, samples, model, optimizer) in steps.items():
             if a.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            rate = _round(fn, draft, target, samples, a, opt, seed=r)
+            rate = _round(fn, model, target, samples, a, optimizer, seed=r)
             if r:
                 rates[name].append(rate)
             if a.device == "cuda":
@@ -182,6 +207,10 @@ def main() -> None:
     print(
         f"  ratio features per step / cached ({rows[0]} a row): {med[per_step] / med[new[0]]:.2f}x"
     )
+    if a.draft_vocab:
+        print(
+            f"  ratio draft vocabulary {a.draft_vocab:,} / whole: {med[vocab] / med[new[0]]:.2f}x"
+        )
     if a.profile:
         _profile(a, draft, target, bare, opt, rows[0])
 

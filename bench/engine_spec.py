@@ -3,8 +3,8 @@
 Configurations (batch 1, greedy, each prompt decoded to --max-new-tokens):
 - engine: no speculation; n-gram chain; model chain (early-exit draft = the target's first
   --draft-layers layers, and the target drafting for itself); model tree (DDTree) at budgets
-  --budgets; with --dflash REF, the DFlash block drafter (chain of --dflash-depth drafts, and
-  DDTree at --budgets) conditioned on the target's hidden states;
+  --budgets; with --dflash REF[,REF..], the DFlash block drafter (chain of --dflash-depth
+  drafts, and DDTree at --budgets) conditioned on the target's hidden states, per drafter;
 - transformers `generate` on a LlamaForCausalLM holding OUR tensors: plain, prompt lookup
   (`prompt_lookup_num_tokens`), and assisted generation (`assistant_model` = the same
   early-exit model as a separate LlamaForCausalLM sharing the weights).
@@ -238,7 +238,10 @@ def main() -> None:
     )
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument(
-        "--dflash", default=None, help="DFlash drafter (a folder or a shipped name) to add"
+        "--dflash",
+        default=None,
+        help="DFlash drafters (folders or shipped names, comma list; rows named by each when "
+        "several, e.g. one with a draft vocabulary and one without) to add",
     )
     ap.add_argument(
         "--eager",
@@ -324,18 +327,20 @@ def main() -> None:
                 {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b},
             )
         )
-    if args.dflash is not None:
-        dflash = f"dflash:{args.dflash}"
+    refs = [r for r in (args.dflash or "").split(",") if r]
+    for ref in refs:
+        dflash = f"dflash:{ref}"
+        label = "dflash" if len(refs) == 1 else f"dflash[{ref}]"
         configs.append(
             (
-                f"engine dflash chain k={args.dflash_depth}",
+                f"engine {label} chain k={args.dflash_depth}",
                 {"drafter": dflash, "verify": "chain", "num_draft_tokens": args.dflash_depth},
             )
         )
         for b in [int(x) for x in args.budgets.split(",") if x]:
             configs.append(
                 (
-                    f"engine dflash tree d={args.dflash_depth} B={b}",
+                    f"engine {label} tree d={args.dflash_depth} B={b}",
                     {
                         "drafter": dflash,
                         "verify": "tree",

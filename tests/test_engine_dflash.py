@@ -9,6 +9,7 @@ reloads to the same drafts; bad files and mismatched targets are refused with on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -233,3 +234,68 @@ def test_sampled_dflash_speculation_is_reproducible(tiny, drafter_dir):
                 out[o.request_id].extend(o.tokens)
         runs.append(out)
     assert runs[0] == runs[1] and all(len(t) == 16 for r in runs for t in r.values())
+
+
+def _with_vocab(drafter_dir, folder, ids: list[int], dtype=torch.float32):
+    """The fixture's drafter, its weights unchanged, restricted to the draft vocabulary `ids`."""
+    model = dflash_model.load(drafter_dir)
+    cfg = dataclasses.replace(model.config, draft_vocab_size=len(ids))
+    restricted = dflash_model.DFlashDraftModel(cfg)
+    restricted.load_state_dict({**model.state_dict(), "draft_vocab": torch.tensor(ids)})
+    return dflash_model.save(restricted, folder, dtype=dtype)
+
+
+def test_a_draft_vocabulary_of_every_token_drafts_as_the_whole_head(tiny, drafter_dir, tmp_path):
+    taps = tuple(dflash_model.load(drafter_dir).config.target_layer_ids)
+    tokens = PROMPTS[0] + [9, 30, 44, 2, 71]
+    hidden = _full_taps(tiny, tokens[:-1], taps)
+    every_id = list(range(tiny.config.vocab_size))
+    every = _with_vocab(drafter_dir, tmp_path / "every", every_id)
+    # the ids survive a bf16 save as they are (int64), where the parameters are rounded
+    in_bf16 = _with_vocab(drafter_dir, tmp_path / "bf16", every_id, torch.bfloat16)
+    assert dflash_model.load(in_bf16).draft_vocab.tolist() == every_id
+    drafts = []
+    for folder in (every, drafter_dir):
+        d = DFlashDrafter(dflash_model.load(folder), tiny.model, top_k=3)
+        d.observe("a", hidden)
+        drafts.append(d.propose([DraftRequest("a", tokens, 5)])[0])
+    assert drafts[0].chain == drafts[1].chain
+    np.testing.assert_allclose(drafts[0].topk_logprobs, drafts[1].topk_logprobs, atol=1e-6)
+
+
+@pytest.mark.parametrize("path", ["ring", "static"])
+def test_a_drafter_drafts_only_from_its_vocabulary_and_stays_lossless(
+    tiny, reference, drafter_dir, tmp_path, path
+):
+    ids = list(range(0, tiny.config.vocab_size, 3))  # a third of the tokens
+    folder = _with_vocab(drafter_dir, tmp_path / "third", ids)
+    spec = {"verify": "tree", "num_draft_tokens": 5, "budget": 16}
+    backend = _backend(tiny, 16, drafter=f"dflash:{folder}", **spec)
+    d = backend.stepper.drafter
+    backend.stepper.drafter = DFlashDrafter(d.model, d.target, top_k=d.top_k, path=path)
+    proposed: list = []
+    propose = backend.stepper.drafter.propose
+    backend.stepper.drafter.propose = lambda reqs: proposed.extend(out := propose(reqs)) or out
+    tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
+    assert tokens == reference
+    drafts = [d.topk_tokens for d in proposed if d.topk_tokens is not None]
+    drafted = {int(t) for top in drafts for t in np.ravel(top)}
+    assert drafted and drafted <= set(ids)
+    # drafts from a third of the vocabulary still get accepted (where the target's token is
+    # one of them)
+    accepted = [o.accepted_drafts for s in steps for o in s.outputs if o.tokens]
+    assert max(accepted) >= 1
+
+
+def test_a_draft_vocabulary_that_is_not_sorted_distinct_ids_is_refused(drafter_dir, tmp_path):
+    folder = _with_vocab(drafter_dir, tmp_path / "bad", [4, 2, 9])
+    with pytest.raises(ValueError, match="not sorted distinct ids"):
+        dflash_model.load(folder)
+    raw = json.loads((drafter_dir / "config.json").read_text())
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "config.json").write_text(json.dumps({**raw, "draft_vocab_size": 10**6}))
+    (tmp_path / "big" / "model.safetensors").write_bytes(
+        (drafter_dir / "model.safetensors").read_bytes()
+    )
+    with pytest.raises(ValueError, match="draft_vocab_size 1000000 outside"):
+        dflash_model.load(tmp_path / "big")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from specscope.engine.training import (  # noqa: E402
     pipeline,
     prompts,
     target,
+    vocab,
 )
 
 pytestmark = pytest.mark.engine
@@ -242,13 +244,87 @@ def test_batched_step_equals_the_per_sequence_loss(tiny, per_row):
     length = batch.context_length(anchors)
     feats = dataset.step_features(tiny, tuple(cfg.target_layer_ids), samples, length)
     step = batch.pack(samples, anchors, feats, torch.device("cpu"), blocks_per_row=per_row)
-    got, acc = loss.batch_loss(draft, embed, head.weight, step, 4.0)
+    got, acc = loss.batch_loss(draft, embed, draft.draft_head(head.weight), step, 4.0)
     got.backward()
     assert float(got.detach()) == pytest.approx(ref_loss, rel=1e-5)
     assert torch.allclose(acc, torch.stack(ref_acc))
     for k, p in draft.named_parameters():
         assert torch.allclose(p.grad, ref_grads[k], rtol=1e-4, atol=1e-6), k
     assert step.label_slots(5) == sum(map(len, anchors)) * 4
+
+
+def test_a_one_token_vocabulary_scores_exactly_the_labels_that_are_that_token(tiny):
+    # Over a vocabulary of one token the softmax is certain (loss 0) and the argmax is always
+    # that token: a slot is right exactly where its label is it, and a label outside the
+    # vocabulary is a miss, never a hit of draft index 0.
+    cfg = DFlashConfig.for_target("t", tiny.config, num_layers=1, block_size=5)
+    draft = DFlashDraftModel(replace(cfg, draft_vocab_size=1))
+    draft.init_weights(0, 0.5)
+    rng = np.random.default_rng(1)
+    width = len(cfg.target_layer_ids) * tiny.config.hidden_size
+    samples = [
+        dataset.Sample("x", rng.integers(0, 6, n).tolist(), p, torch.randn(n, width))
+        for n, p in [(40, 8), (30, 6)]
+    ]
+    anchors = [loss.sample_anchors(s, 5, 10, rng) for s in samples]
+    feats = dataset.step_features(tiny, tuple(cfg.target_layer_ids), samples, 40)
+    step = batch.pack(samples, anchors, feats, torch.device("cpu"))
+    for token in (3, 50):  # one that the labels hold, one they never do
+        draft.draft_vocab.fill_(token)
+        head = draft.draft_head(tiny.model.lm_head.weight)
+        got, acc = loss.batch_loss(draft, tiny.model.embed_tokens, head, step, 4.0)
+        assert float(got.detach()) == 0.0
+        want = [
+            [np.mean([s.tokens[a + k] == token for a in anc]) for k in range(1, 5)]
+            for s, anc in zip(samples, anchors, strict=True)
+        ]
+        np.testing.assert_allclose(acc.numpy(), want)
+
+
+def test_a_draft_vocabulary_is_the_most_frequent_response_tokens(tiny, tmp_path, monkeypatch):
+    logs: list[str] = []
+    out = tmp_path / "v"
+    args = _args(out, tmp_path / "c", 0, "--draft-vocab", "9")
+    card = pipeline.run(args, tiny, PROMPTS, EVAL, logs.append)
+    responses, _ = target.generate(tiny, [p for _, p in PROMPTS], 40, batch=4)
+    counts = np.bincount(np.concatenate(responses), minlength=tiny.config.vocab_size)
+    order = sorted(range(len(counts)), key=lambda t: (-counts[t], t))[:9]
+    saved = dflash_model.load(out)
+    assert saved.config.draft_vocab_size == 9 and saved.draft_vocab.tolist() == sorted(order)
+    rec = card["draft_vocab"]
+    assert rec["size"] == 9 and rec["counted_from"] == "training responses"
+    assert rec["coverage_counted"] == pytest.approx(counts[order].sum() / counts.sum(), abs=1e-4)
+    assert 0 < rec["coverage_held_out_responses"] <= 1
+    assert "draft vocabulary: 9 tokens" in (out / "DATA_CARD.md").read_text()
+    for row in card["evaluation"].values():  # served from its vocabulary, still lossless
+        assert row["lossless_chain"] and row["lossless_tree"]
+
+    # --draft-vocab-only restricts a trained drafter from a corpus's training prompts (the
+    # tiny target has no tokenizer: its prompts' ids stand in for the text's)
+    corpus = tmp_path / "corpus.jsonl"
+    texts = {"ab": [4, 4, 4, 7], "cd": [7, 2, 4], "ef": [80, 80, 81]}
+    corpus.write_text(
+        "".join(
+            json.dumps(
+                {"id": t, "kind": "k", "source": "s", "text": t, "raw": True, "split": split}
+            )
+            + "\n"
+            for t, split in [("ab", "train"), ("cd", "train"), ("ef", "heldout-code")]
+        )
+    )
+    monkeypatch.setattr(
+        vocab, "encode_corpus", lambda _t, recs: [("k", texts[r.text]) for r in recs]
+    )
+    restrict = _args(out, tmp_path / "c", 0, "--draft-vocab", "2", "--draft-vocab-only")
+    restrict.corpus = corpus
+    before = load_file(str(out / "model.safetensors"))
+    rec = pipeline.run(restrict, tiny, PROMPTS, EVAL, logs.append)
+    assert rec["size"] == 2 and rec["coverage_counted"] == pytest.approx(6 / 7, abs=1e-4)
+    after = load_file(str(out / "model.safetensors"))
+    assert after["draft_vocab"].tolist() == [4, 7]
+    assert all(torch.equal(before[k], after[k]) for k in before if k != "draft_vocab")
+    assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 2
+    assert "--draft-vocab-only" in json.loads((out / "card.json").read_text())["notes"][-1]
 
 
 def test_batched_features_and_refilled_generation_equal_one_at_a_time(tiny):

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Issue #39 on the H200, one stage a device call (docs/dflash.md "The H200 plan"):
 #   bench/device/dflash.sh check            the drafter's graphs against the eager path
-#                                           (dflash_step --check, fp32 and bf16), its step split,
-#                                           and the trainer's tokens/s (~3 min)
+#                                           (dflash_step --check, fp32 and bf16, and with a draft
+#                                           vocabulary of 16,384), its step split with and
+#                                           without that vocabulary, and the trainer's tokens/s
+#                                           (with it too) (~4 min)
 #   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
 #                                           call stopped; stops after MIN minutes (default 7) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
@@ -75,10 +77,16 @@ case "${1:-}" in
       timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --check --dtype $dt \
         > $OUT/check_$dt.txt 2>&1; echo "check $dt rc=$?"; tail -5 $OUT/check_$dt.txt
     done
-    timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps 200 \
-      --json $OUT/dflash_step.json > $OUT/dflash_step.txt 2>&1; tail -8 $OUT/dflash_step.txt
-    timeout 200 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,1,4,64,256 \
-      --profile > $OUT/train_throughput.txt 2>&1; tail -25 $OUT/train_throughput.txt
+    timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --check \
+      --draft-vocab 16384 > $OUT/check_vocab.txt 2>&1; echo "check vocab rc=$?"
+    tail -3 $OUT/check_vocab.txt
+    for v in 0 16384; do
+      timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps 200 \
+        --draft-vocab $v --json $OUT/dflash_step_$v.json > $OUT/dflash_step_$v.txt 2>&1
+      tail -6 $OUT/dflash_step_$v.txt
+    done
+    timeout 240 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,1,4,64,256 \
+      --draft-vocab 16384 --profile > $OUT/train_throughput.txt 2>&1; tail -26 $OUT/train_throughput.txt
     ;;
   train)
     train "${2:-7}" > $OUT/train.log 2>&1

@@ -9,7 +9,8 @@ lives, and the pool hands a released store to the next request):
 - block: the inputs (anchor id, context length) sit in a static int64 device vector set by one
   host-to-device copy; the block attends the store's whole capacity under a length mask
   (`block_mask`), so the context length is data, not shape; all B-1 draft slots go through the
-  LM head (its cost is its weights, whatever the rows), log_softmax and top-k into static
+  LM head over the draft vocabulary (its cost is its weights, whatever the rows), log_softmax
+  and top-k into static
   outputs, which the drafter copies to the host (the step's one sync);
 - update: up to B newly committed rows (a verify's accepted path: at most depth + 1 <= B) are
   copied into a static [B, taps x D] buffer and projected as B rows; the first `count` (data)
@@ -40,6 +41,7 @@ from specscope.engine.model import Transformer
 from specscope.engine.speculative.dflash_block import block_mask, block_topk
 from specscope.engine.speculative.dflash_context import RingContext, project
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
+from specscope.engine.speculative.draft_vocab import DraftHead
 
 MAX_SLOTS = 8
 
@@ -64,11 +66,18 @@ class _DeviceInts:
 
 
 class DFlashGraphs:
-    def __init__(self, model: DFlashDraftModel, target: Transformer, top_k: int, capture: bool):
+    def __init__(
+        self,
+        model: DFlashDraftModel,
+        target: Transformer,
+        head: DraftHead,
+        top_k: int,
+        capture: bool,
+    ):
         dev = model.fc.weight.device
         if capture and dev.type != "cuda":
             raise ValueError("DFlash graphs: capturing needs the drafter on a CUDA device")
-        self.model, self.target, self.top_k = model, target, top_k
+        self.model, self.target, self.head, self.top_k = model, target, head, top_k
         self.block_size = model.config.block_size
         self.capturing = capture
         with torch.inference_mode():
@@ -109,7 +118,15 @@ class DFlashGraphs:
         kv = [(k[None, :c], v[None, :c]) for k, v in zip(ctx.keys, ctx.values, strict=True)]
         mask = block_mask(inp[1:2].clamp(max=c), c, self.block_size)
         top_lp, top_ids = block_topk(
-            self.model, self.target, kv, inp[0:1], inp[1:2], mask, self.block_size - 1, self.top_k
+            self.model,
+            self.target,
+            self.head,
+            kv,
+            inp[0:1],
+            inp[1:2],
+            mask,
+            self.block_size - 1,
+            self.top_k,
         )
         return top_lp[0], top_ids[0]
 

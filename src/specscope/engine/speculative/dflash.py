@@ -61,6 +61,7 @@ class DFlashDrafter:
         if path not in PATHS:
             raise ValueError(f"DFlash drafter path must be one of {PATHS}, got {path!r}")
         self.model, self.target = model, target
+        self.head = model.draft_head(target.lm_head.weight)  # gathered once: the vocabulary's rows
         self.block_size = model.config.block_size
         self.target_taps = tuple(model.config.target_layer_ids)
         self.top_k = max(1, int(top_k))
@@ -75,7 +76,9 @@ class DFlashDrafter:
             self.contexts = ContextPool(lambda slot: RingContext(model, capacity, slot))
         self.graphs: DFlashGraphs | None = None
         if path in ("graph", "static"):
-            self.graphs = DFlashGraphs(model, target, self.top_k, capture=path == "graph")
+            self.graphs = DFlashGraphs(
+                model, target, self.head, self.top_k, capture=path == "graph"
+            )
 
     @property
     def max_depth(self) -> int:
@@ -149,6 +152,7 @@ class DFlashDrafter:
         return block_topk(
             self.model,
             self.target,
+            self.head,
             ctx,
             torch.tensor(anchors, device=dev),
             torch.tensor([c.length for c in contexts], device=dev),

@@ -12,6 +12,7 @@ import torch
 from specscope.engine.model import Transformer
 from specscope.engine.speculative.dflash_context import KV
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
+from specscope.engine.speculative.draft_vocab import DraftHead
 
 
 def block_mask(visible: torch.Tensor, width: int, block: int) -> torch.Tensor:
@@ -25,6 +26,7 @@ def block_mask(visible: torch.Tensor, width: int, block: int) -> torch.Tensor:
 def block_topk(
     model: DFlashDraftModel,
     target: Transformer,
+    head: DraftHead,
     ctx: KV,
     anchors: torch.Tensor,
     lengths: torch.Tensor,
@@ -33,8 +35,9 @@ def block_topk(
     top_k: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One block forward for R requests: [anchor, MASK x (B-1)] at positions length.., over the
-    context K/V `ctx` (per layer [R, rows, kv_heads, head_dim]) under `mask`; the target's LM
-    head over slots 1..depth; top-k log-probs and ids [R, depth, k]. Captured as is in a graph."""
+    context K/V `ctx` (per layer [R, rows, kv_heads, head_dim]) under `mask`; the LM head over
+    the draft vocabulary (`head`) for slots 1..depth; top-k log-probs and target ids
+    [R, depth, k]. Captured as is in a graph."""
     b, r = model.config.block_size, anchors.shape[0]
     dtype = model.fc.weight.dtype
     positions = lengths[:, None] + torch.arange(b, device=anchors.device)
@@ -47,6 +50,6 @@ def block_topk(
     )
     hidden = model.block_hidden(x, positions, ctx, mask)
     head_in = hidden[:, 1 : 1 + depth].reshape(-1, hidden.shape[-1])  # 2-D: the fast matmul
-    logits = target.lm_head(head_in.to(target.lm_head.weight.dtype))
-    logp = torch.log_softmax(logits.float(), dim=-1).view(r, depth, -1)
-    return torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1)
+    logp = torch.log_softmax(head.logits(head_in).float(), dim=-1).view(r, depth, -1)
+    top_lp, top_index = torch.topk(logp, min(top_k, logp.shape[-1]), dim=-1)
+    return top_lp, head.to_target(top_index)

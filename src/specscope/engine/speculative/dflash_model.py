@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specscope.engine.model import MLP, ModelConfig, RMSNorm, rope_inv_freq, rotate_half
+from specscope.engine.speculative.draft_vocab import DraftHead
 
 FORMAT = "specscope-dflash/1"
 CONFIG_FILE = "config.json"
@@ -61,6 +62,9 @@ class DFlashConfig:
     intermediate_size: int = 1536
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Tokens the drafter may propose (draft_vocab.py): 0 = the target's whole vocabulary; else
+    # that many ids, kept in the weights file as `draft_vocab` (int64, sorted).
+    draft_vocab_size: int = 0
     format: str = FORMAT
     training: dict[str, Any] = field(default_factory=dict)  # how it was trained (the card's gist)
 
@@ -105,6 +109,10 @@ class DFlashConfig:
             )
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if not 0 <= self.draft_vocab_size <= self.target_vocab_size:
+            raise ValueError(
+                f"draft_vocab_size {self.draft_vocab_size} outside 0..{self.target_vocab_size}"
+            )
 
     def model_config(self) -> ModelConfig:
         """The engine's config type for the shared pieces (MLP width, RoPE)."""
@@ -191,6 +199,16 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList(DFlashLayer(c) for _ in range(c.num_layers))
         self.norm = RMSNorm(d_model, c.rms_norm_eps)
         self.register_buffer("inv_freq", rope_inv_freq(c.model_config()), persistent=False)
+        # The draft vocabulary's target ids (set by training or loaded with the weights).
+        self.draft_vocab: torch.Tensor | None
+        if c.draft_vocab_size:
+            self.register_buffer("draft_vocab", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+        else:
+            self.draft_vocab = None
+
+    def draft_head(self, head_weight: torch.Tensor) -> DraftHead:
+        """The target's LM head (`head_weight`, [vocab, D]) over this drafter's vocabulary."""
+        return DraftHead(head_weight, self.draft_vocab)
 
     def init_weights(self, seed: int, embed_std: float) -> None:
         """Random initialisation (seeded): linear layers N(0, 0.02), the mask embedding at the
@@ -254,11 +272,15 @@ def resolve_path(ref: str) -> Path:
 
 
 def save(model: DFlashDraftModel, folder: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """config.json + model.safetensors (the drafter's own parameters only)."""
+    """config.json + model.safetensors (the drafter's own parameters in `dtype`, and its
+    draft vocabulary's ids as they are)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    state = {
+        k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
+        for k, v in model.state_dict().items()
+    }
     save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
     (folder / CONFIG_FILE).write_text(json.dumps(asdict(model.config), indent=1) + "\n")
     return folder
@@ -279,7 +301,19 @@ def load(
     model = DFlashDraftModel(cfg)
     state = load_file(str(folder / WEIGHTS_FILE))
     try:
-        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+        model.load_state_dict(
+            {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True
+        )
     except RuntimeError as exc:
         raise ValueError(f"{folder / WEIGHTS_FILE} does not match its config: {exc}") from exc
+    ids = model.draft_vocab
+    if ids is not None and (
+        bool((ids[1:] <= ids[:-1]).any())
+        or int(ids[0]) < 0
+        or int(ids[-1]) >= cfg.target_vocab_size
+    ):
+        raise ValueError(
+            f"{folder / WEIGHTS_FILE}: draft_vocab is not sorted distinct ids of the target's "
+            f"0..{cfg.target_vocab_size - 1}"
+        )
     return model.to(device=device, dtype=dtype).eval()

@@ -41,8 +41,23 @@ def _head(card: dict[str, Any]) -> list[str]:
         f"tapped target layers {card['drafter']['target_layer_ids']}",
         f"- {card['parameters']:,} parameters, stored as {card['save_dtype']} "
         f"({card['file_mb']:.1f} MB)",
+        _vocab_line(card.get("draft_vocab")),
         "",
     ]
+
+
+def _vocab_line(v: dict[str, Any] | None) -> str:
+    """What the drafter may propose: the target's whole vocabulary or its draft vocabulary."""
+    if not v:
+        return "- draft vocabulary: the target's whole vocabulary"
+    held = v.get("coverage_held_out_responses")
+    return (
+        f"- draft vocabulary: {v['size']:,} tokens, the most frequent of the "
+        f"{v['counted_from']} ({v['counted_tokens']:,} tokens, {v['coverage_counted']:.1%} "
+        "of them inside it"
+        + ("" if held is None else f"; {held:.1%} of the held-out responses' tokens")
+        + "): a token outside it is never drafted"
+    )
 
 
 def _data(card: dict[str, Any]) -> list[str]:

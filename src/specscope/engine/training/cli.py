@@ -154,6 +154,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--eager", action="store_true", help="CUDA: generate and evaluate without CUDA graphs"
     )
     ap.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="draft over the N most frequent tokens of the training responses only (a cheaper "
+        "LM head; a token outside them is never drafted); 0: the target's whole vocabulary",
+    )
+    ap.add_argument(
+        "--draft-vocab-only",
+        action="store_true",
+        help="restrict the drafter already in --out to the --draft-vocab most frequent tokens "
+        "of --corpus's training prompts, without training, and update its card",
+    )
+    ap.add_argument(
         "--evaluate-only",
         action="store_true",
         help="evaluate the drafter already in --out (held-out prompts) and update its card",
@@ -168,6 +181,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             help=f"preset cpu: {value}, gpu: {PRESETS['gpu'][name]}",
         )
     args = ap.parse_args(argv)
+    if args.draft_vocab < 0:
+        ap.error("--draft-vocab must be >= 0")
     for name, value in PRESETS[args.preset].items():
         if getattr(args, name) is None:
             setattr(args, name, value)

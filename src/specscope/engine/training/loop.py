@@ -71,9 +71,8 @@ def step_loss(
     cuda = target.device.type == "cuda"
     amp = torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext()
     with amp:
-        loss, acc = batch_loss(
-            draft, target.model.embed_tokens, target.model.lm_head.weight, batch, gamma
-        )
+        head = draft.draft_head(target.model.lm_head.weight)
+        loss, acc = batch_loss(draft, target.model.embed_tokens, head, batch, gamma)
     return loss, acc, batch.label_slots(draft.config.block_size)
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
+from specscope.engine.speculative.draft_vocab import DraftHead
 from specscope.engine.training.batch import StepBatch
 from specscope.engine.training.dataset import Sample
 from specscope.engine.training.head_loss import head_loss
@@ -98,13 +99,15 @@ def _block_inputs(
 def batch_loss(
     draft: DFlashDraftModel,
     embed: torch.nn.Module,
-    head_weight: torch.Tensor,
+    head: DraftHead,
     batch: StepBatch,
     gamma: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The step's loss (the mean over its sequences of `block_loss`) and per-slot accuracy per
     sequence [G, B-1], in one forward: context keys/values once per sequence, gathered per
-    row of blocks (batch.py); the LM head + CE by chunks (head_loss.py)."""
+    row of blocks (batch.py); the LM head over the draft vocabulary + CE by chunks
+    (head_loss.py). A label outside the vocabulary weighs nothing and counts as a miss: the
+    drafter can never propose it, so the accuracy (and tau_sim) say what serving would see."""
     b, g, n = draft.config.block_size, batch.sequences, len(batch.seq)
     dev = batch.tokens.device
     fused = draft.fuse(batch.features.to(draft.fc.weight.dtype))
@@ -116,10 +119,12 @@ def batch_loss(
     anchors = batch.anchors[batch.valid]
     labels = batch.tokens[batch.seq[:, None], anchors[:, None] + torch.arange(1, b, device=dev)]
     w = position_weights(b, gamma).to(dev)
-    row_weight = (batch.weight[:, None] * (w / w.sum())).reshape(-1)
+    index, known = head.from_target(labels.reshape(-1))
+    row_weight = (batch.weight[:, None] * (w / w.sum())).reshape(-1) * known
     loss, correct = head_loss(
-        hidden[:, 1:].reshape(n * (b - 1), -1), head_weight, labels.reshape(-1), row_weight
+        hidden[:, 1:].reshape(n * (b - 1), -1), head.weight, index, row_weight
     )
+    correct = correct & known
     per_seq = torch.zeros(g, b - 1, device=dev).index_add_(
         0, batch.seq, correct.view(n, b - 1).float()
     )

@@ -21,6 +21,7 @@ import torch
 from specscope.engine.loader import LoadedModel, load_model
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel
+from specscope.engine.training import vocab
 from specscope.engine.training.card import write_card
 from specscope.engine.training.checkpoint import RunControl
 from specscope.engine.training.corpus import read_corpus
@@ -139,12 +140,15 @@ def _datasets(
 
 
 def _new_drafter(
-    args: argparse.Namespace, cfg: DFlashConfig, target: LoadedModel
+    args: argparse.Namespace, cfg: DFlashConfig, target: LoadedModel, vocab_ids: np.ndarray | None
 ) -> DFlashDraftModel:
-    """A seeded drafter, initialised at the scale of the target's embedding, on its device."""
+    """A seeded drafter, initialised at the scale of the target's embedding, on its device,
+    with its draft vocabulary (`cfg.draft_vocab_size` ids) when it has one."""
     torch.manual_seed(args.seed)
     draft = DFlashDraftModel(cfg)
     draft.init_weights(args.seed, float(target.model.embed_tokens.weight.detach().float().std()))
+    if vocab_ids is not None:
+        draft.draft_vocab.copy_(torch.from_numpy(vocab_ids))
     return draft.to(target.device)
 
 
@@ -283,6 +287,8 @@ def run(
     log(f"data: {split_stats}")
     if args.evaluate_only:
         return reevaluate(args, target, eval_prompts, log)
+    if args.draft_vocab_only:
+        return vocab.restrict_saved(args, target, log)
     cfg = DFlashConfig.for_target(
         target.name, target.config, num_layers=args.draft_layers, block_size=args.block_size
     )
@@ -290,7 +296,11 @@ def run(
     data, data_stats, held_out = _datasets(
         args, target, prompts, eval_prompts, tuple(cfg.target_layer_ids), log, control.stop_at
     )
-    draft = _new_drafter(args, cfg, target)
+    vocab_ids, vocab_record = vocab.for_run(args.draft_vocab, cfg.target_vocab_size, data, held_out)
+    if vocab_ids is not None:
+        cfg.draft_vocab_size = len(vocab_ids)
+        log(f"draft vocabulary: {json.dumps(vocab_record)}")
+    draft = _new_drafter(args, cfg, target, vocab_ids)
     settings = _settings(args)
     history = train(draft, target, data, settings, log, held_out=held_out, control=control)
     cfg.training = {
@@ -314,6 +324,7 @@ def run(
         evaluation,
         t_start,
     )
+    card["draft_vocab"] = vocab_record
     write_card(args.out, card)
     log(f"wrote {args.out} ({card['file_mb']:.1f} MB), evaluation {json.dumps(evaluation)}")
     return card
