@@ -29,7 +29,6 @@ from specscope.engine.training import (  # noqa: E402
     pipeline,
     prompts,
     target,
-    vocab,
 )
 
 pytestmark = pytest.mark.engine
@@ -281,7 +280,7 @@ def test_a_one_token_vocabulary_scores_exactly_the_labels_that_are_that_token(ti
         np.testing.assert_allclose(acc.numpy(), want)
 
 
-def test_a_draft_vocabulary_is_the_most_frequent_response_tokens(tiny, tmp_path, monkeypatch):
+def test_a_draft_vocabulary_is_the_most_frequent_response_tokens(tiny, tmp_path):
     logs: list[str] = []
     out = tmp_path / "v"
     args = _args(out, tmp_path / "c", 0, "--draft-vocab", "9")
@@ -299,29 +298,21 @@ def test_a_draft_vocabulary_is_the_most_frequent_response_tokens(tiny, tmp_path,
     for row in card["evaluation"].values():  # served from its vocabulary, still lossless
         assert row["lossless_chain"] and row["lossless_tree"]
 
-    # --draft-vocab-only restricts a trained drafter from a corpus's training prompts (the
-    # tiny target has no tokenizer: its prompts' ids stand in for the text's)
-    corpus = tmp_path / "corpus.jsonl"
-    texts = {"ab": [4, 4, 4, 7], "cd": [7, 2, 4], "ef": [80, 80, 81]}
-    corpus.write_text(
-        "".join(
-            json.dumps(
-                {"id": t, "kind": "k", "source": "s", "text": t, "raw": True, "split": split}
-            )
-            + "\n"
-            for t, split in [("ab", "train"), ("cd", "train"), ("ef", "heldout-code")]
-        )
-    )
-    monkeypatch.setattr(
-        vocab, "encode_corpus", lambda _t, recs: [("k", texts[r.text]) for r in recs]
-    )
+    # --draft-vocab-only restricts a trained drafter from the training prompts (here the token
+    # prompts given to run; with --corpus its train split), its weights and their dtype as saved
     restrict = _args(out, tmp_path / "c", 0, "--draft-vocab", "2", "--draft-vocab-only")
-    restrict.corpus = corpus
     before = load_file(str(out / "model.safetensors"))
     rec = pipeline.run(restrict, tiny, PROMPTS, EVAL, logs.append)
-    assert rec["size"] == 2 and rec["coverage_counted"] == pytest.approx(6 / 7, abs=1e-4)
+    prompt_counts = np.bincount(np.concatenate([p for _, p in PROMPTS]))
+    top2 = sorted(sorted(range(len(prompt_counts)), key=lambda t: (-prompt_counts[t], t))[:2])
+    assert rec["size"] == 2 and rec["counted_tokens"] == prompt_counts.sum()
+    # its coverage of the target's own greedy responses to the held-out prompts
+    held, _ = target.generate(tiny, [p for _, p in EVAL], 24, batch=2)
+    held_counts = np.bincount(np.concatenate(held), minlength=tiny.config.vocab_size)
+    want = held_counts[top2].sum() / held_counts.sum()
+    assert rec["coverage_held_out_responses"] == pytest.approx(want, abs=1e-4)
     after = load_file(str(out / "model.safetensors"))
-    assert after["draft_vocab"].tolist() == [4, 7]
+    assert after["draft_vocab"].tolist() == top2
     assert all(torch.equal(before[k], after[k]) for k in before if k != "draft_vocab")
     assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 2
     assert "--draft-vocab-only" in json.loads((out / "card.json").read_text())["notes"][-1]

@@ -164,7 +164,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--draft-vocab-only",
         action="store_true",
         help="restrict the drafter already in --out to the --draft-vocab most frequent tokens "
-        "of --corpus's training prompts, without training, and update its card",
+        "of the training prompts (--corpus's, or the categories'), without training, and "
+        "update its card",
     )
     ap.add_argument(
         "--evaluate-only",

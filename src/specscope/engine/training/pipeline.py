@@ -288,7 +288,7 @@ def run(
     if args.evaluate_only:
         return reevaluate(args, target, eval_prompts, log)
     if args.draft_vocab_only:
-        return vocab.restrict_saved(args, target, log)
+        return vocab.restrict_saved(args, target, prompts, eval_prompts, log)
     cfg = DFlashConfig.for_target(
         target.name, target.config, num_layers=args.draft_layers, block_size=args.block_size
     )

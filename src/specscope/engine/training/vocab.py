@@ -3,8 +3,8 @@
 
 A run counts the target's own responses in its training data: the tokens the drafter learns to
 predict (prompts are not labels). A drafter already trained on the whole vocabulary can be
-restricted afterwards from a corpus's training prompts instead (the shipped CPU drafter saw
-5k response tokens: too few to rank 16k ids). Either way the card records the size and the
+restricted afterwards from the training prompts instead, e.g. a corpus's 44k (the shipped CPU
+drafter saw 5k response tokens: too few to rank 16k ids). Either way the card records the size and the
 share of training and held-out response tokens the vocabulary holds: a slot whose right token
 is outside it is always a miss, which bounds what the drafter can commit.
 """
@@ -18,14 +18,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from specscope.engine.loader import LoadedModel
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.draft_vocab import choose, count_tokens, coverage
 from specscope.engine.training.card import write_card
-from specscope.engine.training.corpus import read_corpus
 from specscope.engine.training.dataset import Sample
-from specscope.engine.training.prompts import encode_corpus
+from specscope.engine.training.prompts import Prompt
+from specscope.engine.training.target import generate
 
 
 def response_counts(samples: list[Sample], vocab_size: int) -> np.ndarray:
@@ -42,7 +43,8 @@ def for_run(
         return None, None
     counts = response_counts(data, vocab_size)
     ids = choose(counts, size)
-    return ids, record(ids, size, "training responses", counts, held_out, vocab_size)
+    held = response_counts(held_out, vocab_size) if held_out else None
+    return ids, record(ids, size, "training responses", counts, held)
 
 
 def record(
@@ -50,11 +52,10 @@ def record(
     requested: int,
     source: str,
     counts: np.ndarray,
-    held_out: list[Sample],
-    vocab_size: int,
+    held: np.ndarray | None,
 ) -> dict[str, Any]:
-    """The card's `draft_vocab`: size, where its counts came from, and coverage."""
-    held = response_counts(held_out, vocab_size) if held_out else None
+    """The card's `draft_vocab`: size, where its counts came from, and its coverage of them
+    and of the held-out responses' tokens (`held`, counts; None: not measured)."""
     return {
         "size": len(ids),
         "requested": int(requested),
@@ -65,29 +66,42 @@ def record(
     }
 
 
-def restrict_saved(args: argparse.Namespace, target: LoadedModel, log=print) -> dict[str, Any]:
-    """`--draft-vocab-only`: the drafter in `--out` (kept as trained) restricted to the
-    `--draft-vocab` most frequent tokens of `--corpus`'s training prompts; its config, weights
-    file and card rewritten."""
-    if args.corpus is None or args.draft_vocab <= 0:
-        raise ValueError("--draft-vocab-only needs --corpus FILE and --draft-vocab N > 0")
+def restrict_saved(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    prompts: list[Prompt],
+    eval_prompts: list[Prompt],
+    log=print,
+) -> dict[str, Any]:
+    """`--draft-vocab-only`: the drafter in `--out` (its weights as trained, in the dtype they
+    were saved in) restricted to the `--draft-vocab` most frequent tokens of the run's training
+    prompts (`--corpus`'s train split, or the categories'); its config, weights file and card
+    rewritten. With held-out prompts, the target's greedy responses to them (`--eval-tokens`)
+    give the coverage that matters: of what the drafter will be asked to draft."""
+    if args.draft_vocab <= 0:
+        raise ValueError("--draft-vocab-only needs --draft-vocab N > 0")
     model = dflash_model.load(args.out)
     vocab_size = model.config.target_vocab_size
-    records = [r for r in read_corpus(args.corpus) if r.split == "train"]
-    records = records[: args.max_prompts or None]
-    counts = count_tokens((ids for _, ids in encode_corpus(target, records)), vocab_size)
+    counts = count_tokens((ids for _, ids in prompts), vocab_size)
     ids = choose(counts, args.draft_vocab)
     restricted = dflash_model.DFlashDraftModel(replace(model.config, draft_vocab_size=len(ids)))
     state = {k: v for k, v in model.state_dict().items() if k != "draft_vocab"}
     restricted.load_state_dict({**state, "draft_vocab": torch.from_numpy(ids)})
-    card_path = args.out / "card.json"
-    card = json.loads(card_path.read_text()) if card_path.exists() else None
-    dtype = torch.bfloat16 if (card or {}).get("save_dtype", "bfloat16") == "bfloat16" else None
-    dflash_model.save(restricted, args.out, dtype=dtype or torch.float32)
-    source = f"{len(records)} training prompts of {args.corpus.name}"
-    rec = record(ids, args.draft_vocab, source, counts, [], vocab_size)
+    saved_dtype = load_file(str(args.out / dflash_model.WEIGHTS_FILE))["fc.weight"].dtype
+    dflash_model.save(restricted, args.out, dtype=saved_dtype)
+    where = args.corpus.name if args.corpus is not None else "the workload categories"
+    source = f"{len(prompts)} training prompts of {where}"
+    held = None
+    if eval_prompts:
+        responses, _ = generate(
+            target, [p for _, p in eval_prompts], args.eval_tokens, batch=args.gen_batch
+        )
+        held = count_tokens(responses, vocab_size)
+    rec = record(ids, args.draft_vocab, source, counts, held)
     log(f"draft vocabulary: {json.dumps(rec)}")
-    if card is not None:
+    card_path = args.out / "card.json"
+    if card_path.exists():
+        card = json.loads(card_path.read_text())
         card["drafter"]["draft_vocab_size"] = len(ids)
         card["draft_vocab"] = rec
         card.setdefault("notes", []).append(
