@@ -89,7 +89,7 @@ def reference(tiny):
 )
 def test_dflash_speculation_is_lossless(tiny, reference, drafter_dir, spec, page_size):
     backend = _backend(tiny, page_size, drafter=f"dflash:{drafter_dir}", **spec)
-    assert backend.stepper.target_taps == (0, 2)
+    assert backend.stepper.target_taps == (0, 2) and "draft_vocab" not in backend.info.extra
     tokens, steps = run_to_end(backend, PROMPTS, GREEDY)
     assert tokens == reference
     outs = [o for s in steps for o in s.outputs if o.tokens]
@@ -271,6 +271,7 @@ def test_a_drafter_drafts_only_from_its_vocabulary_and_stays_lossless(
     folder = _with_vocab(drafter_dir, tmp_path / "third", ids)
     spec = {"verify": "tree", "num_draft_tokens": 5, "budget": 16}
     backend = _backend(tiny, 16, drafter=f"dflash:{folder}", **spec)
+    assert backend.info.extra["draft_vocab"] == len(ids)  # the server says so
     d = backend.stepper.drafter
     backend.stepper.drafter = DFlashDrafter(d.model, d.target, top_k=d.top_k, path=path)
     proposed: list = []

@@ -62,6 +62,8 @@ class DFlashDrafter:
             raise ValueError(f"DFlash drafter path must be one of {PATHS}, got {path!r}")
         self.model, self.target = model, target
         self.head = model.draft_head(target.lm_head.weight)  # gathered once: the vocabulary's rows
+        # Tokens it may draft when that is not the target's whole vocabulary (server info).
+        self.draft_vocab_size = self.head.size if self.head.ids is not None else 0
         self.block_size = model.config.block_size
         self.target_taps = tuple(model.config.target_layer_ids)
         self.top_k = max(1, int(top_k))

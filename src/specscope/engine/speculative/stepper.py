@@ -66,8 +66,14 @@ class SpeculativeStepper:
                 "tree_kv": cfg.tree_kv,
                 # The drafter's context window, as SGLang states its own (server info).
                 **({"draft_window": cfg.draft_window} if cfg.draft_window else {}),
+                # A drafter restricted to part of the vocabulary never drafts the rest.
+                **({"draft_vocab": vocab} if (vocab := self._draft_vocab()) else {}),
             },
         )
+
+    def _draft_vocab(self) -> int:
+        """Tokens the drafter may draft, where it is restricted (DFlash's draft vocabulary)."""
+        return int(getattr(self.drafter, "draft_vocab_size", 0))
 
     def release(self, request_id: str) -> None:
         self.drafter.release(request_id)
