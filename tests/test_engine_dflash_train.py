@@ -344,22 +344,26 @@ def test_generation_stops_after_a_shard_and_continues(tiny, tmp_path, monkeypatc
     ]
 
 
-def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tiny, tmp_path):
+@pytest.mark.parametrize("vocab", [[], ["--draft-vocab", "9"]], ids=["whole", "draft-vocab"])
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tiny, tmp_path, vocab):
+    # (with a draft vocabulary its ids travel in the checkpoint and the exported drafter too)
     logs: list[str] = []
-    straight = pipeline.run(_args(tmp_path / "a", tmp_path / "c"), tiny, PROMPTS, EVAL, logs.append)
+    straight = pipeline.run(
+        _args(tmp_path / "a", tmp_path / "c", 0, *vocab), tiny, PROMPTS, EVAL, logs.append
+    )
     out = tmp_path / "b"
     # One command line repeated: --resume starts the run where no checkpoint is there yet, and
     # a passed deadline stops it after one step, with a checkpoint.
     for done in (1, 2):
-        args = _args(out, tmp_path / "c", 0, "--resume", "--stop-after-minutes", "0")
+        args = _args(out, tmp_path / "c", 0, *vocab, "--resume", "--stop-after-minutes", "0")
         with pytest.raises(checkpoint.Stopped, match=f"step {done} of 60"):
             pipeline.run(args, tiny, PROMPTS, EVAL, logs.append)
     resumed = pipeline.run(
-        _args(out, tmp_path / "c", 0, "--resume"), tiny, PROMPTS, EVAL, logs.append
+        _args(out, tmp_path / "c", 0, *vocab, "--resume"), tiny, PROMPTS, EVAL, logs.append
     )
     a = load_file(str(tmp_path / "a" / "model.safetensors"))
     b = load_file(str(out / "model.safetensors"))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a) and ("draft_vocab" in a) == bool(vocab)
     for key in ("curve", "validation"):
         drop = ("elapsed_s", "tokens_per_s")
         strip = [{k: v for k, v in p.items() if k not in drop} for p in straight["training"][key]]
@@ -375,12 +379,15 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tiny, tmp_path):
         == 0
     )
     c = load_file(str(tmp_path / "x" / "model.safetensors"))
-    assert all(torch.equal(a[k], c[k]) for k in a)
+    assert set(c) == set(a) and all(torch.equal(a[k], c[k]) for k in a)
     assert dflash_model.load(tmp_path / "x").config.training["steps"] == 60
     # Other settings than the checkpoint's: one error that names them.
     with pytest.raises(ValueError, match=r"settings\.lr"):
         pipeline.run(
-            _args(out, tmp_path / "c", 0, "--resume", "--lr", "0.001"), tiny, PROMPTS, EVAL
+            _args(out, tmp_path / "c", 0, *vocab, "--resume", "--lr", "0.001"),
+            tiny,
+            PROMPTS,
+            EVAL,
         )
     assert cli.main(["--out", str(out), "--stop-after-minutes", "0", "--target", "x"]) == 2
 
