@@ -124,10 +124,11 @@ def _probe(url: str, out: Path) -> None:
 def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, twin_server):
     """speculation-overhead at half its time: the recorded plain run, then a 30 s watch. Not
     faster: a loaded machine adds its scheduling delay to every simulated step, plain and
-    speculative alike, which pulls the ratio up toward the commit length (~1.4), never down
-    (at a fifth of the time, 4 and 11 ms steps, a loaded suite read x0.76 against the implied
-    x0.59; at half the time, beside twice CI's load, x0.75). So the band is one-sided: 15%
-    below the implied ratio, 40% above it, and still a loss (< 1)."""
+    speculative alike, which pulls the ratio up toward the commit length (~1.4) (at a fifth of
+    the time, 4 and 11 ms steps, a loaded suite read x0.76 against the implied x0.59; at half
+    the time, beside twice CI's load, x0.75); only a load that changes between the plain run
+    and the watch pulls it down. So the band leans up: 25% below the implied ratio, 40% above,
+    and still a loss (< 1)."""
     sc = load_scenario("speculation-overhead")
     plain_url = twin_server("speculation-overhead:baseline", time_scale=0.5).url
     _probe(plain_url, tmp_path / "plain")
@@ -146,7 +147,7 @@ def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, t
     assert len(measured) >= 2
     implied = _implied(sc)
     for w in measured:
-        assert 0.85 * implied < w["speedup"] < 1.4 * implied, (w["speedup"], implied)
+        assert 0.75 * implied < w["speedup"] < 1.4 * implied, (w["speedup"], implied)
         assert w["speedup_ci"][0] < w["speedup"] < w["speedup_ci"][1] < 1.0
         assert w["speculation_pays"] is False and w["speculation"] == "on"
     windows = [e for e in events if e["event"] == "window"]
