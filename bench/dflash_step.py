@@ -228,6 +228,8 @@ def main() -> None:
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.draft_vocab and not args.random_weights:
+        ap.error("--draft-vocab: with --random-weights (the shipped drafter has its own)")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
