@@ -34,7 +34,7 @@ if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
     --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-8}"
   SPEC_FLAGS="--device cuda --max-new-tokens 256 --file-prompts ${FILE_PROMPTS:-32} --dflash-depth 15"
-  DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"; TRAIN_BENCH_VOCAB=16384
+  DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"; TRAIN_BENCH_VOCAB=16384; STEP_RUNS=200
 else  # a check of the script: a handful of prompts, a few steps
   TRAIN_FLAGS="--threads 1 --max-prompts ${MAX_PROMPTS:-6} --response-tokens ${RESPONSE:-24}
     --gen-batch 6 --steps 6 --eval-tokens 16 --eval-set-prompts 2"
@@ -42,6 +42,7 @@ else  # a check of the script: a handful of prompts, a few steps
     --dflash-depth 7"
   DEPTH=7; DIAG_FLAGS="--quick --prompt-tokens 128"
   TRAIN_BENCH_VOCAB=32  # the trainer bench's CPU default is the tiny target (97 tokens)
+  STEP_RUNS=10  # SmolLM2's shape on one CPU: 200 steps a path would pass the call's timeout
 fi
 train() {
   local budget=$(( ${1:-7} * 60 + 90 ))
@@ -82,9 +83,9 @@ case "${1:-}" in
       --draft-vocab 16384 > $OUT/check_vocab.txt 2>&1; echo "check vocab rc=$?"
     tail -3 $OUT/check_vocab.txt
     for v in 0 16384; do
-      timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps 200 \
+      timeout 150 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps $STEP_RUNS \
         --draft-vocab $v --json $OUT/dflash_step_$v.json > $OUT/dflash_step_$v.txt 2>&1
-      tail -6 $OUT/dflash_step_$v.txt
+      echo "step split, draft vocabulary $v (0: whole): rc=$?"; tail -6 $OUT/dflash_step_$v.txt
     done
     timeout 240 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,1,4,64,256 \
       --draft-vocab $TRAIN_BENCH_VOCAB --profile > $OUT/train_throughput.txt 2>&1
