@@ -120,6 +120,24 @@ def _add_data_flags(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_vocab_flags(ap: argparse.ArgumentParser) -> None:
+    """The draft vocabulary (engine/speculative/draft_vocab.py): trained with, or given after."""
+    ap.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="draft over the N most frequent tokens of the training responses only (a cheaper "
+        "LM head; a token outside them is never drafted); 0: the target's whole vocabulary",
+    )
+    ap.add_argument(
+        "--draft-vocab-only",
+        action="store_true",
+        help="restrict the drafter already in --out to the --draft-vocab most frequent tokens "
+        "of the training prompts (--corpus's, or the categories'), without training, and "
+        "update its card",
+    )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m specscope.engine.train_dflash",
@@ -154,25 +172,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--eager", action="store_true", help="CUDA: generate and evaluate without CUDA graphs"
     )
     ap.add_argument(
-        "--draft-vocab",
-        type=int,
-        default=0,
-        help="draft over the N most frequent tokens of the training responses only (a cheaper "
-        "LM head; a token outside them is never drafted); 0: the target's whole vocabulary",
-    )
-    ap.add_argument(
-        "--draft-vocab-only",
-        action="store_true",
-        help="restrict the drafter already in --out to the --draft-vocab most frequent tokens "
-        "of the training prompts (--corpus's, or the categories'), without training, and "
-        "update its card",
-    )
-    ap.add_argument(
         "--evaluate-only",
         action="store_true",
         help="evaluate the drafter already in --out (held-out prompts) and update its card",
     )
     _add_data_flags(ap)
+    _add_vocab_flags(ap)
     _add_run_flags(ap)
     for name, value in PRESETS["cpu"].items():
         ap.add_argument(
