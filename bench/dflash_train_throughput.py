@@ -22,7 +22,6 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from specscope.engine.loader import SMOLLM2_CONFIG, TINY_CONFIG, random_model
-from specscope.engine.speculative.dflash_model import DFlashConfig, DFlashDraftModel
+from specscope.engine.speculative.dflash_model import (
+    DFlashConfig,
+    DFlashDraftModel,
+    with_draft_vocab,
+)
 from specscope.engine.training.dataset import Sample
 from specscope.engine.training.loop import draw, step_loss
 from specscope.engine.training.loss import block_loss
@@ -109,14 +112,6 @@ def _setup(a: argparse.Namespace):
     return target, draft, cached, [Sample(s.category, s.tokens, s.prompt_len) for s in cached]
 
 
-def _with_vocab(draft: DFlashDraftModel, size: int) -> DFlashDraftModel:
-    """A copy of `draft` (same weights) that drafts over the target's first `size` ids."""
-    restricted = DFlashDraftModel(replace(draft.config, draft_vocab_size=size))
-    ids = torch.arange(size, device=draft.fc.weight.device)
-    restricted.load_state_dict({**draft.state_dict(), "draft_vocab": ids})
-    return restricted.to(draft.fc.weight.device).train()
-
-
 def _old_step(draft, target, samples, anchors, gamma: float) -> None:
     for s, a in zip(samples, anchors, strict=True):
         loss, _ = block_loss(draft, target.model.embed_tokens, target.model.lm_head, s, a, gamma)
@@ -177,7 +172,7 @@ def main() -> None:
     steps[per_step] = (_new_step(rows[0]), bare, draft, opt)
     vocab = f"new batched step, {rows[0]} blocks a row, draft vocabulary {a.draft_vocab:,}"
     if a.draft_vocab:
-        small = _with_vocab(draft, a.draft_vocab)
+        small = with_draft_vocab(draft, torch.arange(a.draft_vocab))  # same weights
         small_opt = torch.optim.AdamW(small.parameters(), lr=1e-4, betas=(0.9, 0.95))
         steps[vocab] = (_new_step(rows[0]), cached, small, small_opt)
     rates: dict[str, list[float]] = {k: [] for k in steps}

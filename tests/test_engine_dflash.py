@@ -9,7 +9,6 @@ reloads to the same drafts; bad files and mismatched targets are refused with on
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -238,10 +237,7 @@ def test_sampled_dflash_speculation_is_reproducible(tiny, drafter_dir):
 
 def _with_vocab(drafter_dir, folder, ids: list[int], dtype=torch.float32):
     """The fixture's drafter, its weights unchanged, restricted to the draft vocabulary `ids`."""
-    model = dflash_model.load(drafter_dir)
-    cfg = dataclasses.replace(model.config, draft_vocab_size=len(ids))
-    restricted = dflash_model.DFlashDraftModel(cfg)
-    restricted.load_state_dict({**model.state_dict(), "draft_vocab": torch.tensor(ids)})
+    restricted = dflash_model.with_draft_vocab(dflash_model.load(drafter_dir), torch.tensor(ids))
     return dflash_model.save(restricted, folder, dtype=dtype)
 
 

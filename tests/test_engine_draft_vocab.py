@@ -47,3 +47,32 @@ def test_the_head_over_a_vocabulary_is_those_rows_of_the_target_head():
     torch.testing.assert_close(whole.logits(hidden), hidden @ weight.t())
     tokens = torch.tensor([3, 11])
     assert whole.to_target(tokens) is tokens and whole.from_target(tokens)[1].all()
+
+
+def test_a_drafter_keeps_its_head_until_the_head_or_the_vocabulary_changes():
+    from specscope.engine.loader import TINY_CONFIG
+    from specscope.engine.speculative import dflash_model
+
+    cfg = dflash_model.DFlashConfig.for_target("tiny", TINY_CONFIG, num_layers=1, block_size=4)
+    whole = dflash_model.DFlashDraftModel(cfg)
+    whole.init_weights(0, 0.5)
+    model = dflash_model.with_draft_vocab(whole, torch.tensor([1, 4, 7]))
+    # the same weights, restricted
+    assert all(
+        torch.equal(v, whole.state_dict()[k])
+        for k, v in model.state_dict().items()
+        if k != "draft_vocab"
+    )
+    weight = torch.randn(TINY_CONFIG.vocab_size, TINY_CONFIG.hidden_size)
+    head = model.draft_head(weight)
+    assert model.draft_head(weight) is head  # asked every training step: gathered once
+    model.draft_vocab.copy_(torch.tensor([2, 5, 8]))  # in place, as load_state_dict does
+    moved = model.draft_head(weight)
+    assert moved is not head and torch.equal(moved.weight, weight[[2, 5, 8]])
+    other = weight.clone()
+    assert model.draft_head(other) is not moved
+    kept = model.draft_head(weight)
+    assert model.draft_head(weight) is kept
+    weight.mul_(2)  # the same head tensor changed in place: gathered again
+    regathered = model.draft_head(weight)
+    assert regathered is not kept and torch.equal(regathered.weight, weight[[2, 5, 8]])

@@ -59,10 +59,8 @@ def feed_tokens(
     """The tokens a step feeds: on the host, each request's pending token (a placeholder 0 for
     those coming from `previous`), and on the device the whole column, or None when no request
     was in `previous` (the host tokens are then all there is). A request in `previous` (`rows`:
-    `previous.in_flight()`, built once by the caller) feeds its row of `previous`'s argmax,
-    gathered on the device."""
-    if previous is None or previous.tokens_device is None:
-        rows = {}
+    `previous.in_flight()`, built once by the caller; empty without `previous`) feeds its row of
+    `previous`'s argmax, gathered on the device."""
     source = [rows.get(id(req), -1) for req in live]
     host = [req.tokens[-1] if row < 0 else 0 for req, row in zip(live, source, strict=True)]
     if all(row < 0 for row in source):

@@ -2,8 +2,8 @@
 
 Why: a DFlash drafter shares the target's LM head, and for a 576-wide drafter of SmolLM2 that
 head (49,152 x 576) is most of a block's cost: on this CPU, one thread, the head over 7 draft
-slots is ~30 ms of a ~31 ms propose, and 16,384 rows of it ~4 ms (a cache-sized matrix, not
-only a third of the work). EAGLE-3 drafts over the target's most frequent tokens for the same
+slots is ~24-30 ms of a ~31 ms propose, and 16,384 rows of it ~4.4 ms
+(bench/dflash_draft_vocab.py). EAGLE-3 drafts over the target's most frequent tokens for the same
 reason. A token outside the vocabulary can never be drafted (its slot is a miss, as a wrong
 guess is), so the vocabulary is the most frequent tokens of text like what the target writes
 (`choose`): the training data's own tokens, or a corpus. Verification stays the target's, so

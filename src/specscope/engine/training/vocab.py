@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -84,9 +83,7 @@ def restrict_saved(
     vocab_size = model.config.target_vocab_size
     counts = count_tokens((ids for _, ids in prompts), vocab_size)
     ids = choose(counts, args.draft_vocab)
-    restricted = dflash_model.DFlashDraftModel(replace(model.config, draft_vocab_size=len(ids)))
-    state = {k: v for k, v in model.state_dict().items() if k != "draft_vocab"}
-    restricted.load_state_dict({**state, "draft_vocab": torch.from_numpy(ids)})
+    restricted = dflash_model.with_draft_vocab(model, torch.from_numpy(ids))
     saved_dtype = load_file(str(args.out / dflash_model.WEIGHTS_FILE))["fc.weight"].dtype
     dflash_model.save(restricted, args.out, dtype=saved_dtype)
     where = args.corpus.name if args.corpus is not None else "the workload categories"
