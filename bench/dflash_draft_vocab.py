@@ -95,6 +95,13 @@ def main() -> None:
         }
         rows.append(row)
         print("  " + "  ".join(f"{k} {v}" for k, v in row.items()))
+    if 16384 in heads and held:  # what the shipped size leaves out, and how rare it was
+        missed = sum(held.values())
+        missed[heads[16384].ids.numpy()] = 0
+        top = missed.argsort()[::-1][:10]
+        print("  held-out tokens outside 16,384 (held-out count / corpus count): " + ", ".join(
+            f"{lm.codec.decode([int(t)])!r} {int(missed[t])}/{int(counts[t])}" for t in top if missed[t]
+        ))  # fmt: skip
     if args.json:
         Path(args.json).write_text(
             json.dumps({"args": vars(args) | {"corpus": str(args.corpus)}, "rows": rows}, indent=1)
