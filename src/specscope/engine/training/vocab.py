@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
 
 from specscope.engine.loader import LoadedModel
 from specscope.engine.speculative import dflash_model
@@ -84,7 +84,8 @@ def restrict_saved(
     counts = count_tokens((ids for _, ids in prompts), vocab_size)
     ids = choose(counts, args.draft_vocab)
     restricted = dflash_model.with_draft_vocab(model, torch.from_numpy(ids))
-    saved_dtype = load_file(str(args.out / dflash_model.WEIGHTS_FILE))["fc.weight"].dtype
+    with safe_open(str(args.out / dflash_model.WEIGHTS_FILE), "pt") as saved:  # one tensor read
+        saved_dtype = saved.get_tensor("fc.weight").dtype
     dflash_model.save(restricted, args.out, dtype=saved_dtype)
     where = args.corpus.name if args.corpus is not None else "the workload categories"
     source = f"{len(prompts)} training prompts of {where}"
