@@ -185,7 +185,7 @@ def hf_run(
     return {"tok_s": tokens / secs, "tokens": tokens, "outputs": outputs}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -252,28 +252,35 @@ def main() -> None:
         "--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)"
     )
     args = ap.parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    wants_text = [s for s in args.sets.split(",") if s.startswith(("cat:", "file:"))]
+    if args.random_weights and wants_text:
+        ap.error(f"{wants_text[0]}: category and corpus prompts need real weights (a tokenizer)")
+    return args
 
+
+def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | None]:
+    """The model timed, and the one whose tokenizer renders the prompts (None with random
+    weights: the prompts are then pseudo-random ids of the texts' lengths)."""
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype or "")
     if args.random_weights:
-        lm = random_model(device=args.device, dtype=dtype)
-        text_lm = load_model(args.model, device="cpu") if not args.random_weights else None
-    else:
-        lm = load_model(args.model, device=args.device, dtype=dtype)
-        text_lm = lm
-    torch.manual_seed(0)
+        return random_model(device=args.device, dtype=dtype), None
+    lm = load_model(args.model, device=args.device, dtype=dtype)
+    return lm, lm
+
+
+def prompt_sets(
+    args: argparse.Namespace, lm: LoadedModel, text_lm: LoadedModel | None
+) -> dict[str, list[list[int]]]:
+    """Every set --sets may name, as token ids: the built-in texts, cat: and file: sets."""
 
     def encode(text: str, chat: bool) -> list[int]:
         if text_lm is None:  # random weights: deterministic pseudo-prompts of similar length
             g = torch.Generator().manual_seed(len(text))
             base = torch.randint(0, lm.config.vocab_size, (24,), generator=g).tolist()
             return (base * 4)[: max(16, len(text) // 4)]
-        return (
-            text_lm.codec.chat_ids([{"role": "user", "content": text}])
-            if chat
-            else text_lm.codec.encode(text)
-        )
+        if chat:
+            return text_lm.codec.chat_ids([{"role": "user", "content": text}])
+        return text_lm.codec.encode(text)
 
     sets = {
         "code": [encode(p, False) for p in CODE_PROMPTS[: args.prompts]],
@@ -281,23 +288,23 @@ def main() -> None:
         "edit": [encode(p, True) for p in EDIT_PROMPTS[: args.prompts]],
     }
     for name in [s for s in args.sets.split(",") if s.startswith("cat:")]:
-        if text_lm is None:
-            ap.error(f"{name}: category prompts need real weights (a tokenizer)")
-        sets[name] = [
-            p
-            for _, p in category_prompts(
-                text_lm, [name.removeprefix("cat:")], args.prompts, EVAL_SEED_OFFSET, 700
-            )
-        ]
+        category = name.removeprefix("cat:")
+        rendered = category_prompts(text_lm, [category], args.prompts, EVAL_SEED_OFFSET, 700)
+        sets[name] = [p for _, p in rendered]
     for name in [s for s in args.sets.split(",") if s.startswith("file:")]:
-        if text_lm is None:
-            ap.error(f"{name}: corpus prompts need real weights (a tokenizer)")
         try:
             records = read_corpus(Path(name.removeprefix("file:")))
         except CorpusError as exc:
-            ap.error(str(exc))
+            sys.exit(f"engine_spec: {exc}")
         sets[name] = [p for _, p in encode_corpus(text_lm, records[: args.file_prompts or None])]
+    return sets
+
+
+def configurations(args: argparse.Namespace) -> list[tuple[str, dict]]:
+    """The engine rows, by name: plain, n-gram, early-exit and self drafting, DFlash per drafter;
+    filtered by --configs (the plain row always runs: it is every ratio's anchor)."""
     k, depth = args.num_draft_tokens, args.tree_depth
+    budgets = [int(x) for x in args.budgets.split(",") if x]
     draft = f"layers:{args.draft_layers}"
     ng = {"drafter": "ngram", "ngram_min": args.ngram_min}
     configs: list[tuple[str, dict]] = [
@@ -313,96 +320,69 @@ def main() -> None:
             {"drafter": draft, "verify": "chain", "num_draft_tokens": k},
         ),
     ]
-    if not args.skip_self:
-        configs.append(
-            (
-                f"engine model(self) chain k={k}",
-                {"drafter": "model:" + args.model, "verify": "chain", "num_draft_tokens": k},
-            )
-        )
-    for b in [int(x) for x in args.budgets.split(",") if x]:
-        configs.append(
-            (
-                f"engine model({draft}) tree d={depth} B={b}",
-                {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b},
-            )
-        )
+    if not args.skip_self and not args.random_weights:  # model:PATH would load real weights
+        self_spec = {"drafter": "model:" + args.model, "verify": "chain", "num_draft_tokens": k}
+        configs.append((f"engine model(self) chain k={k}", self_spec))
+    for b in budgets:
+        tree = {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b}
+        configs.append((f"engine model({draft}) tree d={depth} B={b}", tree))
     refs = [r for r in (args.dflash or "").split(",") if r]
     for ref in refs:
-        dflash = f"dflash:{ref}"
         label = "dflash" if len(refs) == 1 else f"dflash[{ref}]"
-        configs.append(
-            (
-                f"engine {label} chain k={args.dflash_depth}",
-                {"drafter": dflash, "verify": "chain", "num_draft_tokens": args.dflash_depth},
-            )
-        )
-        for b in [int(x) for x in args.budgets.split(",") if x]:
-            configs.append(
-                (
-                    f"engine {label} tree d={args.dflash_depth} B={b}",
-                    {
-                        "drafter": dflash,
-                        "verify": "tree",
-                        "num_draft_tokens": args.dflash_depth,
-                        "budget": b,
-                    },
-                )
-            )
-    if args.random_weights and not args.skip_self:  # model:PATH would load real weights
-        configs = [c for c in configs if "self" not in c[0]]
+        chain = {"drafter": f"dflash:{ref}", "verify": "chain"}
+        d = args.dflash_depth
+        configs.append((f"engine {label} chain k={d}", {**chain, "num_draft_tokens": d}))
+        for b in budgets:
+            tree = {**chain, "verify": "tree", "num_draft_tokens": d, "budget": b}
+            configs.append((f"engine {label} tree d={d} B={b}", tree))
     if args.configs:
         wanted = [w for w in args.configs.split(",") if w]
         configs = [c for c in configs if c[0] == "engine plain" or any(w in c[0] for w in wanted)]
-    hf = hf_draft = None
-    if not args.skip_hf:
-        hf, hf_draft = hf_models(lm, args.draft_layers)
+    return configs
 
-    results: dict[str, dict[str, dict]] = {}
-    print(
-        f"device={args.device} model={lm.name} dtype={lm.dtype} weights={'random' if args.random_weights else 'real'} "
-        f"new_tokens={args.max_new_tokens} prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
-        file=sys.stderr,
-    )
-    rows = max(len(p) for ps in sets.values() for p in ps) + args.max_new_tokens + 80
-    eager = {"cuda_graphs": False} if args.eager else {}
-    backends = {name: engine_backend(lm, rows, {**spec, **eager}) for name, spec in configs}
-    engine_run(backends["engine plain"], sets["code"][:1], 4)  # warm-up: first-call allocations
-    for set_name in [s for s in args.sets.split(",") if s]:
-        prompts = sets[set_name]
-        rows: dict[str, dict] = {}
-        # Rounds in alternating order (forward, reverse, ...) so that a load drift on a shared
-        # machine does not favour whichever configuration ran first; figures are pooled.
-        for rnd in range(args.repeats):
-            for name, _ in configs if rnd % 2 == 0 else configs[::-1]:
-                r = engine_run(backends[name], prompts, args.max_new_tokens, args.stop_at_eos)
-                if name in rows:
-                    r = pool(rows[name], r)
-                rows[name] = r
-        for name, r in rows.items():
-            print(
-                f"  {set_name:4s} {name:40s} {r['tok_s']:7.1f} tok/s commit {r['commit']:.2f} "
-                f"ms/step {r['split']}",
-                file=sys.stderr,
-            )
-        if hf is not None:
-            hf_prompts = prompts[: args.hf_prompts or None]
-            eos = args.stop_at_eos
-            rows["hf plain"] = hf_run(hf, hf_prompts, args.max_new_tokens, lm.device, eos)
-            rows[f"hf prompt lookup k={k}"] = hf_run(
-                hf, hf_prompts, args.max_new_tokens, lm.device, eos, prompt_lookup_num_tokens=k
-            )
-            rows[f"hf assisted ({draft})"] = hf_run(
-                hf, hf_prompts, args.max_new_tokens, lm.device, eos, assistant_model=hf_draft
-            )
-        results[set_name] = rows
 
+def engine_rows(
+    args: argparse.Namespace,
+    backends: dict[str, EngineBackend],
+    configs: list[tuple[str, dict]],
+    prompts: list[list[int]],
+) -> dict[str, dict]:
+    """Every engine configuration on one set, pooled over --repeats rounds in alternating order
+    (forward, reverse, ...) so that a load drift on a shared machine does not favour whichever
+    configuration ran first."""
+    rows: dict[str, dict] = {}
+    for rnd in range(args.repeats):
+        for name, _ in configs if rnd % 2 == 0 else configs[::-1]:
+            r = engine_run(backends[name], prompts, args.max_new_tokens, args.stop_at_eos)
+            rows[name] = pool(rows[name], r) if name in rows else r
+    return rows
+
+
+def hf_rows(args: argparse.Namespace, lm: LoadedModel, hf_pair, prompts: list[list[int]]) -> dict:
+    """transformers' plain, prompt-lookup and assisted generation on our tensors."""
+    hf, hf_draft = hf_pair
+    hf_prompts = prompts[: args.hf_prompts or None]
+    k, new, eos = args.num_draft_tokens, args.max_new_tokens, args.stop_at_eos
+    return {
+        "hf plain": hf_run(hf, hf_prompts, new, lm.device, eos),
+        f"hf prompt lookup k={k}": hf_run(
+            hf, hf_prompts, new, lm.device, eos, prompt_lookup_num_tokens=k
+        ),
+        f"hf assisted (layers:{args.draft_layers})": hf_run(
+            hf, hf_prompts, new, lm.device, eos, assistant_model=hf_draft
+        ),
+    }
+
+
+def print_tables(results: dict[str, dict[str, dict]]) -> None:
+    """One table per set: tok/s, commit, ratios to the same run's plain rows, lossless check."""
     for set_name, rows in results.items():
         base_e = rows["engine plain"]["tok_s"]
         base_h = rows.get("hf plain", {}).get("tok_s")
         ref = rows["engine plain"]["outputs"]
         print(
-            f"\n[{set_name}] {'configuration':42s} {'tok/s':>8s} {'commit':>7s} {'vs plain':>9s} {'vs hf plain':>11s} same-as-plain"
+            f"\n[{set_name}] {'configuration':42s} {'tok/s':>8s} {'commit':>7s} {'vs plain':>9s} "
+            f"{'vs hf plain':>11s} same-as-plain"
         )
         for name, r in rows.items():
             base = base_h if name.startswith("hf") else base_e
@@ -410,11 +390,45 @@ def main() -> None:
             commit = f"{r['commit']:7.2f}" if "commit" in r else "      -"
             same = "yes" if r["outputs"] == ref[: len(r["outputs"])] else "no"
             print(
-                f"[{set_name}] {name:42s} {r['tok_s']:8.1f} {commit} {r['tok_s'] / base:8.2f}x {vs_hf} {same}"
+                f"[{set_name}] {name:42s} {r['tok_s']:8.1f} {commit} {r['tok_s'] / base:8.2f}x "
+                f"{vs_hf} {same}"
             )
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    lm, text_lm = load_models(args)
+    torch.manual_seed(0)
+    sets = prompt_sets(args, lm, text_lm)
+    configs = configurations(args)
+    print(
+        f"device={args.device} model={lm.name} dtype={lm.dtype} "
+        f"weights={'random' if args.random_weights else 'real'} new_tokens={args.max_new_tokens} "
+        f"prompts/set={args.prompts} torch_threads={torch.get_num_threads()}",
+        file=sys.stderr,
+    )
+    rows = max(len(p) for ps in sets.values() for p in ps) + args.max_new_tokens + 80
+    eager = {"cuda_graphs": False} if args.eager else {}
+    backends = {name: engine_backend(lm, rows, {**spec, **eager}) for name, spec in configs}
+    engine_run(backends["engine plain"], sets["code"][:1], 4)  # warm-up: first-call allocations
+    hf_pair = None if args.skip_hf else hf_models(lm, args.draft_layers)
+    results: dict[str, dict[str, dict]] = {}
+    for set_name in [s for s in args.sets.split(",") if s]:
+        results[set_name] = engine_rows(args, backends, configs, sets[set_name])
+        for name, r in results[set_name].items():
+            print(
+                f"  {set_name:4s} {name:40s} {r['tok_s']:7.1f} tok/s commit {r['commit']:.2f} "
+                f"ms/step {r['split']}",
+                file=sys.stderr,
+            )
+        if hf_pair is not None:
+            results[set_name].update(hf_rows(args, lm, hf_pair, sets[set_name]))
+    print_tables(results)
     if args.json:
-        for rows in results.values():
-            for r in rows.values():
+        for rows_of_set in results.values():
+            for r in rows_of_set.values():
                 r.pop("outputs", None)
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
 
