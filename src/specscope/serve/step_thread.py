@@ -240,7 +240,11 @@ class StepLoop:
         if self._step_ended is not None:
             report.between_s = max(0.0, t0 - self._step_ended - report.prefill_s)
         try:
-            batch = self._advance(ids) if self.overlap else self.backend.step_locked(ids)
+            if self.overlap:
+                batch, backend_s = self._advance(ids)
+            else:
+                batch = self.backend.step_locked(ids)
+                backend_s = batch.step_s
             t1 = time.perf_counter()
             if self.step_work and batch is not None:  # without a fault, no per-request pass
                 run_step_work(batch, self.active)
@@ -257,7 +261,7 @@ class StepLoop:
             self._step_ended = time.perf_counter()
             return
         report.batch = batch
-        report.wait_s = max(0.0, t1 - t0 - batch.step_s)
+        report.wait_s = max(0.0, t1 - t0 - backend_s)
         for out in batch.outputs:
             if out.finished and out.request_id in self.active:
                 del self.active[out.request_id]
@@ -267,19 +271,25 @@ class StepLoop:
         self._step_ended = time.perf_counter()
         report.post_s = self._step_ended - t1
 
-    def _advance(self, ids: list[str]) -> BatchStep | None:
+    def _advance(self, ids: list[str]) -> tuple[BatchStep | None, float]:
         """An overlapped pass: launch the next step, then finish the one in flight (its
         outputs are this pass's batch; None after the first launch). A batch that cannot
         overlap (a request that samples) first finishes the step in flight, and is stepped
-        synchronously from the next pass on; so is one where nothing could be launched."""
+        synchronously from the next pass on; so is one where nothing could be launched.
+        Also the backend's own time in this pass: this launch and that finish. (The batch's
+        `step_s` is its own step's launch, a pass earlier, and finish: the time it cost, not
+        this pass's; the wait beyond a pass is measured against the pass.)"""
         launched = self.backend.launch_locked(ids, self._in_flight)
+        launch_s = launched.launch_s if launched is not None else 0.0
         previous = self._in_flight
         self._in_flight = launched if launched is not None and launched.requests else None
         if previous is not None:
-            return self.backend.finish_locked(previous)
+            batch = self.backend.finish_locked(previous)
+            return batch, launch_s + batch.step_s - previous.launch_s
         if self._in_flight is None:
-            return self.backend.step_locked(ids)
-        return None
+            batch = self.backend.step_locked(ids)
+            return batch, launch_s + batch.step_s
+        return None, launch_s
 
 
 class StepThread:
