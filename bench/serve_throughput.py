@@ -9,6 +9,9 @@ served / engine, and the client's lag (probe's client object: a lagging client w
 server look slow, hence --workers); then, per level, the server's own account of a step from
 its /metrics before and after (bench/serve_profile.step_parts: the engine, the wait beyond it,
 the step work after it, the time between steps). No thresholds: the ratios are the figure.
+With --drafter ngram the anchor stays the plain step (engine_decode has no drafter): eng/srv
+then prices a verify step against a plain one, per-request tok/s against the anchor's is the
+served speedup, and the server's own cost is the account's parts beyond its engine.
 
     python bench/serve_throughput.py --device cpu --concurrency 1,4 [--gguf PATH]
     python3 bench/serve_throughput.py --device cuda --concurrency 1,16,64,256 --workers 4
@@ -167,6 +170,11 @@ def main() -> None:
         raise SystemExit("serve loads real weights only: pass --gguf PATH or nothing (SmolLM2)")
     work = Path(tempfile.mkdtemp(prefix="serve_throughput_"))
     anchor = engine_alone(args, levels, work)
+    if args.drafter != "none":
+        print(
+            f"--drafter {args.drafter}: the engine alone is the plain step; eng/srv prices a "
+            "verify step against it, the account's parts beyond its engine are the server's"
+        )
     for name, extra in VARIANTS[args.overlap]:
         if name:
             print(f"== served with {' '.join(extra)}", flush=True)
