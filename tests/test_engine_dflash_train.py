@@ -392,6 +392,41 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tiny, tmp_path, voc
     assert cli.main(["--out", str(out), "--stop-after-minutes", "0", "--target", "x"]) == 2
 
 
+def test_a_run_can_start_from_a_trained_drafter(tiny, tmp_path):
+    """--init-from: a device session's training goes on from the last one's drafter (brought
+    back in parts), its shape and draft vocabulary kept, a fresh schedule over this run."""
+    first = tmp_path / "first"
+    run_a = pipeline.run(
+        _args(first, tmp_path / "c", 0, "--draft-vocab", "9"), tiny, PROMPTS, EVAL, print
+    )
+    # At a zero learning rate the run's drafter is the one it started from, tensor for tensor.
+    kept = tmp_path / "kept"
+    args = _args(kept, tmp_path / "c", 0, "--init-from", str(first), "--lr", "0")
+    card = pipeline.run(args, tiny, PROMPTS, EVAL, print)
+    a, b = load_file(str(first / "model.safetensors")), load_file(str(kept / "model.safetensors"))
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert card["draft_vocab"]["size"] == 9 and "--init-from" in card["draft_vocab"]["counted_from"]
+    assert f"--init-from {first}" in card["command"]
+    # Trained on, it starts where the first run ended, not where a seeded drafter starts.
+    on = pipeline.run(
+        _args(tmp_path / "on", tmp_path / "c", 0, "--init-from", str(first)),
+        tiny,
+        PROMPTS,
+        EVAL,
+        print,
+    )
+    start_a, start_on = run_a["training"]["curve"][0]["loss"], on["training"]["curve"][0]["loss"]
+    assert start_on < 0.8 * start_a, (start_on, start_a)
+    # Its shape is the drafter's where the flags leave it open; another one asked is refused.
+    words = ["--out", str(tmp_path / "x"), "--init-from", str(first)]
+    assert cli.parse_args(words).block_size == 5 and cli.parse_args(words).draft_layers == 1
+    for clash in (["--block-size", "4"], ["--draft-layers", "2"], ["--draft-vocab", "12"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args(words + clash)
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--out", str(tmp_path / "x"), "--init-from", str(tmp_path / "none")])
+
+
 def test_checkpoint_parts_are_bounded_and_checked(tmp_path):
     tensors = {
         "big": torch.arange(1000, dtype=torch.float32).view(10, 100),

@@ -33,6 +33,9 @@ GPU (the recipe's block 16, gamma 7, more data), in calls of at most ten minutes
     python -m specscope.engine.train_dflash --device cuda --preset gpu --steps N \
         --stop-after-minutes 8 --out DIR          # exit 3: stopped, checkpoint written
     python -m specscope.engine.train_dflash ...the same flags... --resume --out DIR
+Across device sessions (each ~10 minutes of training), a run goes on from the last session's
+drafter (its bf16 weights come back in parts; the optimiser state is too big to carry), with a
+fresh schedule: --init-from LAST_DRAFTER_DIR --out DIR.
 """
 
 # The package, one job a module (what `python -m specscope.engine.train_dflash` runs, in order):

@@ -8,12 +8,14 @@ preset; the help text is the package docstring (the recipe).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import torch
 
 import specscope.engine.training as package
+from specscope.engine.speculative import dflash_model
 from specscope.engine.training.batch import BLOCKS_PER_ROW
 from specscope.engine.training.checkpoint import Stopped, export_drafter
 from specscope.engine.training.pipeline import run
@@ -176,6 +178,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="evaluate the drafter already in --out (held-out prompts) and update its card",
     )
+    ap.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="start from this trained drafter (config.json, model.safetensors: e.g. an earlier "
+        "device session's, brought back in parts) instead of a seeded one, with a fresh "
+        "schedule over --minutes; its layers, block size and draft vocabulary are kept",
+    )
     _add_data_flags(ap)
     _add_vocab_flags(ap)
     _add_run_flags(ap)
@@ -189,10 +199,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.draft_vocab < 0:
         ap.error("--draft-vocab must be >= 0")
+    if args.init_from is not None:
+        _shape_from_drafter(args, ap)
     for name, value in PRESETS[args.preset].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args
+
+
+def _shape_from_drafter(args: argparse.Namespace, ap: argparse.ArgumentParser) -> None:
+    """`--init-from`: the drafter's layers and block size where the flags leave them open (a
+    preset would otherwise pick a drafter of another shape); one it cannot be is refused."""
+    config = args.init_from / dflash_model.CONFIG_FILE
+    try:
+        raw = json.loads(config.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        ap.error(f"--init-from {args.init_from}: no drafter config ({exc})")
+    for flag, key in (("draft_layers", "num_layers"), ("block_size", "block_size")):
+        asked = getattr(args, flag)
+        if asked is not None and asked != raw.get(key):
+            ap.error(
+                f"--{flag.replace('_', '-')} {asked}: --init-from {args.init_from} has "
+                f"{raw.get(key)}"
+            )
+        setattr(args, flag, raw.get(key))
+    size = raw.get("draft_vocab_size", 0)
+    if args.draft_vocab not in (0, size):
+        ap.error(
+            f"--draft-vocab {args.draft_vocab}: --init-from {args.init_from} drafts over {size}"
+        )
 
 
 def _check_files(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -150,6 +151,43 @@ def _new_drafter(
     if vocab_ids is not None:
         draft.draft_vocab.copy_(torch.from_numpy(vocab_ids))
     return draft.to(target.device)
+
+
+def _initial_drafter(
+    args: argparse.Namespace,
+    cfg: DFlashConfig,
+    target: LoadedModel,
+    data: list[Sample],
+    held_out: list[Sample],
+) -> tuple[DFlashDraftModel, dict[str, Any] | None]:
+    """`--init-from`: that drafter's weights, in training precision on the target's device,
+    where it fits this run's drafter (same target, taps, layers, block), and the card's record
+    of its draft vocabulary counted against this run's data. Training then goes on from them:
+    a device session's ~10 minutes add to the last session's instead of starting again."""
+    draft = dflash_model.load(args.init_from, device=target.device, dtype=torch.float32)
+    given, wanted = asdict(draft.config), asdict(cfg)
+    keys = [k for k in wanted if k not in ("training", "draft_vocab_size")]
+    if differ := [k for k in keys if not _same(given.get(k), wanted[k])]:
+        raise ValueError(
+            f"--init-from {args.init_from}: its {', '.join(differ)} differ from this run's "
+            f"drafter ({', '.join(f'{k}={given.get(k)} vs {wanted[k]}' for k in differ)})"
+        )
+    cfg.draft_vocab_size = draft.config.draft_vocab_size
+    ids = draft.draft_vocab
+    if ids is None:
+        return draft.train(), None
+    counts = vocab.response_counts(data, cfg.target_vocab_size)
+    held = vocab.response_counts(held_out, cfg.target_vocab_size) if held_out else None
+    source = f"training responses (ids kept from --init-from {args.init_from})"
+    record = vocab.record(ids.cpu().numpy(), len(ids), source, counts, held)
+    return draft.train(), record
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Config values alike; floats as saved (an eps read back from JSON through float32)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6)
+    return a == b
 
 
 def _control(args: argparse.Namespace, t_start: float) -> RunControl:
@@ -296,11 +334,17 @@ def run(
     data, data_stats, held_out = _datasets(
         args, target, prompts, eval_prompts, tuple(cfg.target_layer_ids), log, control.stop_at
     )
-    vocab_ids, vocab_record = vocab.for_run(args.draft_vocab, cfg.target_vocab_size, data, held_out)
-    if vocab_ids is not None:
-        cfg.draft_vocab_size = len(vocab_ids)
+    if args.init_from is not None:
+        draft, vocab_record = _initial_drafter(args, cfg, target, data, held_out)
+    else:
+        vocab_ids, vocab_record = vocab.for_run(
+            args.draft_vocab, cfg.target_vocab_size, data, held_out
+        )
+        if vocab_ids is not None:
+            cfg.draft_vocab_size = len(vocab_ids)
+        draft = _new_drafter(args, cfg, target, vocab_ids)
+    if vocab_record is not None:
         log(f"draft vocabulary: {json.dumps(vocab_record)}")
-    draft = _new_drafter(args, cfg, target, vocab_ids)
     settings = _settings(args)
     history = train(draft, target, data, settings, log, held_out=held_out, control=control)
     cfg.training = {
