@@ -29,6 +29,10 @@ source bench/device/env.sh
 RUN=${RUN:-/tmp/dflash}
 mkdir -p $RUN
 [ -f .dflash/corpus.jsonl.gz ] && cp .dflash/corpus.jsonl.gz $RUN/corpus.jsonl.gz
+# An earlier session's drafter to go on from (train --init-from), carried once as .dflash_init
+# (config.json, model.safetensors: bench/device/prepare.sh init DIR) and kept for the calls after
+[ -f .dflash_init/model.safetensors ] && mkdir -p $RUN/init && cp .dflash_init/* $RUN/init/
+INIT=""; [ -f $RUN/init/model.safetensors ] && INIT="--init-from $RUN/init"
 HELD=bench/data/dflash/heldout_code.jsonl,bench/data/dflash/heldout_chat.jsonl
 if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
@@ -48,7 +52,7 @@ train() {
   local budget=$(( ${1:-7} * 60 + 90 ))
   [ $budget -gt 580 ] && budget=580  # a device call ends at 600 s
   timeout $budget $PY -m specscope.engine.train_dflash --target smollm2 \
-    --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS ${EXTRA:-} \
+    --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS $INIT ${EXTRA:-} \
     --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} --resume --stop-after-minutes ${1:-7}
 }
 decay() {  # serve drafter $1 with DDTree, diagnose long free-form generations, stop the server

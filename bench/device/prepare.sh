@@ -8,9 +8,26 @@
 #             them): each call's carry with the repo's 26 MB of tracked files leaves 3-4 MB of
 #             the 64 MiB a call takes for results committed later
 #   .dflash/  with `dflash`: the drafter's training corpus (corpus_build, every source; 13 MB)
-# Usage: bash bench/device/prepare.sh [dflash]     (needs `make setup` and the package registries)
+#   .dflash_init/  with `init DIR`: the drafter the next training goes on from (dflash.sh train
+#             --init-from), from DIR: a drafter folder, or what `dflash.sh eval` brought back
+#             (model.safetensors.part*, drafter_meta.tgz)
+# Usage: bash bench/device/prepare.sh [dflash | init DIR]   (needs `make setup` and the package
+#        registries; `init` needs neither and does only that)
 set -eu
-cd "$(git rev-parse --show-toplevel)"
+if [ "${1:-}" = init ]; then  # before the cd: DIR may be relative to where this was called
+  from=$(cd "${2:?usage: prepare.sh init DIR}" && pwd)
+  cd "$(dirname "$(readlink -f "$0")")/../.."
+  rm -rf .dflash_init && mkdir .dflash_init
+  if [ -f "$from/drafter_meta.tgz" ]; then
+    tar xzf "$from/drafter_meta.tgz" -C .dflash_init config.json
+    cat "$from"/model.safetensors.part* > .dflash_init/model.safetensors
+  else
+    cp "$from/config.json" "$from/model.safetensors" .dflash_init/
+  fi
+  .venv/bin/python -c 'import sys; from specscope.engine.speculative import dflash_model as d; print("init:", d.load(sys.argv[1]).config.training)' .dflash_init
+  exit 0
+fi
+cd "$(dirname "$(readlink -f "$0")")/../.."
 PY=.venv/bin/python
 pin() { grep -i "^$1==" constraints.txt | head -1; }
 fetch() {  # a 3.12 manylinux (or pure-Python) wheel, without its dependencies
