@@ -77,6 +77,12 @@ WAIT
   echo "decay $1: diagnose rc=$?"; head -30 $dir/diagnose.txt
   kill $server; wait $server 2>/dev/null
 }
+D=$RUN/${NAME:-drafter}
+bring_back() {  # the drafter in parts of 15 MB with its card (bench/device/prepare.sh init joins them)
+  split -b 15000000 -d $D/model.safetensors $OUT/model.safetensors.part
+  tar czf $OUT/drafter_meta.tgz -C $D config.json card.json DATA_CARD.md
+  ls -la $OUT
+}
 case "${1:-}" in
   check)
     for dt in float32 bfloat16; do
@@ -98,18 +104,16 @@ case "${1:-}" in
   train)
     train "${2:-7}" > $OUT/train.log 2>&1
     rc=$?; echo "train rc=$rc (0 done, 3 stopped: run it again)"; tail -30 $OUT/train.log
+    [ $rc = 0 ] && bring_back  # the drafter comes back with the call that made it
     ;;
   eval)
-    D=$RUN/${NAME:-drafter}
     [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
     timeout 420 $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
       --skip-hf --skip-self --stop-at-eos --budgets 32 --num-draft-tokens 8 \
       --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS --json $OUT/engine_spec.json \
       > $OUT/engine_spec.txt 2>&1
     echo "engine_spec rc=$?"; tail -24 $OUT/engine_spec.txt
-    split -b 15000000 -d $D/model.safetensors $OUT/model.safetensors.part
-    tar czf $OUT/drafter_meta.tgz -C $D config.json card.json DATA_CARD.md
-    ls -la $OUT
+    bring_back
     ;;
   decay)
     shift
