@@ -25,6 +25,7 @@ from specscope.engine.training import (  # noqa: E402
     checkpoint,
     cli,
     dataset,
+    loop,
     loss,
     pipeline,
     prompts,
@@ -425,6 +426,38 @@ def test_a_run_can_start_from_a_trained_drafter(tiny, tmp_path):
             cli.parse_args(words + clash)
     with pytest.raises(SystemExit):
         cli.parse_args(["--out", str(tmp_path / "x"), "--init-from", str(tmp_path / "none")])
+
+
+def test_the_step_time_is_read_once_the_first_slow_steps_are_behind():
+    slow_then_fast = [2.6, 2.4, 2.5, 0.22, 0.23, 0.21, 0.22, 0.22]
+    assert loop.settled_step_time(slow_then_fast) is None  # the slow window is still in view
+    assert loop.settled_step_time([*slow_then_fast, 0.21, 0.22, 0.23, 0.22]) == pytest.approx(0.22)
+    assert loop.settled_step_time([0.5] * 7) is None and loop.settled_step_time([0.5] * 8) == 0.5
+
+
+def test_a_time_budget_counts_steps_at_their_settled_pace(tiny, monkeypatch):
+    """The H100's first steps took ~2.5 s where the run's took 0.22 s: the count is the
+    settled pace's (a fake clock, each probe step as long as the list says)."""
+    clock = [0.0]
+    pace = iter([2.6, 2.4, 2.5] + [0.2] * 40)
+
+    def fake_step(*_args, **_kwargs):
+        clock[0] += next(pace)
+        return (torch.zeros((), requires_grad=True), None, 0)
+
+    monkeypatch.setattr(loop, "step_loss", fake_step)
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: clock[0])
+    usable = [dataset.Sample("chat", list(range(10, 40)), 10)]
+    draft = DFlashDraftModel(DFlashConfig.for_target("tiny", tiny.config, block_size=5))
+    st = loop.TrainSettings(minutes=4.0, anchors=2, seqs_per_step=1)
+    total = loop.timed_step_count(draft, tiny, usable, st, log=lambda _: None)
+    # 240 s less the probe's own (3 slow steps, 7 at 0.2 s: the window before the last four
+    # holds one slow step) at 0.2 s a step (+5 % for AdamW); two timed steps read 2.45 s
+    assert total == int((240 - 7.5 - 7 * 0.2) / (0.2 * 1.05))
+    # a budget the probe would eat stops timing at its tenth and takes the latest pace
+    pace = iter([2.6, 0.5])
+    short = loop.timed_step_count(draft, tiny, usable, replace(st, minutes=0.5), log=lambda _: None)
+    assert short == int((30 - 3.1) / (1.55 * 1.05))
 
 
 def test_checkpoint_parts_are_bounded_and_checked(tmp_path):

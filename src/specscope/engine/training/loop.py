@@ -4,8 +4,8 @@ gradient clipping, a loss curve and held-out checks as it goes; stops on time an
 Seeded end to end (anchors, initialisation, the order sequences are drawn in), so the same
 arguments and step count give the same weights, and a run stopped and resumed
 (checkpoint.py) gives the weights of the uninterrupted one. A time budget (`minutes`) is
-turned into a step count before the first step, by timing a few steps: the schedule needs its
-length up front, and the card can then say `--steps N` to repeat the run exactly.
+turned into a step count before the first step, by timing steps until their times settle:
+the schedule needs its length up front, and the card can then say `--steps N` to repeat the run exactly.
 
 A step is one forward and one backward over all its sequences' blocks (batch.py, loss.py);
 on CUDA under bf16 autocast with fp32 master weights and optimiser state.
@@ -138,6 +138,28 @@ def learning_rate(st: TrainSettings, step: int, total: int) -> float:
     return st.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
+# Timing the step count (timed_step_count): steps are timed one by one until the last
+# SETTLE_WINDOW agree with the window before them within SETTLE_SHARE (their medians), and at
+# most PROBE_STEPS or PROBE_SHARE of the budget go into it. On the H100 (2026-12-05) the first
+# steps of a run paid for new shapes (cuDNN attention plans; the features' forward at each new
+# length): one untimed step and two timed ones read 2.60 s a step where the run went at 0.22,
+# and a 4-minute run trained for 29 s.
+SETTLE_WINDOW = 4
+SETTLE_SHARE = 0.25
+PROBE_STEPS = 32
+PROBE_SHARE = 0.1
+
+
+def settled_step_time(times: list[float]) -> float | None:
+    """The median of the last SETTLE_WINDOW step times once they agree with the window before
+    them (the slow first steps behind), else None: time another step."""
+    if len(times) < 2 * SETTLE_WINDOW:
+        return None
+    last = float(np.median(times[-SETTLE_WINDOW:]))
+    before = float(np.median(times[-2 * SETTLE_WINDOW : -SETTLE_WINDOW]))
+    return last if abs(before - last) <= SETTLE_SHARE * last else None
+
+
 def timed_step_count(
     draft: DFlashDraftModel,
     target: LoadedModel,
@@ -145,27 +167,30 @@ def timed_step_count(
     st: TrainSettings,
     log=print,
 ) -> int:
-    """The step count that fills `st.minutes`: a few forward+backward passes timed (own RNG,
-    gradients dropped) before the schedule starts, so the run equals `--steps total`."""
+    """The step count that fills `st.minutes`: forward+backward passes timed (own RNG,
+    gradients dropped) before the schedule starts, so the run equals `--steps total`; timed
+    until their times settle (SETTLE_WINDOW), since a run's first steps are not its steps."""
     probe_rng = np.random.default_rng(st.seed + 1)
     block = draft.config.block_size
-
-    def one_step() -> None:
+    cuda = target.device.type == "cuda"
+    times: list[float] = []
+    per_step: float | None = None
+    while per_step is None:
+        t0 = time.perf_counter()
         samples, anchors = draw(usable, st.seqs_per_step, block, st.anchors, probe_rng)
         step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)[0].backward()
-
-    one_step()  # untimed: kernel loading and allocator growth are not a step's cost
-    if target.device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(2):
-        one_step()
-    if target.device.type == "cuda":
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        per_step = settled_step_time(times)
+        if per_step is None and (
+            len(times) >= PROBE_STEPS or sum(times) >= PROBE_SHARE * st.minutes * 60
+        ):
+            per_step = float(np.median(times[-SETTLE_WINDOW:]))  # unsettled: the latest
     draft.zero_grad(set_to_none=True)
-    per_step = (time.perf_counter() - t0) / 2 * 1.05  # + the optimizer step
-    total = max(4, int(st.minutes * 60 / per_step))
-    log(f"train: ~{per_step:.2f} s/step -> {total} steps in {st.minutes} min")
+    per_step *= 1.05  # + the optimizer step
+    total = max(4, int((st.minutes * 60 - sum(times)) / per_step))
+    log(f"train: ~{per_step:.2f} s/step ({len(times)} timed) -> {total} steps in {st.minutes} min")
     return total
 
 
