@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue #39 on the H200, one stage a device call (docs/dflash.md "The H200 plan"):
+# Issue #39 on the H200, one stage a device call (docs/dflash.md "The device plan"):
 #   bench/device/dflash.sh check            the drafter's graphs against the eager path
 #                                           (dflash_step --check, fp32 and bf16, and with a draft
 #                                           vocabulary of 16,384), its step split with and
