@@ -1,5 +1,5 @@
 #!/bin/bash
-# Here, before a device session (docs/faults.md "How the calls are made", docs/dflash.md "The H200
+# Here, before a device session (docs/faults.md "How the calls are made", docs/dflash.md "The device
 # plan"): the folders the calls carry, all ignored by git and rebuilt by this script on a new
 # checkout:
 #   .whl/     the Python 3.12 wheels the H200 lacks (reference/gpu-notes.md), at constraints.txt's
