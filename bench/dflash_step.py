@@ -20,7 +20,10 @@ and a released store reused by a second request, run on every path; "ring" and "
 compared with "growing", "graph" (CUDA) with "static": the sorted top-k log-probs within
 tolerance and the chains equal except at a near-tie of the reference's two best (1e-3 in
 float32, 5e-2 in bfloat16: one bf16 step of a logit; the largest gap is printed, and "graph"
-against "static", the same kernels replayed, should show 0).
+against "static", the same kernels replayed, should show 0; "graph+compile", the same functions
+fused by torch.compile, is compared with "static" too: small gaps, from fused arithmetic).
+On CUDA both captured paths are timed, uncompiled and compiled, with their ratio: the eager
+functions replay ~200 kernels a step, so fusing them is what item 4's 0.3 ms needs.
 
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --shape tiny
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --threads 1
@@ -28,6 +31,8 @@ against "static", the same kernels replayed, should show 0).
     python3 bench/dflash_step.py --device cuda --random-weights --check           # H200
     python3 bench/dflash_step.py --device cuda --random-weights --steps 300       # H200
     python3 bench/dflash_step.py --device cuda --random-weights --check --draft-vocab 16384
+    python3 bench/dflash_step.py --device cuda --random-weights --layers-block 2,16 --steps 200
+    PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --shape tiny --compile
 
 --draft-vocab N (random weights): the drafter drafts over N token ids (its LM head cut to those
 rows, engine/speculative/draft_vocab.py); the shipped drafter drafts over its own vocabulary.
@@ -75,6 +80,9 @@ def models(args: argparse.Namespace):
         cfg = dflash_model.DFlashConfig(**raw)
     else:
         cfg = dflash_model.DFlashConfig.for_target("tiny", target.config, block_size=8)
+    if args.layers_block:  # the GPU preset's drafter (2,16) rather than the shipped one's
+        layers, block = (int(v) for v in args.layers_block.split(","))
+        cfg = replace(cfg, num_layers=layers, block_size=block)
     model = dflash_model.DFlashDraftModel(replace(cfg, draft_vocab_size=args.draft_vocab))
     model.init_weights(seed=2, embed_std=1.0)
     if args.draft_vocab:  # a seeded random subset: the head's cost is its row count
@@ -88,7 +96,12 @@ def models(args: argparse.Namespace):
 
 
 def drafter(target, model, path: str, window: int | None, top_k: int) -> DFlashDrafter:
-    d = DFlashDrafter(model, target.model, top_k=top_k, draft_window=window, path=path)
+    """The drafter on `path`; "graph+compile" / "static+compile": that path's functions fused
+    by torch.compile first (the engine's CUDA default)."""
+    base, _, fused = path.partition("+")
+    d = DFlashDrafter(
+        model, target.model, top_k=top_k, draft_window=window, path=base, compile=bool(fused)
+    )
     d.warmup()  # the graph path captures here, as the engine does at build
     return d
 
@@ -179,11 +192,20 @@ def disagreement(got: list[Draft], want: list[Draft], tol: float) -> str | None:
     return None
 
 
+def paths_for(args: argparse.Namespace) -> list[str]:
+    """The paths a run compares: the eager ones, and on CUDA the captured step uncompiled and
+    compiled (the engine's); `--compile` adds the compiled static step on the CPU."""
+    if args.device == "cuda":
+        return ["growing", "ring", "static", "graph", "graph+compile"]
+    return ["growing", "ring", "static"] + (["static+compile"] if args.compile else [])
+
+
 def check(target, model, args) -> int:
     fp32 = target.dtype == torch.float32
-    paths = ["growing", "ring", "static"] + (["graph"] if target.device.type == "cuda" else [])
+    paths = paths_for(args)
     tol = 1e-3 if fp32 else 5e-2
     pairs = [("ring", "growing"), ("static", "growing"), ("graph", "static")]
+    pairs += [("graph+compile", "static"), ("static+compile", "static")]
     bad = 0
     for window in (None, 24):  # 24: the ring wraps, updates land across its end
         runs = {
@@ -226,6 +248,14 @@ def main() -> None:
         help="--random-weights: draft over N token ids (a random subset; 0 = every token); "
         "the shipped drafter drafts over its own",
     )
+    ap.add_argument(
+        "--layers-block",
+        default="",
+        help="--random-weights: the drafter's layers,block (e.g. 2,16: the GPU preset's)",
+    )
+    ap.add_argument(
+        "--compile", action="store_true", help="CPU: also the static step fused by torch.compile"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.draft_vocab and not args.random_weights:
@@ -243,16 +273,22 @@ def main() -> None:
     )
     if args.check:
         sys.exit(check(target, model, args))
-    paths = ["growing", "ring", "static"] + (["graph"] if args.device == "cuda" else [])
-    result = timing(target, model, args, paths)
-    print(f"{'path':8s} {'update ms':>10s} {'propose ms':>11s} {'step ms':>8s} {'vs growing':>11s}")
+    result = timing(target, model, args, paths_for(args))
+    print(
+        f"{'path':14s} {'update ms':>10s} {'propose ms':>11s} {'step ms':>8s} {'vs growing':>11s}"
+    )
     for p, r in result.items():
         print(
-            f"{p:8s} {r['update_ms']:10.3f} {r['propose_ms']:11.3f} {r['step_ms']:8.3f} "
+            f"{p:14s} {r['update_ms']:10.3f} {r['propose_ms']:11.3f} {r['step_ms']:8.3f} "
             f"{r['vs_growing']:10.2f}x"
         )
     new = "graph" if args.device == "cuda" else "ring"
     print(f"ratio new/old ({new} / growing, step): {result[new]['vs_growing']:.2f}")
+    fused = "graph+compile" if args.device == "cuda" else "static+compile"
+    if fused in result:
+        plain = fused.split("+")[0]
+        ratio = result[fused]["step_ms"] / result[plain]["step_ms"]
+        print(f"ratio compiled / not ({fused} / {plain}, step): {ratio:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": result}, indent=1))
 

@@ -104,6 +104,28 @@ def test_static_paths_draft_like_the_growing_store(models, window, path, monkeyp
     assert drafter.contexts.get("a").keys[0].shape[0] == capacity + 1  # + the scratch row
 
 
+def test_compiled_static_step_drafts_like_the_eager_one(models):
+    """On CUDA the captured functions are fused by torch.compile first (whole, fullgraph: a
+    graph break there would fail the capture on the GPU); here the same compiled functions run
+    on the CPU's static path: the same drafts, and one compilation serves every store."""
+    from torch._dynamo.utils import counters
+
+    target, model = models
+    ops = _script(seed=7)
+    want = _run(DFlashDrafter(model, target.model, top_k=3, draft_window=7, path="static"), ops)
+    counters.clear()
+    drafter = DFlashDrafter(
+        model, target.model, top_k=3, draft_window=7, path="static", compile=True
+    )
+    got = _run(drafter, ops)
+    for step_got, step_want in zip(got, want, strict=True):
+        for g, w in zip(step_got, step_want, strict=True):
+            assert g.sequences == w.sequences
+            np.testing.assert_array_equal(g.topk_tokens, w.topk_tokens)
+            np.testing.assert_allclose(g.topk_logprobs, w.topk_logprobs, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # block, update
+
+
 def test_windowed_drafts_differ_from_unbounded(models):
     """The script reaches past the window, so the window is visible in the drafts (the
     equality above is not vacuous)."""

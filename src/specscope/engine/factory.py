@@ -68,7 +68,9 @@ def assemble(
     stepper: Stepper = (
         PlainStepper()
         if opts.speculation is None
-        else make_stepper(loaded, kv, opts.speculation, cuda_graphs=graphs)
+        else make_stepper(
+            loaded, kv, opts.speculation, cuda_graphs=graphs, torch_compile=opts.torch_compile
+        )
     )
     runner: Runner | None = None
     if graphs:

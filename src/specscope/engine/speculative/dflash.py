@@ -56,6 +56,7 @@ class DFlashDrafter:
         draft_window: int | None = None,
         name: str = "dflash",
         path: str = "ring",
+        compile: bool = False,
     ):
         model.config.check_target(target.cfg)
         if path not in PATHS:
@@ -79,7 +80,7 @@ class DFlashDrafter:
         self.graphs: DFlashGraphs | None = None
         if path in ("graph", "static"):
             self.graphs = DFlashGraphs(
-                model, target, self.head, self.top_k, capture=path == "graph"
+                model, target, self.head, self.top_k, capture=path == "graph", compile=compile
             )
 
     @property

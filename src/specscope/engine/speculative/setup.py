@@ -23,12 +23,17 @@ from specscope.engine.speculative.stepper import SpeculativeStepper
 
 
 def make_stepper(
-    target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions, *, cuda_graphs: bool = False
+    target: LoadedModel,
+    target_kv: KVCache,
+    opts: SpeculationOptions,
+    *,
+    cuda_graphs: bool = False,
+    torch_compile: bool = False,
 ) -> SpeculativeStepper:
     if opts.tree_kv == "inplace" and target_kv.page_size != 1:
         raise ValueError("tree_kv inplace rewrites the page table per token: needs page_size 1")
     drafter = with_faults(
-        make_drafter(target, target_kv, opts, cuda_graphs=cuda_graphs),
+        make_drafter(target, target_kv, opts, cuda_graphs=cuda_graphs, torch_compile=torch_compile),
         opts.faults,
         target.config.vocab_size,
     )
@@ -36,13 +41,20 @@ def make_stepper(
 
 
 def make_drafter(
-    target: LoadedModel, target_kv: KVCache, opts: SpeculationOptions, *, cuda_graphs: bool = False
+    target: LoadedModel,
+    target_kv: KVCache,
+    opts: SpeculationOptions,
+    *,
+    cuda_graphs: bool = False,
+    torch_compile: bool = False,
 ) -> Drafter:
     if opts.drafter == "ngram":
         candidates = opts.ngram_candidates or (4 if opts.verify == "tree" else 1)
         return NgramDrafter(opts.ngram_min, opts.ngram_max, candidates, opts.draft_window or None)
     if opts.drafter.startswith("dflash:"):
-        return make_dflash_drafter(target, opts, cuda_graphs=cuda_graphs)
+        return make_dflash_drafter(
+            target, opts, cuda_graphs=cuda_graphs, torch_compile=torch_compile
+        )
     if opts.drafter.startswith("layers:"):  # early exit: the target's first N layers
         model = early_exit_model(target.model, int(opts.drafter.removeprefix("layers:")))
         name, dtype, device = opts.drafter, target.dtype, target.device
@@ -83,8 +95,14 @@ def make_drafter(
 
 
 def make_dflash_drafter(
-    target: LoadedModel, opts: SpeculationOptions, *, cuda_graphs: bool = False
+    target: LoadedModel,
+    opts: SpeculationOptions,
+    *,
+    cuda_graphs: bool = False,
+    torch_compile: bool = False,
 ) -> DFlashDrafter:
+    """The DFlash drafter; on CUDA with graphs its step is captured (`torch_compile`: fused
+    first, dflash_graph.py)."""
     ref = opts.drafter.removeprefix("dflash:")
     path = dflash_model.resolve_path(ref)
     model = dflash_model.load(path, device=target.device, dtype=target.dtype)
@@ -101,6 +119,7 @@ def make_dflash_drafter(
         draft_window=opts.draft_window or None,
         name=f"dflash:{path.name}",
         path="graph" if cuda_graphs and target.device.type == "cuda" else "ring",
+        compile=torch_compile,
     )
     drafter.warmup()
     return drafter
