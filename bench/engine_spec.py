@@ -249,6 +249,12 @@ def parse_args() -> argparse.Namespace:
         help="CUDA: every engine configuration on the eager path (the DFlash drafter's step too)",
     )
     ap.add_argument(
+        "--no-torch-compile",
+        action="store_true",
+        help="CUDA: graphs of unfused steps (the target's token-wise parts and the DFlash "
+        "drafter's step are torch.compile'd by default)",
+    )
+    ap.add_argument(
         "--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)"
     )
     args = ap.parse_args()
@@ -411,6 +417,7 @@ def main() -> None:
     )
     rows = max(len(p) for ps in sets.values() for p in ps) + args.max_new_tokens + 80
     eager = {"cuda_graphs": False} if args.eager else {}
+    eager |= {"torch_compile": False} if args.no_torch_compile else {}
     backends = {name: engine_backend(lm, rows, {**spec, **eager}) for name, spec in configs}
     engine_run(backends["engine plain"], sets["code"][:1], 4)  # warm-up: first-call allocations
     hf_pair = None if args.skip_hf else hf_models(lm, args.draft_layers)

@@ -22,7 +22,8 @@
 # same here with tiny settings (a check of the script, not a figure).
 # Settings (environment): NAME (drafter: the folder under /tmp/dflash), MAX_PROMPTS (24000),
 # RESPONSE (384), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
-# (256), FILE_PROMPTS (32), EXTRA (more flags). A call stops training after 7 minutes by default
+# (256), FILE_PROMPTS (32), EXTRA (more train flags), SPEC_EXTRA (more eval flags, e.g.
+# --no-torch-compile). A call stops training after 7 minutes by default
 # (the held-out evaluation after the last step must fit the 10-minute call too).
 set -u
 source bench/device/env.sh
@@ -107,7 +108,7 @@ case "${1:-}" in
     [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
     timeout 420 $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
       --skip-hf --skip-self --stop-at-eos --budgets 32 --num-draft-tokens 8 \
-      --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS --json $OUT/engine_spec.json \
+      --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS ${SPEC_EXTRA:-} --json $OUT/engine_spec.json \
       > $OUT/engine_spec.txt 2>&1
     echo "engine_spec rc=$?"; tail -24 $OUT/engine_spec.txt
     bring_back

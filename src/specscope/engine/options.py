@@ -73,7 +73,8 @@ class EngineOptions:
     # CUDA only: paged attention kernel + CUDA graphs per batch bucket, and the DFlash drafter's
     # batch-1 step as CUDA graphs (False: the eager path, the same one the CPU runs).
     cuda_graphs: bool = True
-    torch_compile: bool = True  # fuse the token-wise layer parts (the graphs work without it)
+    # fuse the token-wise layer parts and the DFlash drafter's captured step (graphs work without)
+    torch_compile: bool = True
     single_token_gemv: bool = True  # batch-1 decode: fused multiply-reduce instead of cuBLAS
     speculation: SpeculationOptions | None = None
     # the `graph-off-above=B` fault (engine/faults.py): batches above B leave the CUDA graphs
