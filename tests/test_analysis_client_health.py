@@ -10,6 +10,10 @@ import pytest
 from specscope.analysis.client_health import LIMIT_SHARE, client_health, decode_windows
 from specscope.analysis.diagnosis.cards import BY_ID
 from specscope.analysis.diagnosis.diagnose import analyze
+from specscope.analysis.headline.headline import guarded_headline
+from specscope.analysis.steps.reconstruct import reconstruct_steps
+from specscope.analysis.summary import summarize
+from specscope.telemetry.records import SpecRecord
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace
 from specscope.twin import scenario as tw
 from specscope.validation import virtual
@@ -148,3 +152,51 @@ def test_the_guard_stops_step_time_and_acceptance_claims_and_names_the_client_fi
     assert any("no step_time_drift: not made, the client was the limit" in n for n in late.notes)
     assert late.decode_tps == before.decode_tps and late.mean_commit_len == before.mean_commit_len
     assert "client" in late.verdict[0] or any("client" in v for v in late.verdict)
+
+
+def _merged_stream() -> RequestTrace:
+    """A request whose 100 decode tokens a late client read in 50 events of 1-3 tokens, 20 ms
+    apart, where the server ran 60 steps (vLLM merges what its stream has not sent yet)."""
+    sizes = [2, 1, 3, 2, 2] * 10
+    chunks = [Chunk(t_ns=100 * MS, n_tokens=1)]
+    chunks += [Chunk(t_ns=int((100 + 20 * k) * MS), n_tokens=n) for k, n in enumerate(sizes, 1)]
+    return RequestTrace(
+        index=0,
+        spec=RequestSpec(prompt="the text", prompt_tokens=3, max_tokens=101),
+        t_send_ns=50 * MS,
+        chunks=chunks,
+        token_count_source="usage",
+        completion_tokens=101,
+        finish_reason="length",
+        t_end_ns=chunks[-1].t_ns,
+    )
+
+
+def test_a_limited_client_hands_the_commit_length_to_the_servers_counters():
+    """Under load the vLLM peer's n-gram run read 2.1 tokens a step from a client that was the
+    limit, where vLLM's counters said 1.85: the client's steps then lose the headline to the
+    server's all-steps counters, and the headline says why."""
+    trace = _merged_stream()
+    recs = [reconstruct_steps(trace)]
+    prom = SpecRecord(
+        format="prometheus",
+        scope="run_delta",
+        fields={"delta": {"itl_count": 60.0, "generation_tokens": 101.0, "finished_requests": 1.0}},
+    )
+    t = list(np.arange(100, 1100, 5.0))
+    calm = [_record(t, [0.2] * len(t))]
+    late = [_record(t, ([0.2, 0.2, 12.0] * len(t))[: len(t)])]  # ~3.9 ms beyond, a 20 ms step
+    head, health = guarded_headline([trace], recs, calm, telemetry=[prom])
+    assert not health.limits_step_time
+    assert head.mean_commit_len_source == "client" and head.mean_commit_len == pytest.approx(2.0)
+    head, health = guarded_headline([trace], recs, late, telemetry=[prom])
+    assert health.limits_step_time
+    assert head.mean_commit_len_source == "prometheus"
+    assert head.mean_commit_len == pytest.approx(100 / 60)
+    assert any("client was the limit" in n for n in head.notes)
+    # without the server's counters the client's reading stays, and the guard's finding says it
+    head, _ = guarded_headline([trace], recs, late)
+    assert head.mean_commit_len_source == "client"
+    # probe's summary reads the same figure and reports the same health
+    s = summarize([trace], client=late, telemetry=[prom])
+    assert s["mean_commit_len_source"] == "prometheus" and s["client"]["limits_step_time"]

@@ -77,7 +77,7 @@ ANALYSIS_ALLOWED: dict[str, frozenset[str]] = {
     for k, v in {
         "steps": set(),
         "fits": set(),
-        "headline": {"steps", "fits"},
+        "headline": {"steps", "fits", "client_health"},
         "workload": {"headline", "steps"},
         "diagnosis": {"headline", "fits", "steps", "workload", "serving", "client_health"},
         "serving": {"headline", "steps"},

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from specscope.analysis.client_health import client_health, median_step_s
-from specscope.analysis.headline.headline import Headline, headline
+from specscope.analysis.headline.headline import Headline, guarded_headline
 from specscope.analysis.headline.measure import cut_short
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
 from specscope.analysis.steps.speculation import as_stated, state_of_requests
@@ -83,18 +82,6 @@ def _steps_block(ok_recs: Sequence[StepReconstruction], head: Headline) -> dict[
     }
 
 
-def _client_block(
-    client: Sequence[dict[str, Any]],
-    ok: Sequence[RequestTrace],
-    ok_recs: Sequence[StepReconstruction],
-    head: Headline,
-) -> dict[str, Any] | None:
-    """The client's health (analysis.client_health) against the run's median step."""
-    timed = [st.step_s for r in ok_recs if r.reliable for st in r.steps if st.step_s > 0]
-    health = client_health(client, ok, median_step_s(timed, head.mean_step_s))
-    return None if health is None else health.to_json()
-
-
 def _measured(
     finished: list[RequestTrace], traces: Sequence[RequestTrace]
 ) -> tuple[list[RequestTrace], list[str]]:
@@ -140,7 +127,7 @@ def summarize(
     e2es = [v for t in ok if (v := t.e2e_s) is not None]
     windows = [w for t in ok if (w := t.decode_window()) is not None]
     per_req_tps = [w[0] / w[1] for w in windows]
-    head = headline(ok, ok_recs, telemetry=telemetry)
+    head, health = guarded_headline(ok, ok_recs, client, telemetry=telemetry)
 
     gaps, chunk_sizes = _chunks(ok)
     server_block = _server_block(ok)
@@ -173,5 +160,5 @@ def summarize(
         "token_count_sources": dict(Counter(t.token_count_source for t in ok)),
         "server_spec": server_block,
         **workload_keys(traces, recs),
-        "client": _client_block(client, ok, ok_recs, head),
+        "client": None if health is None else health.to_json(),
     }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from specscope.analysis import serving
-from specscope.analysis.client_health import ClientHealth, client_health, median_step_s
+from specscope.analysis.client_health import ClientHealth
 from specscope.analysis.diagnosis import facts as fx
 from specscope.analysis.diagnosis.breakeven import Breakeven, breakeven, unavailable
 from specscope.analysis.diagnosis.facts import Facts
@@ -119,7 +119,7 @@ def analyze(
         timed_main_table=timed_main,
         e2e_s=out.e2e_s,
         drift_separation=fx.drift_separation(timed, timed_main),
-        client=_client_health(run, m, out),
+        client=_client_health(m, out),
     )
     _decide_onto(out, facts)
     disagreements = m.headline.disagreements if m.headline is not None else ()
@@ -127,12 +127,10 @@ def analyze(
     return out
 
 
-def _client_health(run: Run, m: Measured, out: Analysis) -> ClientHealth | None:
-    """The client's health over the main requests (their decode windows, their median step),
-    onto `out.client`."""
-    steps = [s.step_s for s in m.reliable_steps(m.main) if s.step_s > 0]
-    mean_step = m.headline.mean_step_s if m.headline is not None else None
-    health = client_health(run.client, m.main, median_step_s(steps, mean_step))
+def _client_health(m: Measured, out: Analysis) -> ClientHealth | None:
+    """The client's health over the main requests (measured with their headline, which it
+    guards: headline.guarded_headline), onto `out.client`."""
+    health = m.client
     out.client = None if health is None else health.to_json()
     return health
 

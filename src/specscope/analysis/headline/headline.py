@@ -22,6 +22,9 @@ first that applies wins and `mean_commit_len_source` names it:
 4. `client` over the requests whose steps are reliable, when some are not and no server data
    covers the rest (a note says how many).
 5. `log`: server log records (per-step records of these requests, else all-steps summaries).
+Where the measuring client was the limit (analysis/client_health.py: its loop answered late, so
+one read could hold several steps) and the commit length came from its steps, `prometheus`
+comes first (`guarded_headline`, what probe and diagnose call), with a note.
 A drafted-steps-only figure (vLLM `mean_acceptance_length`, llama.cpp `mean len`, the
 `SpecDecoding metrics:` line, `1 + accepted / drafts`) is never `mean_commit_len`: it is
 `mean_commit_len_per_drafted_step`, beside `drafted_step_share` (share of steps that drafted).
@@ -34,12 +37,13 @@ else `derived`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from specscope.analysis.client_health import ClientHealth, client_health, median_step_s
 from specscope.analysis.fits.acceptance import ServerAcceptance, from_telemetry
 from specscope.analysis.headline.decompose import Decomposition
 from specscope.analysis.headline.loops import LoopReading, loop_reading
@@ -287,9 +291,17 @@ def _commit_source(
     server_log: ServerAcceptance | None,
     label: str,
     notes: list[str],
+    client_limited: bool = False,
 ) -> tuple[float | None, str | None, str, list[_Request], bool]:
     """(run-level L, source, detail, covered requests, timed by the client): the commit
-    length's one precedence (the module docstring), so that every command reads one figure."""
+    length's one precedence (the module docstring), so that every command reads one figure;
+    with `client_limited` the server's all-steps counters come before the client's steps."""
+    if client_limited and prom is not None:
+        notes.append(
+            "the measuring client was the limit (its loop answered late, so a read could hold "
+            "several steps): commit length from the server's all-steps counters, not its steps"
+        )
+        return prom.commit_len, PROMETHEUS, prom.source, [], False
     source: str | None = None
     detail = ""
     L: float | None = None
@@ -437,9 +449,12 @@ def headline(
     telemetry: Sequence[SpecRecord] | None = None,
     label: str = "all requests",
     seed: int = 0,
+    client_limited: bool = False,
 ) -> Headline:
     """The headline over these (successful) requests and their reconstructions (aligned).
-    `telemetry`: server records about the same run (Prometheus deltas, log records)."""
+    `telemetry`: server records about the same run (Prometheus deltas, log records);
+    `client_limited`: the client was the limit (guarded_headline), so its steps come after the
+    server's all-steps counters."""
     reqs = _requests(traces, reconstructions)
     ttft, ttft_ci = _ttft(traces, seed)
     if not reqs:
@@ -453,7 +468,9 @@ def headline(
     rows: np.ndarray | None = None
     unit = "request"
     prom = _prometheus(records)
-    L, source, detail, covered, timed = _commit_source(reqs, prom, server_log, label, notes)
+    L, source, detail, covered, timed = _commit_source(
+        reqs, prom, server_log, label, notes, client_limited
+    )
     every = source == CLIENT and timed and len(covered) == len(reqs)
     commit_ci: Interval95 | None = None
     step_ci: Interval95 | None = None
@@ -497,6 +514,36 @@ def headline(
         server_step_s=server_step,
         delivery_lag_share=lag,
     )
+
+
+def guarded_headline(
+    traces: Sequence[RequestTrace],
+    reconstructions: Sequence[StepReconstruction],
+    client_records: Sequence[Mapping[str, Any]],
+    *,
+    telemetry: Sequence[SpecRecord] | None = None,
+    label: str = "all requests",
+    seed: int = 0,
+) -> tuple[Headline, ClientHealth | None]:
+    """The headline and the client's health against its median step (client_health.py). A
+    client that was the limit reads late, and a late read can hold several steps: under load
+    vLLM's n-gram commit length of 1.85 was read as 2.1 from the client's steps. Where that
+    was the headline's source and the server's all-steps counters are there, they decide it."""
+    head = headline(traces, reconstructions, telemetry=telemetry, label=label, seed=seed)
+    timed = [s.step_s for r in reconstructions if r.reliable for s in r.steps if s.step_s > 0]
+    health = client_health(client_records, traces, median_step_s(timed, head.mean_step_s))
+    if health is not None and health.limits_step_time and head.mean_commit_len_source == CLIENT:
+        guarded = headline(
+            traces,
+            reconstructions,
+            telemetry=telemetry,
+            label=label,
+            seed=seed,
+            client_limited=True,
+        )
+        if guarded.mean_commit_len_source != CLIENT:
+            head = guarded
+    return head, health
 
 
 def _ttft(traces: Sequence[RequestTrace], seed: int) -> tuple[float | None, Interval95 | None]:

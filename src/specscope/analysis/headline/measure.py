@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specscope.analysis.client_health import ClientHealth
 from specscope.analysis.fits.acceptance import ServerAcceptance
 from specscope.analysis.headline import decompose as dec
-from specscope.analysis.headline.headline import Headline, headline
+from specscope.analysis.headline.headline import Headline, guarded_headline
 from specscope.analysis.steps.reconstruct import StepReconstruction, reconstruct_steps
 from specscope.analysis.steps.repetition import loop_start_position
 from specscope.analysis.steps.speculation import (
@@ -124,6 +125,8 @@ class Measured:
     speculation: SpeculationState = field(
         default_factory=lambda: SpeculationState(None, "not measured")
     )
+    # the client's health over the main requests (None: no loop-lag samples)
+    client: ClientHealth | None = None
 
     @property
     def decomposition(self) -> dec.Decomposition | None:
@@ -204,7 +207,9 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
     if not main:
         return Measured(run=run, ok=ok, recs=recs, main=main, main_label=label, speculation=state)
     main_recs = [recs[r.index] for r in main]
-    head = headline(main, main_recs, telemetry=telemetry, label=label, seed=seed)
+    head, health = guarded_headline(
+        main, main_recs, run.client, telemetry=telemetry, label=label, seed=seed
+    )
     notes = list(head.notes)
     if (cut := _cut_short_note(main)) is not None:
         notes.append(cut)
@@ -228,6 +233,7 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
         reasons=tuple(sorted({rc.reason for rc in main_recs if not rc.reliable and rc.reason})),
         notes=tuple(notes),
         speculation=state,
+        client=health,
     )
 
 
