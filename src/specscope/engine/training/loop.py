@@ -5,7 +5,8 @@ Seeded end to end (anchors, initialisation, the order sequences are drawn in), s
 arguments and step count give the same weights, and a run stopped and resumed
 (checkpoint.py) gives the weights of the uninterrupted one. A time budget (`minutes`) is
 turned into a step count before the first step, by timing steps until their times settle:
-the schedule needs its length up front, and the card can then say `--steps N` to repeat the run exactly.
+the schedule needs its length up front, and the card can then say `--steps N` to repeat the
+run exactly.
 
 A step is one forward and one backward over all its sequences' blocks (batch.py, loss.py);
 on CUDA under bf16 autocast with fp32 master weights and optimiser state.
