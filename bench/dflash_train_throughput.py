@@ -14,6 +14,9 @@ tokens (train_dflash's `--draft-vocab`: the head and its CE over N rows) against
     python bench/dflash_train_throughput.py                       # CPU, tiny random target
     python bench/dflash_train_throughput.py --device cuda --profile   # the GPU preset's shape
     python bench/dflash_train_throughput.py --shape smollm2 --draft-vocab 16384   # CPU
+    python bench/dflash_train_throughput.py --device cuda --ragged --prompt 226 --response 384
+        # a corpus's lengths (the first H100 run: prompts 226, responses 300 on average): on
+        # CUDA also the step with cuDNN's attention kept out (train_dflash --attention no-cudnn)
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ def _args() -> argparse.Namespace:
     )
     ap.add_argument("--profile", action="store_true", help="then the top ops of one new step")
     ap.add_argument(
+        "--ragged",
+        action="store_true",
+        help="sequences of varied lengths (prompt x0.5-1.5, response x0.5-1, 16 steps' worth), "
+        "as a corpus gives them, instead of one length: every step's shapes differ",
+    )
+    ap.add_argument(
         "--draft-vocab",
         type=int,
         default=0,
@@ -99,16 +108,15 @@ def _setup(a: argparse.Namespace):
     draft.init_weights(0, 0.02)
     draft.to(target.device).train()
     rng = np.random.default_rng(0)
-    width, n = len(dcfg.target_layer_ids) * cfg.hidden_size, a.prompt + a.response
-    cached = [
-        Sample(
-            "x",
-            rng.integers(0, cfg.vocab_size, n).tolist(),
-            a.prompt,
-            torch.randn(n, width, dtype=torch.bfloat16),
-        )
-        for _ in range(4 * a.seqs)
-    ]
+    width = len(dcfg.target_layer_ids) * cfg.hidden_size
+    count = (16 if a.ragged else 4) * a.seqs
+    prompts = rng.integers(a.prompt // 2, a.prompt * 3 // 2 + 1, count) if a.ragged else [a.prompt]
+    responses = rng.integers(a.response // 2, a.response + 1, count) if a.ragged else [a.response]
+    cached = []
+    for i in range(count):
+        p, n = int(prompts[i % len(prompts)]), int(responses[i % len(responses)])
+        tokens = rng.integers(0, cfg.vocab_size, p + n).tolist()
+        cached.append(Sample("x", tokens, p, torch.randn(p + n, width, dtype=torch.bfloat16)))
     return target, draft, cached, [Sample(s.category, s.tokens, s.prompt_len) for s in cached]
 
 
@@ -118,9 +126,9 @@ def _old_step(draft, target, samples, anchors, gamma: float) -> None:
         (loss / len(samples)).backward()
 
 
-def _new_step(per_row: int):
+def _new_step(per_row: int, attention: str = "auto"):
     def step(draft, target, samples, anchors, gamma: float) -> None:
-        step_loss(draft, target, samples, anchors, gamma, per_row)[0].backward()
+        step_loss(draft, target, samples, anchors, gamma, per_row, attention)[0].backward()
 
     return step
 
@@ -170,6 +178,9 @@ def main() -> None:
         {name: (_new_step(m), cached, draft, opt) for name, m in zip(new, rows, strict=True)}
     )
     steps[per_step] = (_new_step(rows[0]), bare, draft, opt)
+    no_cudnn = f"{per_step[:-1]}, attention no-cudnn)"
+    if a.device == "cuda":  # cuDNN's attention builds a plan per shape (--attention no-cudnn)
+        steps[no_cudnn] = (_new_step(rows[0], "no-cudnn"), bare, draft, opt)
     vocab = f"new batched step, {rows[0]} blocks a row, draft vocabulary {a.draft_vocab:,}"
     if a.draft_vocab:
         small = with_draft_vocab(draft, torch.arange(a.draft_vocab))  # same weights
@@ -188,7 +199,7 @@ def main() -> None:
                 peak[name] = torch.cuda.max_memory_allocated() / 2**30
     print(
         f"{a.device} {a.shape}: {a.seqs} seqs x {a.anchors} anchors x block {a.block}, "
-        f"{a.layers} layer(s), {a.prompt}+{a.response} tokens, "
+        f"{a.layers} layer(s), {a.prompt}+{a.response} tokens{' (ragged)' if a.ragged else ''}, "
         f"{a.threads} thread(s), {a.rounds} rounds x {a.steps} steps"
     )
     for name, r in rates.items():
@@ -205,6 +216,10 @@ def main() -> None:
     if a.draft_vocab:
         print(
             f"  ratio draft vocabulary {a.draft_vocab:,} / whole: {med[vocab] / med[new[0]]:.2f}x"
+        )
+    if no_cudnn in med:
+        print(
+            f"  ratio attention no-cudnn / auto (features per step): {med[no_cudnn] / med[per_step]:.2f}x"
         )
     if a.profile:
         _profile(a, draft, target, bare, opt, rows[0])

@@ -253,6 +253,26 @@ def test_batched_step_equals_the_per_sequence_loss(tiny, per_row):
     assert step.label_slots(5) == sum(map(len, anchors)) * 4
 
 
+def test_the_attention_setting_changes_kernels_not_the_loss(tiny):
+    # --attention no-cudnn (speed only: cuDNN builds a plan per shape) trains the same step
+    cfg = DFlashConfig.for_target("t", tiny.config, num_layers=1, block_size=5)
+    draft = DFlashDraftModel(cfg)
+    draft.init_weights(0, 0.5)
+    rng = np.random.default_rng(1)
+    samples = [dataset.Sample("x", rng.integers(0, 97, n).tolist(), 6) for n in (30, 41)]
+    anchors = [loss.sample_anchors(s, 5, 8, rng) for s in samples]
+    got = {}
+    for mode in sorted(loop.ATTENTION):
+        draft.zero_grad()
+        value, _, slots = loop.step_loss(draft, tiny, samples, anchors, 4.0, attention=mode)
+        value.backward()
+        got[mode] = (float(value.detach()), [p.grad.clone() for p in draft.parameters()], slots)
+    (a, ga, na), (b, gb, nb) = got["auto"], got["no-cudnn"]
+    assert a == pytest.approx(b, rel=1e-6) and na == nb
+    assert all(torch.allclose(x, y, rtol=1e-5, atol=1e-7) for x, y in zip(ga, gb, strict=True))
+    assert cli.parse_args(["--out", "x", "--attention", "no-cudnn"]).attention == "no-cudnn"
+
+
 def test_a_one_token_vocabulary_scores_exactly_the_labels_that_are_that_token(tiny):
     # Over a vocabulary of one token the softmax is certain (loss 0) and the argmax is always
     # that token: a slot is right exactly where its label is it, and a label outside the

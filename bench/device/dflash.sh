@@ -3,8 +3,8 @@
 #   bench/device/dflash.sh check            the drafter's graphs, uncompiled and fused by
 #                                           torch.compile, against the eager path (dflash_step
 #                                           --check, fp32 and bf16, the GPU preset's 2 layers and
-#                                           block 16) and its step split on every path;
-#                                           TRAIN_BENCH=1: the trainer's tokens/s too
+#                                           block 16), its step split on every path, and the
+#                                           trainer's tokens/s on a corpus's lengths (~4 min)
 #   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
 #                                           call stopped; stops after MIN minutes (default 7) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
@@ -39,14 +39,14 @@ if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
     --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-8}"
   SPEC_FLAGS="--device cuda --max-new-tokens 256 --file-prompts ${FILE_PROMPTS:-32} --dflash-depth 15"
-  DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"; TRAIN_BENCH_VOCAB=16384; STEP_RUNS=200
+  DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"; TRAIN_BENCH_FLAGS=""; STEP_RUNS=200
 else  # a check of the script: a handful of prompts, a few steps
   TRAIN_FLAGS="--threads 1 --max-prompts ${MAX_PROMPTS:-6} --response-tokens ${RESPONSE:-24}
     --gen-batch 6 --steps 6 --eval-tokens 16 --eval-set-prompts 2"
   SPEC_FLAGS="--threads 1 --max-new-tokens 16 --file-prompts ${FILE_PROMPTS:-2} --repeats 1
     --dflash-depth 7"
   DEPTH=7; DIAG_FLAGS="--quick --prompt-tokens 128"
-  TRAIN_BENCH_VOCAB=32  # the trainer bench's CPU default is the tiny target (97 tokens)
+  TRAIN_BENCH_FLAGS="--steps 1"  # the trainer bench's CPU default: the tiny target
   STEP_RUNS=10  # SmolLM2's shape on one CPU: 200 steps a path would pass the call's timeout
 fi
 train() {
@@ -93,11 +93,11 @@ case "${1:-}" in
     timeout 240 $PY bench/dflash_step.py --device $DEVICE --random-weights --steps $STEP_RUNS \
       --layers-block 2,16 --json $OUT/dflash_step.json > $OUT/dflash_step.txt 2>&1
     echo "step split, 2 layers, block 16: rc=$?"; tail -9 $OUT/dflash_step.txt
-    if [ -n "${TRAIN_BENCH:-}" ]; then
-      timeout 240 $PY bench/dflash_train_throughput.py --device $DEVICE --blocks-per-row 16,64 \
-        --draft-vocab $TRAIN_BENCH_VOCAB --profile > $OUT/train_throughput.txt 2>&1
-      tail -26 $OUT/train_throughput.txt
-    fi
+    # the trainer on a corpus's lengths (the first run: 118k label tokens/s against the
+    # fixed-shape bench's 335k), with and without cuDNN's attention (--attention no-cudnn)
+    timeout 240 $PY bench/dflash_train_throughput.py --device $DEVICE --ragged --prompt 226 \
+      --response 384 --rounds 2 $TRAIN_BENCH_FLAGS --profile > $OUT/train_throughput.txt 2>&1
+    echo "trainer, ragged: rc=$?"; grep -E "tokens/s|ratio" $OUT/train_throughput.txt
     ;;
   train)
     train "${2:-7}" > $OUT/train.log 2>&1

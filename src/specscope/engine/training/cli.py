@@ -18,6 +18,7 @@ import specscope.engine.training as package
 from specscope.engine.speculative import dflash_model
 from specscope.engine.training.batch import BLOCKS_PER_ROW
 from specscope.engine.training.checkpoint import Stopped, export_drafter
+from specscope.engine.training.loop import ATTENTION
 from specscope.engine.training.pipeline import run
 
 EXIT_STOPPED = 3  # stopped on time with its progress saved: run again with --resume
@@ -72,6 +73,13 @@ def _add_run_flags(ap: argparse.ArgumentParser) -> None:
         default=BLOCKS_PER_ROW,
         help="a training step's blocks per attention row: speed only "
         "(bench/dflash_train_throughput.py measures it)",
+    )
+    ap.add_argument(
+        "--attention",
+        default="auto",
+        choices=sorted(ATTENTION),
+        help="CUDA: the attention kernels a training step may use; no-cudnn keeps cuDNN's "
+        "out (it builds a plan per shape, and a step's shapes change): speed only",
     )
     ap.add_argument(
         "--stop-after-minutes",

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from specscope.engine.loader import LoadedModel
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
-from specscope.engine.training.batch import BLOCKS_PER_ROW, context_length, pack
+from specscope.engine.training.batch import BLOCKS_PER_ROW, StepBatch, context_length, pack
 from specscope.engine.training.checkpoint import (
     RunControl,
     Stopped,
@@ -54,6 +55,17 @@ class TrainSettings:
     log_every: int = 10
     validate_every: int = 0  # steps between held-out checks (0: ten over the run)
     blocks_per_row: int = BLOCKS_PER_ROW  # the step's layout (batch.py): speed, not results
+    attention: str = "auto"  # the attention kernels a step may use (ATTENTION): speed, not results
+
+
+# `--attention`: which kernels scaled_dot_product_attention may pick in a training step.
+# "no-cudnn" keeps cuDNN's out: its attention builds an execution plan per input shape, and a
+# step's shapes (context length, rows of blocks) change from step to step (the first H100 run
+# went at 118k label tokens/s against the fixed-shape bench's 335k; not yet measured apart).
+ATTENTION = {
+    "auto": None,
+    "no-cudnn": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+}
 
 
 def step_loss(
@@ -63,12 +75,23 @@ def step_loss(
     anchors: list[np.ndarray],
     gamma: float,
     blocks_per_row: int = BLOCKS_PER_ROW,
+    attention: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(loss, per-sequence per-slot accuracy [G, B-1], label slots) of one step's sequences:
-    features (cached or one target forward), then one drafter forward, bf16 on CUDA."""
-    taps = tuple(draft.config.target_layer_ids)
-    feats = step_features(target, taps, samples, context_length(anchors))
-    batch = pack(samples, anchors, feats, target.device, blocks_per_row)
+    features (cached or one target forward), then one drafter forward, bf16 on CUDA, with the
+    attention kernels `attention` allows (ATTENTION)."""
+    kernels = ATTENTION[attention]
+    with sdpa_kernel(kernels) if kernels else contextlib.nullcontext():
+        taps = tuple(draft.config.target_layer_ids)
+        feats = step_features(target, taps, samples, context_length(anchors))
+        batch = pack(samples, anchors, feats, target.device, blocks_per_row)
+        return _drafter_loss(draft, target, batch, gamma)
+
+
+def _drafter_loss(
+    draft: DFlashDraftModel, target: LoadedModel, batch: StepBatch, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The drafter's forward over a packed step and its loss, under bf16 autocast on CUDA."""
     cuda = target.device.type == "cuda"
     amp = torch.autocast("cuda", torch.bfloat16) if cuda else contextlib.nullcontext()
     with amp:
@@ -111,7 +134,9 @@ def validation_point(
         for g in range(0, len(picked), st.seqs_per_step):
             part = picked[g : g + st.seqs_per_step]
             samples, anchors = [s for s, _ in part], [a for _, a in part]
-            loss, acc, _ = step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)
+            loss, acc, _ = step_loss(
+                draft, target, samples, anchors, st.gamma, st.blocks_per_row, st.attention
+            )
             losses += [float(loss)] * len(part)
             accs += list(acc.float().cpu().numpy())
     draft.train(was_training)
@@ -179,7 +204,9 @@ def timed_step_count(
     while per_step is None:
         t0 = time.perf_counter()
         samples, anchors = draw(usable, st.seqs_per_step, block, st.anchors, probe_rng)
-        step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)[0].backward()
+        step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row, st.attention)[
+            0
+        ].backward()
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -296,7 +323,9 @@ def _steps(
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         samples, anchors = draw(usable, st.seqs_per_step, draft.config.block_size, st.anchors, rng)
-        loss, acc, tokens = step_loss(draft, target, samples, anchors, st.gamma, st.blocks_per_row)
+        loss, acc, tokens = step_loss(
+            draft, target, samples, anchors, st.gamma, st.blocks_per_row, st.attention
+        )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, st.clip)
         opt.step()

@@ -211,6 +211,7 @@ def _settings(args: argparse.Namespace) -> TrainSettings:
         gamma=args.gamma,
         seed=args.seed,
         blocks_per_row=args.blocks_per_row,
+        attention=args.attention,
     )
 
 
