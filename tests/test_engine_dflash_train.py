@@ -31,6 +31,7 @@ from specscope.engine.training import (  # noqa: E402
     prompts,
     target,
 )
+from specscope.engine.training import card as card_mod  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -111,6 +112,11 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
         assert (out / name).is_file()
     saved = json.loads((out / "card.json").read_text())
     assert saved["data"]["sequences"] == len(PROMPTS) and saved["data"]["cached"] is False
+    assert saved["target_dtype"] == "float32"  # lossless means bitwise here: no rounding note
+    assert "rounding" not in (out / "DATA_CARD.md").read_text()
+    (tmp_path / "bf16").mkdir()
+    card_mod.write_card(tmp_path / "bf16", {**saved, "target_dtype": "bfloat16"})
+    assert "rounding can pick another argmax" in (tmp_path / "bf16" / "DATA_CARD.md").read_text()
     assert set(saved["evaluation"]) == {"code-completion", "chat"}
     for row in saved["evaluation"].values():
         assert row["lossless_chain"] and row["lossless_tree"]

@@ -286,6 +286,7 @@ def _card(
         "target": target.name,
         "command": reproduce_command(args),
         "device": args.device,
+        "target_dtype": str(target.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "drafter": asdict(cfg),
         "parameters": sum(p.numel() for p in draft.parameters()),
