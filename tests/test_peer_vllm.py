@@ -227,7 +227,9 @@ def test_probe_headline_is_vllms_all_steps_truth(
     _show(f"vllm {server.spec} probe {prompt}", figures)
     if server.spec == "none":
         assert t.drafts == 0 and abs(t.commit_len - 1.0) < 1e-9
-    if s["first_read_share"] > FIRST_READ_NOTE_SHARE:
+    if (s.get("client") or {}).get("limits_step_time"):
+        _a_limited_client_is_said_and_the_counters_decide(s, t, figures)
+    elif s["first_read_share"] > FIRST_READ_NOTE_SHARE:
         _late_start_is_said_and_bounds_the_truth(s, t)
     else:
         assert _rel(s["mean_commit_len"], t.commit_len) <= HEADLINE_TOLERANCE, figures
@@ -241,6 +243,20 @@ def test_probe_headline_is_vllms_all_steps_truth(
         assert _rel(s["mean_commit_len_per_drafted_step"], t.per_drafted_step) <= HEADLINE_TOLERANCE
     else:
         assert s["mean_commit_len_per_drafted_step"] is None
+
+
+def _a_limited_client_is_said_and_the_counters_decide(
+    summary: dict[str, Any], t: Truth, figures: dict[str, Any]
+) -> None:
+    """On a loaded machine the client itself can be the limit (its loop answered late by more
+    than a tenth of a step; seen under the suite's load, one request's whole stream then read
+    as one event): its stamps are not the server's steps. The summary says so, and the commit
+    length is vLLM's all-steps counters' figure (--metrics-url), not the client's reading
+    (2.1 read where vLLM counted 1.85, before the guard); step time is not compared."""
+    assert "more than 10% of a step" in summary["client"]["reason"], summary["client"]
+    assert summary["mean_commit_len_source"] == "prometheus", figures
+    assert any("client was the limit" in n for n in summary["headline_notes"]), figures
+    assert _rel(summary["mean_commit_len"], t.commit_len) <= HEADLINE_TOLERANCE, figures
 
 
 def _step_time_is_the_engines_or_the_delivery_is_said(
@@ -414,6 +430,8 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
             },
         )
         assert t.tpot_count == run["ok"] == PROBE_REPEAT
+        if (p.result["summary"].get("client") or {}).get("limits_step_time"):
+            continue  # the client was the limit: its timings are its own (the headline test)
         if p.result["summary"]["first_read_share"] <= FIRST_READ_NOTE_SHARE:
             assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
         # else the first reads held the start of the generations (a loaded machine): the client's

@@ -459,21 +459,18 @@ def headline(
     ttft, ttft_ci = _ttft(traces, seed)
     if not reqs:
         return Headline(requests=0, ttft_s=ttft, ttft_s_ci=ttft_ci)
-    tokens = float(sum(q.window[0] for q in reqs))
-    seconds = float(sum(q.window[1] for q in reqs))
+    tokens, seconds = (float(sum(q.window[i] for q in reqs)) for i in (0, 1))
     tps = tokens / seconds
     records = list(telemetry or [])
     server_log = from_telemetry(records) if records else None
     notes: list[str] = []
-    rows: np.ndarray | None = None
-    unit = "request"
+    rows, unit = None, "request"
     prom = _prometheus(records)
     L, source, detail, covered, timed = _commit_source(
         reqs, prom, server_log, label, notes, client_limited
     )
     every = source == CLIENT and timed and len(covered) == len(reqs)
-    commit_ci: Interval95 | None = None
-    step_ci: Interval95 | None = None
+    commit_ci = step_ci = None
     if covered:
         L, rows, unit, commit_ci, step_ci = _covered_commit(covered, source, timed, every, seed)
     if rows is None and L:
