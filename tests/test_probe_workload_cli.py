@@ -7,6 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
+from specscope.analysis.steps.reconstruct import reconstruct_steps
 from specscope.cli import app
 from specscope.trace import load_run
 from support.loopback import LoopbackServer, Schedule, openai_app, word_tokens
@@ -49,15 +50,21 @@ def test_mixed_workload_categories_per_request_and_table(tmp_path):
         "code-completion",
         "code-edit",
     ]
-    # 16 tokens: the first from prefill, then steps 3, 2, 4, 1, 3 and a last one capped at 2
-    assert all(
-        r["requests"] == 1 and r["mean_commit_len"] == 15 / 6 and r["commit_source"] == "client"
-        for r in s["by_category"]
-    )
-    assert s["prefix_cache"]["hits"] == 0 and s["repetition_loops"] == []
-    assert len(set(prompts)) == 7 and all(len(word_tokens(p)) == 60 for p in prompts)
+    # 16 tokens: the first from prefill, then steps 3, 2, 4, 1, 3 and a last one capped at 2;
+    # on a loaded machine a request's events may not be its steps (a late read holds two): its
+    # category then has no commit length (no server figure here), and its steps say why
     run = load_run(tmp_path / "run")
     assert [r.spec.category for r in run.requests] == cats
+    recs = {r.spec.category: reconstruct_steps(r) for r in run.requests}
+    assert all(r["requests"] == 1 for r in s["by_category"])
+    exact = [r for r in s["by_category"] if r["mean_commit_len"] is not None]
+    assert exact and all(r["mean_commit_len"] == 15 / 6 for r in exact)
+    assert all(r["commit_source"] == "client" for r in exact)
+    for r in s["by_category"]:
+        if r["mean_commit_len"] is None:
+            assert not recs[r["category"]].reliable and recs[r["category"]].reason
+    assert s["prefix_cache"]["hits"] == 0 and s["repetition_loops"] == []
+    assert len(set(prompts)) == 7 and all(len(word_tokens(p)) == 60 for p in prompts)
     assert run.info.args["workload"] == "mixed"
     assert any("every prompt unique" in n for n in out["notes"])
 
