@@ -23,7 +23,7 @@ float32, 5e-2 in bfloat16: one bf16 step of a logit; the largest gap is printed,
 against "static", the same kernels replayed, should show 0; "graph+compile", the same functions
 fused by torch.compile, is compared with "static" too: small gaps, from fused arithmetic).
 On CUDA both captured paths are timed, uncompiled and compiled, with their ratio: the eager
-functions replay ~200 kernels a step, so fusing them is what item 4's 0.3 ms needs.
+functions replay ~250 kernels a step (--count-ops), so fusing them is what item 4's 0.3 ms needs.
 
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --shape tiny
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --threads 1
@@ -33,6 +33,8 @@ functions replay ~200 kernels a step, so fusing them is what item 4's 0.3 ms nee
     python3 bench/dflash_step.py --device cuda --random-weights --check --draft-vocab 16384
     python3 bench/dflash_step.py --device cuda --random-weights --layers-block 2,16 --steps 200
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --shape tiny --compile
+    PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --layers-block 2,16 \
+        --count-ops          # the ops a captured step replays, one small kernel each
 
 --draft-vocab N (random weights): the drafter drafts over N token ids (its LM head cut to those
 rows, engine/speculative/draft_vocab.py); the shipped drafter drafts over its own vocabulary.
@@ -132,6 +134,50 @@ def time_round(d, target, model, args, rid: str) -> dict[str, list[float]]:
         out["update"].append(t1 - t0)
         out["propose"].append(t2 - t1)
     d.release(rid)
+    return out
+
+
+# Ops that launch no kernel of their own: views, metadata, allocation.
+NO_KERNEL = {
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_", "aten::view",
+    "aten::as_strided", "aten::_reshape_alias", "aten::reshape", "aten::_unsafe_view",
+    "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::slice", "aten::select",
+    "aten::t", "aten::transpose", "aten::permute", "aten::split", "aten::narrow", "aten::unbind",
+    "aten::chunk", "aten::unflatten", "aten::flatten", "aten::detach", "aten::alias",
+    "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::result_type",
+    "aten::contiguous", "aten::item", "aten::_local_scalar_dense", "aten::is_nonzero",
+    "aten::to", "aten::_to_copy",  # a cast launches its copy_, counted; a no-op cast nothing
+}  # fmt: skip
+
+
+def count_ops(d: DFlashDrafter, target, model, args) -> dict[str, dict[str, int]]:
+    """Per part (update, propose), the ops of one step that would each launch a kernel: the
+    innermost ones, those whose own aten calls launch nothing (torch.profiler, the CPU; the
+    static path runs the functions the graphs capture). A replayed graph pays roughly a small
+    kernel each, which is why the unfused step is launch-bound on the GPU."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    hidden, tokens = inputs(target, model, args.context + 2 * args.accept, seed=0)
+    d.observe("ops", hidden[: args.context])
+    seen, out = args.context, {}
+    for part in ("update", "propose"):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            if part == "update":
+                d.observe("ops", hidden[seen : seen + args.accept])
+                seen += args.accept
+            else:
+                d.propose([DraftRequest("ops", tokens[: seen + 1], d.max_depth)])
+        names = Counter(
+            e.name
+            for e in prof.events()
+            if e.name.startswith("aten::")
+            and e.name not in NO_KERNEL
+            and all(c.name in NO_KERNEL or not c.name.startswith("aten::") for c in e.cpu_children)
+        )
+        out[part] = dict(names.most_common())
+    d.release("ops")
     return out
 
 
@@ -256,6 +302,11 @@ def main() -> None:
     ap.add_argument(
         "--compile", action="store_true", help="CPU: also the static step fused by torch.compile"
     )
+    ap.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="only count the static step's kernel-launching ops per part (CPU profiler)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.draft_vocab and not args.random_weights:
@@ -273,6 +324,12 @@ def main() -> None:
     )
     if args.check:
         sys.exit(check(target, model, args))
+    if args.count_ops:
+        static = drafter(target, model, "static", args.window or None, args.top_k)
+        for part, names in count_ops(static, target, model, args).items():
+            top = ", ".join(f"{n.removeprefix('aten::')} {c}" for n, c in list(names.items())[:8])
+            print(f"{part}: {sum(names.values())} kernel-launching ops ({top}, ...)")
+        return
     result = timing(target, model, args, paths_for(args))
     print(
         f"{'path':14s} {'update ms':>10s} {'propose ms':>11s} {'step ms':>8s} {'vs growing':>11s}"

@@ -218,9 +218,8 @@ def main() -> None:
             f"  ratio draft vocabulary {a.draft_vocab:,} / whole: {med[vocab] / med[new[0]]:.2f}x"
         )
     if no_cudnn in med:
-        print(
-            f"  ratio attention no-cudnn / auto (features per step): {med[no_cudnn] / med[per_step]:.2f}x"
-        )
+        ratio = med[no_cudnn] / med[per_step]
+        print(f"  ratio attention no-cudnn / auto (features per step): {ratio:.2f}x")
     if a.profile:
         _profile(a, draft, target, bare, opt, rows[0])
 

@@ -6,9 +6,10 @@ MKL's GEMM over a few rows of a 49,152 x 576 fp32 matrix stored row-major (`F.li
 what the engine does) runs well below the machine's rate. The same product against a contiguous
 copy of W's transpose (`x @ W.T.contiguous()`) is one candidate; it costs a second copy of the
 table (or a column gather for the embedding lookup). bf16 (`--dtypes`) prices the other: the
-head in bf16 (half the table's bytes; argmax ties may then break differently from fp32). Anchor: F.linear in the same run, rounds
-interleaved so that a load change does not favour either; printed: best ms per layout and rows,
-and the ratio against the anchor. Random weights of the head's shape (the layout, not the values,
+head in bf16 (half the table's bytes; argmax ties may then break differently from fp32).
+Anchor: the first dtype's F.linear in the same run, rounds interleaved so that a load change
+does not favour either; printed: per layout and rows, the best round's mean ms and the ratio
+against the anchor. Random weights of the head's shape (the layout, not the values,
 sets the time); no thresholds.
 
     .venv/bin/python bench/engine_head_layout.py [--rows 1,5,8] [--dtypes float32,bfloat16]

@@ -259,8 +259,17 @@ def test_batched_step_equals_the_per_sequence_loss(tiny, per_row):
     assert step.label_slots(5) == sum(map(len, anchors)) * 4
 
 
-def test_the_attention_setting_changes_kernels_not_the_loss(tiny):
-    # --attention no-cudnn (speed only: cuDNN builds a plan per shape) trains the same step
+def test_the_attention_setting_changes_kernels_not_the_loss(tiny, monkeypatch):
+    # --attention no-cudnn (speed only: cuDNN builds a plan per shape) trains the same step,
+    # with cuDNN's attention switched off while the drafter's forward runs (and on again after)
+    seen: list[bool] = []
+    forward = loop._drafter_loss
+
+    def watched(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "_drafter_loss", watched)
     cfg = DFlashConfig.for_target("t", tiny.config, num_layers=1, block_size=5)
     draft = DFlashDraftModel(cfg)
     draft.init_weights(0, 0.5)
@@ -276,6 +285,7 @@ def test_the_attention_setting_changes_kernels_not_the_loss(tiny):
     (a, ga, na), (b, gb, nb) = got["auto"], got["no-cudnn"]
     assert a == pytest.approx(b, rel=1e-6) and na == nb
     assert all(torch.allclose(x, y, rtol=1e-5, atol=1e-7) for x, y in zip(ga, gb, strict=True))
+    assert seen == [True, False] and torch.backends.cuda.cudnn_sdp_enabled()  # auto, no-cudnn
     assert cli.parse_args(["--out", "x", "--attention", "no-cudnn"]).attention == "no-cudnn"
 
 

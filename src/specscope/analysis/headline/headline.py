@@ -529,8 +529,9 @@ def guarded_headline(
     head = headline(traces, reconstructions, telemetry=telemetry, label=label, seed=seed)
     timed = [s.step_s for r in reconstructions if r.reliable for s in r.steps if s.step_s > 0]
     health = client_health(client_records, traces, median_step_s(timed, head.mean_step_s))
-    if health is not None and health.limits_step_time and head.mean_commit_len_source == CLIENT:
-        guarded = headline(
+    limited = health is not None and health.limits_step_time
+    if limited and head.mean_commit_len_source == CLIENT and _prometheus(telemetry or []):
+        head = headline(
             traces,
             reconstructions,
             telemetry=telemetry,
@@ -538,8 +539,6 @@ def guarded_headline(
             seed=seed,
             client_limited=True,
         )
-        if guarded.mean_commit_len_source != CLIENT:
-            head = guarded
     return head, health
 
 

@@ -24,10 +24,11 @@ Warm-up runs each function twice on a side stream (kernels loaded, algorithms pi
 step's real inputs (an update writes the same rows again: idempotent), then captures it into a
 pool shared by all of this drafter's graphs, as engine/cuda/graph_runner.py does.
 
-`compile=True` (the engine's default on CUDA, `--torch-compile`) fuses each function with
-torch.compile before warm-up and capture: the eager functions replay ~200 kernels a step (a
-2-layer block: ~140 in the block forward, ~60 in an update, counted on the CPU's static path),
-launch-bound at ~1.1 ms on the H100 (2026-12-05) against ~microseconds of work.
+`compile=True` (`EngineOptions.torch_compile`, the engine's default on CUDA) fuses each
+function with torch.compile before warm-up and capture: unfused, a 2-layer block-16 drafter's
+graphs replay 176 kernels a propose and 73 an update in bf16 (`bench/dflash_step.py
+--count-ops`), launch-bound at ~1.1 ms a step on the H100 (2026-12-05) against microseconds
+of work.
 `capture=False` runs exactly these functions on the same static buffers without capturing:
 what the CPU tests check (tests/test_engine_dflash_static.py), and the reference side of
 `bench/dflash_step.py --check`. Not verified without a GPU: the capture itself and the replayed
@@ -91,9 +92,9 @@ class DFlashGraphs:
             self.hidden = model.fc.weight.new_zeros(self.block_size, model.fc.in_features)
         self._graphs: dict[tuple[int, str], tuple[Any, Any]] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        # What a graph captures: the two step functions, fused by torch.compile when asked (a
-        # graph replays one kernel per op: ~170 small ones for a 2-layer block, ~0.9 ms on the
-        # H100, where the work is microseconds); compiled once, for every store of the pool.
+        # What a graph captures: the two step functions, fused by torch.compile when asked (the
+        # module docstring: unfused, a replay is one small kernel per op); compiled once, for
+        # every store of the pool.
         fuse = partial(torch.compile, fullgraph=True, dynamic=False) if compile else (lambda f: f)
         self._steps = {"block": fuse(self._block), "update": fuse(self._update)}
 

@@ -309,6 +309,15 @@ def save(model: DFlashDraftModel, folder: Path, dtype: torch.dtype = torch.bfloa
     return folder
 
 
+def read_config(folder: Path) -> DFlashConfig:
+    """A saved drafter's config alone; a clear ValueError for one that is not (OSError where
+    the file is missing)."""
+    try:
+        return DFlashConfig(**json.loads((folder / CONFIG_FILE).read_text()))
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"{folder / CONFIG_FILE}: not a DFlash drafter config ({exc})") from exc
+
+
 def load(
     folder: Path | str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ) -> DFlashDraftModel:
@@ -316,11 +325,7 @@ def load(
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    try:
-        raw = json.loads((folder / CONFIG_FILE).read_text())
-        cfg = DFlashConfig(**raw)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise ValueError(f"{folder / CONFIG_FILE}: not a DFlash drafter config ({exc})") from exc
+    cfg = read_config(folder)
     model = DFlashDraftModel(cfg)
     state = load_file(str(folder / WEIGHTS_FILE))
     try:

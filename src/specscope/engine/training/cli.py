@@ -8,7 +8,6 @@ preset; the help text is the package docstring (the recipe).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -218,20 +217,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _shape_from_drafter(args: argparse.Namespace, ap: argparse.ArgumentParser) -> None:
     """`--init-from`: the drafter's layers and block size where the flags leave them open (a
     preset would otherwise pick a drafter of another shape); one it cannot be is refused."""
-    config = args.init_from / dflash_model.CONFIG_FILE
     try:
-        raw = json.loads(config.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        cfg = dflash_model.read_config(args.init_from)
+    except (OSError, ValueError) as exc:
         ap.error(f"--init-from {args.init_from}: no drafter config ({exc})")
     for flag, key in (("draft_layers", "num_layers"), ("block_size", "block_size")):
-        asked = getattr(args, flag)
-        if asked is not None and asked != raw.get(key):
-            ap.error(
-                f"--{flag.replace('_', '-')} {asked}: --init-from {args.init_from} has "
-                f"{raw.get(key)}"
-            )
-        setattr(args, flag, raw.get(key))
-    size = raw.get("draft_vocab_size", 0)
+        asked, has = getattr(args, flag), getattr(cfg, key)
+        if asked is not None and asked != has:
+            ap.error(f"--{flag.replace('_', '-')} {asked}: --init-from {args.init_from} has {has}")
+        setattr(args, flag, has)
+    size = cfg.draft_vocab_size
     if args.draft_vocab not in (0, size):
         ap.error(
             f"--draft-vocab {args.draft_vocab}: --init-from {args.init_from} drafts over {size}"
