@@ -35,6 +35,14 @@ functions replay ~250 kernels a step (--count-ops), so fusing them is what item 
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --shape tiny --compile
     PYTHONPATH=src .venv/bin/python bench/dflash_step.py --random-weights --layers-block 2,16 \
         --count-ops          # the ops a captured step replays, one small kernel each
+    python3 bench/dflash_step.py --device cuda --random-weights --layers-block 2,16 \
+        --profile graph+compile   # where a captured step's time goes (below)
+
+--profile PATH: --steps steps of that path under torch.profiler (the GPU's kernels too, replayed
+graphs included): per step, its wall time against the time the device was busy and the
+kernels it ran, and the top kernels. The second session's compiled step took 0.63 ms where
+the done-when asks 0.3: busy time near the wall time means kernels to cut (fewer, fused);
+much less means the host (Python around the replay, input copies, the wait for the top-k).
 
 --draft-vocab N (random weights): the drafter drafts over N token ids (its LM head cut to those
 rows, engine/speculative/draft_vocab.py); the shipped drafter drafts over its own vocabulary.
@@ -181,6 +189,44 @@ def count_ops(d: DFlashDrafter, target, model, args) -> dict[str, dict[str, int]
     return out
 
 
+def profile_path(target, model, args) -> dict[str, float]:
+    """--profile: one path's --steps steps (after a prefill and a warm-up round, both outside
+    the profile) under torch.profiler; prints and returns the per-step split (module docstring)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = target.device.type == "cuda"
+    d = drafter(target, model, args.profile, args.window or None, args.top_k)
+    time_round(d, target, model, args, "warm")
+    hidden, tokens = inputs(target, model, args.context + args.steps * args.accept, seed=0)
+    d.observe("prof", hidden[: args.context])
+    sync(target.device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    seen, k = args.context, args.accept
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            d.observe("prof", hidden[seen : seen + k])
+            seen += k
+            d.propose([DraftRequest("prof", tokens[: seen + 1], d.max_depth)])
+        sync(target.device)
+        wall = time.perf_counter() - t0
+    d.release("prof")
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    per = {
+        "wall_ms": wall / args.steps * 1e3,
+        "device_busy_ms": sum(e.time_range.elapsed_us() for e in kernels) / args.steps / 1e3,
+        "kernels": len(kernels) / args.steps,
+    }
+    print(
+        f"profile {args.profile}: {per['wall_ms']:.3f} ms a step (update + propose), device busy "
+        f"{per['device_busy_ms']:.3f} ms, {per['kernels']:.0f} kernels a step"
+    )
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=20, max_name_column_width=60))
+    return per
+
+
 def timing(target, model, args, paths: list[str]) -> dict[str, dict[str, float]]:
     drafters = {p: drafter(target, model, p, args.window or None, args.top_k) for p in paths}
     samples: dict[str, dict[str, list[float]]] = {p: {"update": [], "propose": []} for p in paths}
@@ -307,6 +353,12 @@ def main() -> None:
         action="store_true",
         help="only count the static step's kernel-launching ops per part (CPU profiler)",
     )
+    ap.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="only profile PATH's steps (e.g. graph+compile): wall vs device-busy time, kernels",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.draft_vocab and not args.random_weights:
@@ -329,6 +381,11 @@ def main() -> None:
         for part, names in count_ops(static, target, model, args).items():
             top = ", ".join(f"{n.removeprefix('aten::')} {c}" for n, c in list(names.items())[:8])
             print(f"{part}: {sum(names.values())} kernel-launching ops ({top}, ...)")
+        return
+    if args.profile:
+        per = profile_path(target, model, args)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"args": vars(args), "profile": per}, indent=1))
         return
     result = timing(target, model, args, paths_for(args))
     print(

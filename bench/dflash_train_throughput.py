@@ -10,6 +10,9 @@ tokens/s only on the H200. The new step is also timed with the target's features
 each step (one batched target forward: `--feature-cache off`, what a big corpus needs) against
 the same step with cached features, and with `--draft-vocab N` over a draft vocabulary of N
 tokens (train_dflash's `--draft-vocab`: the head and its CE over N rows) against the whole one.
+The training loop itself (loop.train: the same step with its schedule and bookkeeping, features
+per step) is timed against the bare step: the first H100 runs trained at a third of the bench's
+rate, the loop reading each step's loss and accuracy back before drawing the next (tally.py).
 
     python bench/dflash_train_throughput.py                       # CPU, tiny random target
     python bench/dflash_train_throughput.py --device cuda --profile   # the GPU preset's shape
@@ -39,10 +42,11 @@ from specscope.engine.speculative.dflash_model import (
     with_draft_vocab,
 )
 from specscope.engine.training.dataset import Sample
-from specscope.engine.training.loop import draw, step_loss
+from specscope.engine.training.loop import TrainSettings, draw, step_loss, train
 from specscope.engine.training.loss import block_loss
 
 OLD = "old per-sequence step (cached features)"
+LOOP = "the training loop (loop.train, features per step)"
 
 
 def _args() -> argparse.Namespace:
@@ -151,6 +155,26 @@ def _round(fn, draft, target, samples, a, opt, seed: int) -> float:
     return slots / (time.perf_counter() - t0)
 
 
+def _loop_round(draft, target, samples, a, per_row: int, seed: int) -> float:
+    """Training tokens/s of `a.steps` steps of the training loop (loop.train, a fresh
+    optimiser each round), wall time from its call to its return."""
+    st = TrainSettings(
+        steps=a.steps,
+        lr=1e-4,
+        anchors=a.anchors,
+        seqs_per_step=a.seqs,
+        seed=seed,
+        blocks_per_row=per_row,
+    )
+    sync = torch.cuda.synchronize if a.device == "cuda" else lambda: None
+    sync()
+    t0 = time.perf_counter()
+    history = train(draft, target, samples, st, log=lambda *_: None)
+    sync()
+    draft.train()
+    return history["label_tokens"] / (time.perf_counter() - t0)
+
+
 def _profile(a: argparse.Namespace, draft, target, samples, opt, per_row: int) -> None:
     """Where one new step's time goes (torch.profiler, device time on CUDA), top 15 ops."""
     from torch.profiler import ProfilerActivity, profile
@@ -181,6 +205,7 @@ def main() -> None:
     no_cudnn = f"{per_step[:-1]}, attention no-cudnn)"
     if a.device == "cuda":  # cuDNN's attention builds a plan per shape (--attention no-cudnn)
         steps[no_cudnn] = (_new_step(rows[0], "no-cudnn"), bare, draft, opt)
+    steps[LOOP] = (None, bare, draft, None)
     vocab = f"new batched step, {rows[0]} blocks a row, draft vocabulary {a.draft_vocab:,}"
     if a.draft_vocab:
         small = with_draft_vocab(draft, torch.arange(a.draft_vocab))  # same weights
@@ -192,7 +217,10 @@ def main() -> None:
         for name, (fn, samples, model, optimizer) in steps.items():
             if a.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            rate = _round(fn, model, target, samples, a, optimizer, seed=r)
+            if fn is None:
+                rate = _loop_round(model, target, samples, a, rows[0], seed=r)
+            else:
+                rate = _round(fn, model, target, samples, a, optimizer, seed=r)
             if r:
                 rates[name].append(rate)
             if a.device == "cuda":
@@ -213,6 +241,7 @@ def main() -> None:
     print(
         f"  ratio features per step / cached ({rows[0]} a row): {med[per_step] / med[new[0]]:.2f}x"
     )
+    print(f"  ratio training loop / its step (features per step): {med[LOOP] / med[per_step]:.2f}x")
     if a.draft_vocab:
         print(
             f"  ratio draft vocabulary {a.draft_vocab:,} / whole: {med[vocab] / med[new[0]]:.2f}x"

@@ -117,6 +117,17 @@ def test_training_runs_writes_and_reloads(tiny, tmp_path):
     (tmp_path / "bf16").mkdir()
     card_mod.write_card(tmp_path / "bf16", {**saved, "target_dtype": "bfloat16"})
     assert "rounding can pick another argmax" in (tmp_path / "bf16" / "DATA_CARD.md").read_text()
+    assert saved["corpus"] is None and saved["eval_sets"] is None
+    text = (out / "DATA_CARD.md").read_text()
+    assert "the shipped workload categories" in text and "held-out prompts: seeds 1000+" in text
+    # A corpus run's card names the corpus and the held-out files, not the categories' seeds.
+    (tmp_path / "corpus").mkdir()
+    corpus_run = {**saved, "corpus": "c.jsonl.gz", "eval_sets": ["code.jsonl", "chat.jsonl"]}
+    card_mod.write_card(tmp_path / "corpus", corpus_run)
+    text = (tmp_path / "corpus" / "DATA_CARD.md").read_text()
+    assert "the training split of the corpus `c.jsonl.gz`" in text and "seeds 0.." not in text
+    assert "held-out prompts: the held-out sets code.jsonl, chat.jsonl" in text
+    assert "Trained on from" not in text  # no --init-from: no lineage
     assert set(saved["evaluation"]) == {"code-completion", "chat"}
     for row in saved["evaluation"].values():
         assert row["lossless_chain"] and row["lossless_tree"]
@@ -444,6 +455,14 @@ def test_a_run_can_start_from_a_trained_drafter(tiny, tmp_path):
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
     assert card["draft_vocab"]["size"] == 9 and "--init-from" in card["draft_vocab"]["counted_from"]
     assert f"--init-from {first}" in card["command"]
+    # Its config says how it was trained: this run's steps, then the first run's record.
+    saved = json.loads((kept / "config.json").read_text())["training"]
+    first_record = json.loads((first / "config.json").read_text())["training"]
+    assert saved["steps"] == card["training"]["steps"] and saved["init_from"] == first_record
+    assert "init_from" not in first_record and card["drafter"]["training"] == saved
+    lineage = (kept / "DATA_CARD.md").read_text()
+    assert f"this run's {saved['steps']} steps came after {first_record['steps']} steps" in lineage
+    assert f"{saved['steps'] + first_record['steps']} steps in all" in lineage
     # Trained on, it starts where the first run ended, not where a seeded drafter starts.
     on = pipeline.run(
         _args(tmp_path / "on", tmp_path / "c", 0, "--init-from", str(first)),

@@ -5,6 +5,9 @@
 #                                           --check, fp32 and bf16, the GPU preset's 2 layers and
 #                                           block 16), its step split on every path, and the
 #                                           trainer's tokens/s on a corpus's lengths (~4 min)
+#   bench/device/dflash.sh profile          where the captured step's time goes (dflash_step
+#                                           --profile, compiled and not: device-busy time and
+#                                           kernels a step against its wall time; ~1.5 min)
 #   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
 #                                           call stopped; stops after MIN minutes (default 7) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
@@ -17,23 +20,31 @@
 #   bench/device/dflash.sh eval             the trained drafter exported (bf16, in two parts),
 #                                           its card, and bench/engine_spec.py on the shipped
 #                                           held-out sets: plain, n-gram, DFlash chain and DDTree
-# The first call that needs the corpus carries .dflash (bench/device/prepare.sh dflash); the
-# GGUF and wheels come as for every device script (setup.sh through env.sh). DEVICE=cpu runs the
+# The first call that needs the corpus carries .dflash (bench/device/prepare.sh dflash) with
+# the GGUF's last part (.h200p3); the wheels and the other parts come as for every device
+# script (setup.sh through env.sh; `check` needs no GGUF). DEVICE=cpu runs the
 # same here with tiny settings (a check of the script, not a figure).
-# Settings (environment): NAME (drafter: the folder under /tmp/dflash), MAX_PROMPTS (24000),
+# Settings (environment): NAME (drafter: the folder under /tmp/dflash), INIT_FROM (a drafter
+# folder, or none; default the shipped drafter on CUDA), MAX_PROMPTS (24000),
 # RESPONSE (384), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
-# (256), FILE_PROMPTS (32), EXTRA (more train flags), SPEC_EXTRA (more eval flags, e.g.
-# --no-torch-compile). A call stops training after 7 minutes by default
+# (256), FILE_PROMPTS (32), BUDGETS (the eval's tree budgets, 16,32), EXTRA (more train flags),
+# SPEC_EXTRA (more eval flags, e.g. --no-torch-compile). A call stops training after 7 minutes by default
 # (the held-out evaluation after the last step must fit the 10-minute call too).
 set -u
 source bench/device/env.sh
 RUN=${RUN:-/tmp/dflash}
 mkdir -p $RUN
 [ -f .dflash/corpus.jsonl.gz ] && cp .dflash/corpus.jsonl.gz $RUN/corpus.jsonl.gz
-# An earlier session's drafter to go on from (train --init-from), carried once as .dflash_init
-# (config.json, model.safetensors: bench/device/prepare.sh init DIR) and kept for the calls after
+# The drafter training goes on from (train --init-from): on CUDA the shipped one (the GPU
+# preset's shape, 2 layers, block 16), or another carried once as .dflash_init (config.json,
+# model.safetensors: bench/device/prepare.sh init DIR) and kept for the calls after;
+# INIT_FROM=none trains from scratch (the decay study's drafters start alike)
 [ -f .dflash_init/model.safetensors ] && mkdir -p $RUN/init && cp .dflash_init/* $RUN/init/
-INIT=""; [ -f $RUN/init/model.safetensors ] && INIT="--init-from $RUN/init"
+SHIPPED=src/specscope/engine/weights/dflash-smollm2-135m
+if [ -f $RUN/init/model.safetensors ]; then DEFAULT_INIT=$RUN/init; else DEFAULT_INIT=$SHIPPED; fi
+[ "$DEVICE" = cuda ] || DEFAULT_INIT=none  # the CPU check's tiny preset: another shape
+INIT_FROM=${INIT_FROM:-$DEFAULT_INIT}
+INIT=""; [ "$INIT_FROM" != none ] && INIT="--init-from $INIT_FROM"
 HELD=bench/data/dflash/heldout_code.jsonl,bench/data/dflash/heldout_chat.jsonl
 if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
@@ -99,6 +110,14 @@ case "${1:-}" in
       --response 384 --rounds 2 $TRAIN_BENCH_FLAGS --profile > $OUT/train_throughput.txt 2>&1
     echo "trainer, ragged: rc=$?"; grep -E "tokens/s|ratio" $OUT/train_throughput.txt
     ;;
+  profile)
+    paths="graph+compile graph"; [ "$DEVICE" = cuda ] || paths="static+compile static"
+    for path in $paths; do
+      timeout 120 $PY bench/dflash_step.py --device $DEVICE --random-weights --layers-block 2,16 \
+        --steps $STEP_RUNS --profile $path --json $OUT/profile_$path.json > $OUT/profile_$path.txt 2>&1
+      echo "profile $path: rc=$?"; grep -A24 "^profile" $OUT/profile_$path.txt
+    done
+    ;;
   train)
     train "${2:-7}" > $OUT/train.log 2>&1
     rc=$?; echo "train rc=$rc (0 done, 3 stopped: run it again)"; tail -30 $OUT/train.log
@@ -107,7 +126,7 @@ case "${1:-}" in
   eval)
     [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
     timeout 420 $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
-      --skip-hf --skip-self --stop-at-eos --budgets 32 --num-draft-tokens 8 \
+      --skip-hf --skip-self --stop-at-eos --budgets ${BUDGETS:-16,32} --num-draft-tokens 8 \
       --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS ${SPEC_EXTRA:-} --json $OUT/engine_spec.json \
       > $OUT/engine_spec.txt 2>&1
     echo "engine_spec rc=$?"; tail -24 $OUT/engine_spec.txt
@@ -118,5 +137,5 @@ case "${1:-}" in
     for name in "$@"; do decay "$name"; done
     tar czf $OUT/decay.tgz -C $OUT $(cd $OUT && ls -d decay_*) && ls -la $OUT
     ;;
-  *) echo "usage: bench/device/dflash.sh check|train [MINUTES]|eval|decay NAME..."; exit 2 ;;
+  *) echo "usage: bench/device/dflash.sh check|profile|train [MINUTES]|eval|decay NAME..."; exit 2 ;;
 esac

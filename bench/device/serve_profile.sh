@@ -3,7 +3,7 @@
 # step's time goes, one device call per part (the machine stays up between calls sent at once):
 #   bench/device/serve_profile.sh engine [BATCHES]           # engine alone (bench/engine_decode.py)
 #   bench/device/serve_profile.sh served [LEVELS] [WORKERS]  # served + py-spy at each level
-# Both run bench/device/setup.sh first (carry .h200p2 in the call that completes the GGUF) and
+# Both run bench/device/setup.sh first (carry .h200p3 in the call that completes the GGUF) and
 # .pyspy/ (py-spy's manylinux wheel) in any call from the first setup on (setup.sh installs it). `served` starts `specscope serve --backend engine
 # --device cuda --drafter none --max-batch 256`, warms it up, then per level C: py-spy attached
 # to the server (sampling, non-blocking), `specscope probe --prompt-tokens 256 --max-tokens 256

