@@ -5,7 +5,7 @@ lossless and commit more than 2.0 tokens per verify step, and more than n-gram l
 serve's defaults (a chain of 4, matches of 3+ tokens), on held-out code prompts (the first of
 bench/data/dflash/heldout_code.jsonl: functions of standard-library modules no training prompt
 came from, asked for from their description, so lookup has little to copy) and on prompts like
-them written here, 96 greedy tokens each, fp32. The figures behind it, over the whole held-out
+one written here, 96 greedy tokens each, fp32. The figures behind it, over the whole held-out
 sets: docs/dflash.md, "Measured on this CPU".
 """
 
@@ -25,18 +25,16 @@ from specscope.engine.training.target import generate  # noqa: E402
 pytestmark = pytest.mark.engine
 
 HELD_OUT = Path(__file__).resolve().parents[1] / "bench" / "data" / "dflash" / "heldout_code.jsonl"
-HELD_OUT_PROMPTS = 3
+HELD_OUT_PROMPTS = 2
 # Like the held-out set's code-write prompts: a function from its description.
 LIKE_IT = [
     "Write a Python function `chunked` with the signature `def chunked(items, size):` that "
     "does the following.\n\nSplit a list into consecutive chunks of at most `size` items and "
     "return them as a list of lists, the last chunk holding whatever is left. Raise ValueError "
     "if size is smaller than 1.",
-    "I need a function `word_frequencies`. This is what it should do:\n\nCount how often each "
-    "word occurs in a text, ignoring case and the punctuation around words, and return a "
-    "dictionary from word to count, the most frequent words first.\n\nIt is declared as "
-    "`def word_frequencies(text)`. Can you write it?",
 ]
+# Three prompts: a speculative step of serve's tree verifies 17 tokens, ~2.5 plain steps on
+# this CPU, so the test stays near a minute alone and inside its timeout under a loaded suite.
 NEW_TOKENS = 96
 SERVE_TREE = {"drafter": "dflash:smollm2", "verify": "tree"}  # depth 4, budget 16: serve's
 SERVE_NGRAM = {"drafter": "ngram"}  # serve's default drafter and settings

@@ -539,3 +539,24 @@ def test_checkpoint_parts_are_bounded_and_checked(tmp_path):
     second.unlink()
     with pytest.raises(ValueError, match=r"00002-of-00004.*missing or damaged"):
         checkpoint.load_parts(folder)
+
+
+def test_a_step_is_read_back_only_at_a_curve_point():
+    """The loop leaves each step's loss and accuracy where they are (on the GPU: no wait for
+    the device between steps) and reads them at a curve point or a checkpoint."""
+    from specscope.engine.training.tally import Tally
+
+    tally, lines = Tally(slots=2, total=5), []
+    for step in range(3):
+        tally.start()
+        acc = torch.tensor([[1.0, 0.0], [0.0, 0.0]]) * (step + 1) / 3
+        tally.record(step, torch.tensor(float(step)), acc, 1e-3, 30, every=2, log=lines.append)
+        if step == 0:  # not a curve point: nothing read yet
+            assert len(tally.pending) == 1 and tally.acc_n == 0 and not lines
+    # step 2 (1-based) was a curve point: steps 0 and 1 read, their mean loss logged
+    assert tally.curve[0]["step"] == 2 and tally.curve[0]["loss"] == pytest.approx(0.5)
+    assert len(tally.pending) == 1 and tally.acc_n == 4 and len(lines) == 1
+    state = tally.state()  # a checkpoint reads what is pending, and keeps no tensors
+    assert not tally.pending and tally.acc_n == 6 and "pending" not in state
+    assert tally.acc_sum[0] == pytest.approx((1 + 2 + 3) / 3) and tally.window == [2.0]
+    assert json.loads(json.dumps(state))["tokens"] == 90
