@@ -12,7 +12,8 @@ the same step with cached features, and with `--draft-vocab N` over a draft voca
 tokens (train_dflash's `--draft-vocab`: the head and its CE over N rows) against the whole one.
 The training loop itself (loop.train: the same step with its schedule and bookkeeping, features
 per step) is timed against the bare step: the first H100 runs trained at a third of the bench's
-rate, the loop reading each step's loss and accuracy back before drawing the next (tally.py).
+rate, most likely because the loop read each step's loss and accuracy back before drawing the
+next (it no longer does: tally.py); on a GPU this ratio says whether that was all of it.
 
     python bench/dflash_train_throughput.py                       # CPU, tiny random target
     python bench/dflash_train_throughput.py --device cuda --profile   # the GPU preset's shape
