@@ -186,9 +186,20 @@ def test_a_limited_client_hands_the_commit_length_to_the_servers_counters():
     t = list(np.arange(100, 1100, 5.0))
     calm = [_record(t, [0.2] * len(t))]
     late = [_record(t, ([0.2, 0.2, 12.0] * len(t))[: len(t)])]  # ~3.9 ms beyond, a 20 ms step
-    head, health = guarded_headline([trace], recs, calm, telemetry=[prom])
+    agree = SpecRecord(
+        format="prometheus",
+        scope="run_delta",
+        fields={"delta": {"itl_count": 50.0, "generation_tokens": 101.0, "finished_requests": 1.0}},
+    )
+    head, health = guarded_headline([trace], recs, calm, telemetry=[agree])
     assert not health.limits_step_time
     assert head.mean_commit_len_source == "client" and head.mean_commit_len == pytest.approx(2.0)
+    # a calm client whose events held fewer steps than the server counted (50 for 60): its
+    # events merged steps, which it says, and the server's counters give the commit length
+    head, health = guarded_headline([trace], recs, calm, telemetry=[prom])
+    assert not health.limits_step_time and head.mean_commit_len_source == "prometheus"
+    assert any("server counted 60 verify steps where the stream's events held 50" in n
+               for n in head.notes)  # fmt: skip
     head, health = guarded_headline([trace], recs, late, telemetry=[prom])
     assert health.limits_step_time
     assert head.mean_commit_len_source == "prometheus"

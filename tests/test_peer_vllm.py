@@ -69,6 +69,8 @@ ITL = "vllm:inter_token_latency_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
 # Serving metrics against vLLM's own histograms: TPOT and the per-step latency within 5 %.
 SERVING_TOLERANCE = 0.05
+# What the headline says where the stream's events held fewer steps than vLLM counted.
+MERGED = "events merged steps"
 # Where a request's events were not its steps, the others' mean step is compared with vLLM's
 # (over every request) only if they hold this share of vLLM's steps.
 MEAN_COVERAGE = 0.9
@@ -232,6 +234,12 @@ def test_probe_headline_is_vllms_all_steps_truth(
         assert t.drafts == 0 and abs(t.commit_len - 1.0) < 1e-9
     if (s.get("client") or {}).get("limits_step_time"):
         _a_limited_client_is_said_and_the_counters_decide(s, t, figures)
+    elif any(MERGED in n for n in s["headline_notes"]):
+        # the stream's events held fewer steps than vLLM counted (a loaded test suite: 76 for
+        # 84): said, and vLLM's all-steps counters give the commit length; the client's
+        # timings are the delivery's (a late first token, then a burst)
+        assert s["mean_commit_len_source"] == "prometheus", figures
+        assert _rel(s["mean_commit_len"], t.commit_len) <= HEADLINE_TOLERANCE, figures
     elif s["first_read_share"] > FIRST_READ_NOTE_SHARE:
         _late_start_is_said_and_bounds_the_truth(s, t)
     else:
@@ -435,6 +443,8 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
         assert t.tpot_count == run["ok"] == PROBE_REPEAT
         if (p.result["summary"].get("client") or {}).get("limits_step_time"):
             continue  # the client was the limit: its timings are its own (the headline test)
+        if any(MERGED in n for n in p.result["summary"]["headline_notes"]):
+            continue  # its events merged steps: its timings are the delivery's (headline test)
         if p.result["summary"]["first_read_share"] <= FIRST_READ_NOTE_SHARE:
             assert _rel(run["tpot_s"]["mean"], vllm_tpot) <= SERVING_TOLERANCE
         # else the first reads held the start of the generations (a loaded machine): the client's
