@@ -12,7 +12,9 @@ Commit length (tokens per verify step over ALL steps, drafted or not) has ONE pr
 first that applies wins and `mean_commit_len_source` names it:
 1. `client`: the client's step reconstruction, when it is reliable for every request. It sees
    every step, drafted or not; on vLLM it equalled the server's all-steps counters exactly, while
-   the server's per-step lists left out the steps that drafted nothing.
+   the server's per-step lists left out the steps that drafted nothing. Not where the
+   server-wide counters (2) counted more steps than the stream's events held, these requests
+   alone in them: its events merged steps (a stream that fell behind), which a note says.
 2. `prometheus`: server all-steps counters over the run (vLLM inter-token-latency count and
    generation tokens: (tokens - requests) / steps).
 3. `server`: per-request server figures, each request's own client steps where those are reliable
