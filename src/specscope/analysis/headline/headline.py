@@ -177,11 +177,20 @@ class _Request:
         several steps (vLLM merges the outputs its stream has not sent yet when its consumer
         falls behind: 60 client steps for vLLM's 73 on a loaded machine, commit length +9%).
         A step of slack and 2% for all-steps figures given as a mean (tokens / mean)."""
-        r, s = self.rec, self.server
-        if s is None or not r.steps:
+        if self.server is None or not self.rec.steps:
             return False
-        hidden = max(stream_decode_tokens(self.trace) - r.total_commit, 0)
-        return len(r.steps) < s.steps - hidden - max(1.0, 0.02 * s.steps)
+        return _merged(len(self.rec.steps), self.hidden_tokens, self.server.steps)
+
+    @property
+    def hidden_tokens(self) -> int:
+        """Stream tokens the client's steps leave out (its first read): each at most one step."""
+        return max(stream_decode_tokens(self.trace) - self.rec.total_commit, 0)
+
+
+def _merged(client_steps: int, hidden_tokens: int, server_steps: float) -> bool:
+    """Fewer client steps than the server counted, less one step per token they leave out,
+    a step of slack and 2% (all-steps figures given as a mean): some event held several steps."""
+    return client_steps < server_steps - hidden_tokens - max(1.0, 0.02 * server_steps)
 
 
 class _Counters(NamedTuple):
@@ -356,15 +365,14 @@ def _merged_server_wide(
     reqs: Sequence[_Request], prom: _Counters | None
 ) -> tuple[int, float] | None:
     """(client steps, server steps) where the server-wide counters counted more verify steps
-    than the client's steps can hold: `_Request.client_merges_steps` over the run, for a server
+    than the client's steps can hold (`_merged`, as `_Request.client_merges_steps` per request), for a server
     that counts no request apart (vLLM's Prometheus: 76 client steps for its 84 under a loaded
     test suite, commit length +3.5%). None where they agree, or where the counters also hold
     requests that are not these."""
     if prom is None or round(prom.requests) != len(reqs):
         return None
     seen = sum(len(q.rec.steps) for q in reqs)
-    hidden = sum(max(stream_decode_tokens(q.trace) - q.rec.total_commit, 0) for q in reqs)
-    if seen < prom.steps - hidden - max(1.0, 0.02 * prom.steps):
+    if _merged(seen, sum(q.hidden_tokens for q in reqs), prom.steps):
         return seen, prom.steps
     return None
 

@@ -18,7 +18,7 @@ from specscope.engine.speculative import dflash_model
 from specscope.engine.training.batch import BLOCKS_PER_ROW
 from specscope.engine.training.checkpoint import Stopped, export_drafter
 from specscope.engine.training.loop import ATTENTION
-from specscope.engine.training.pipeline import run
+from specscope.engine.training.pipeline import eval_set_names, run
 
 EXIT_STOPPED = 3  # stopped on time with its progress saved: run again with --resume
 
@@ -236,7 +236,7 @@ def _shape_from_drafter(args: argparse.Namespace, ap: argparse.ArgumentParser) -
 def _check_files(args: argparse.Namespace) -> None:
     """The corpus and held-out files exist, before minutes go into loading the target."""
     names = [str(args.corpus)] if args.corpus is not None else []
-    names += [n for n in (args.eval_set or "").split(",") if n]
+    names += eval_set_names(args)
     for name in names:
         if not Path(name).is_file():
             raise FileNotFoundError(f"{name}: no such corpus file")

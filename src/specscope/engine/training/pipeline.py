@@ -87,11 +87,16 @@ def _text_prompts(args: argparse.Namespace, target: LoadedModel) -> tuple[list, 
     return encode_prompts(target, train_texts), encode_prompts(target, eval_texts)
 
 
+def eval_set_names(args: argparse.Namespace) -> list[str]:
+    """The `--eval-set` files, as given (a comma list; none: [])."""
+    return [n for n in (args.eval_set or "").split(",") if n]
+
+
 def _eval_set_prompts(args: argparse.Namespace, target: LoadedModel) -> list[Prompt]:
     """Every record of each `--eval-set` file (the first `--eval-set-prompts`), its category the
     file's stem: a held-out figure is named by the set it was measured on."""
     prompts: list[Prompt] = []
-    for name in [n for n in args.eval_set.split(",") if n]:
+    for name in eval_set_names(args):
         path = Path(name)
         records = read_corpus(path)[: args.eval_set_prompts or None]
         stem = path.name.removesuffix(".gz").removesuffix(".jsonl")
@@ -172,7 +177,6 @@ def _initial_drafter(
             f"--init-from {args.init_from}: its {', '.join(differ)} differ from this run's "
             f"drafter ({', '.join(f'{k}={given.get(k)} vs {wanted[k]}' for k in differ)})"
         )
-    cfg.draft_vocab_size = draft.config.draft_vocab_size
     ids = draft.draft_vocab
     if ids is None:
         return draft.train(), None
@@ -293,7 +297,7 @@ def _card(
         "save_dtype": args.save_dtype,
         "file_mb": (args.out / dflash_model.WEIGHTS_FILE).stat().st_size / 1e6,
         "corpus": None if args.corpus is None else str(args.corpus),
-        "eval_sets": [n for n in args.eval_set.split(",") if n] if args.eval_set else None,
+        "eval_sets": eval_set_names(args) or None,
         "categories": sorted(dict.fromkeys(c for c, _ in prompts)),
         "prompts_per_category": args.prompts_per_category,
         "response_tokens": args.response_tokens,
@@ -340,6 +344,7 @@ def run(
     )
     if args.init_from is not None:
         draft, vocab_record = _initial_drafter(args, cfg, target, data, held_out)
+        cfg = draft.config  # one config, the drafter's: its shape was checked against this run's
     else:
         vocab_ids, vocab_record = vocab.for_run(
             args.draft_vocab, cfg.target_vocab_size, data, held_out
@@ -351,15 +356,15 @@ def run(
         log(f"draft vocabulary: {json.dumps(vocab_record)}")
     settings = _settings(args)
     history = train(draft, target, data, settings, log, held_out=held_out, control=control)
-    cfg.training = {
+    record = {
         "steps": history["steps"],
         "seed": args.seed,
         "gamma": args.gamma,
         "sequences": data_stats["sequences"],
     }
     if args.init_from is not None:  # the lineage: what the drafter it went on from had had
-        cfg.training["init_from"] = draft.config.training
-    draft.config.training = cfg.training  # the saved config.json is the drafter's own
+        record["init_from"] = cfg.training
+    cfg.training = record
     save_dtype = torch.bfloat16 if args.save_dtype == "bfloat16" else torch.float32
     dflash_model.save(draft, args.out, dtype=save_dtype)
     evaluation = _evaluate_trained(args, target, eval_prompts, held_out)
