@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -208,8 +209,11 @@ async def test_stall_fault_shows_as_a_gap(twin_server, fast_scenario):
                 stamps.append(time.perf_counter())
     truth = srv.backend.truth(srv.backend.truth_ids()[-1])
     assert truth["fault"] == "stall"
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    assert max(gaps) >= 0.45
+    # The event before the stall can be read late on a loaded machine (seen: 0.15 s late, a
+    # 0.35 s gap for the 0.5 s stall); the one after it is read at once (the client waited).
+    # So the stall is the gap that stands out, at least half its length.
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
+    assert gaps[-1] >= 0.25 and gaps[-1] >= 5 * statistics.median(gaps[:-1]), gaps
 
 
 def test_speculation_overhead_variant_serves_without_speculation(twin_server):

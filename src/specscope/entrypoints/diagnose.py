@@ -431,7 +431,8 @@ def _finish(
     """Close the run, attach server evidence, analyse, write analysis.json and the reports."""
     writer = state.writer
     assert writer is not None
-    found = collect_evidence(evidence, writer.info.started_unix, state.metrics_before)
+    finished = sum(1 for t in state.result.traces if t.error is None)
+    found = collect_evidence(evidence, writer.info.started_unix, state.metrics_before, finished)
     if found.log_window is not None:
         writer.info.telemetry = found.log_window
     if found.records:

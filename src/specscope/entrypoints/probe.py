@@ -359,7 +359,8 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
             client_samples = runner.records()
             for record in client_samples:
                 writer.append_client(record)
-            telemetry = _server_metrics(o.metrics_url, writer, metrics_before)
+            ok = sum(1 for t in measured if t.error is None)
+            telemetry = _server_metrics(o.metrics_url, writer, metrics_before, ok)
             if repeats is not None:
                 info.precision = repeats.closed(interrupted=interrupted, stopped_reason=None)
             writer.close(status, reason)  # type: ignore[arg-type]
@@ -392,14 +393,16 @@ async def probe_run(o: ProbeOptions, progress: ProgressHook = _no_progress) -> P
 
 
 def _server_metrics(
-    url: str | None, writer: RunDirWriter, before: MetricsBefore
+    url: str | None, writer: RunDirWriter, before: MetricsBefore, finished: int
 ) -> list[SpecRecord]:
     """The server's Prometheus run delta (`--metrics-url`), kept in the run's telemetry, its
     note in run.json's notes; nothing without a URL. A failed scrape is a note, not an error:
-    the requests are measured and saved already."""
+    the requests are measured and saved already. `finished`: the run's successful requests,
+    which the server's counters are given time to count."""
     if not url:
         return []
-    found = collect_evidence(EvidenceSources(metrics_url=url), writer.info.started_unix, before)
+    sources = EvidenceSources(metrics_url=url)
+    found = collect_evidence(sources, writer.info.started_unix, before, finished)
     if found.records:
         writer.append_telemetry(r.model_dump(mode="json") for r in found.records)
     writer.info.notes.extend(found.notes)

@@ -26,6 +26,12 @@ from specscope.telemetry.sources import DEFAULT_COMMAND_TIMEOUT_S, SourceError
 # (log timestamps have second resolution and clocks on one host agree to well under this).
 LOG_WINDOW_SLACK_S = 2.0
 
+# vLLM records a request's stats (its finished count, its steps' inter-token latencies) after
+# its last token is on the wire: the scrape after a run is repeated, every METRICS_SETTLE_POLL_S
+# for at most METRICS_SETTLE_S, until the server counts the run's finished requests.
+METRICS_SETTLE_S = 5.0
+METRICS_SETTLE_POLL_S = 0.1
+
 
 @dataclass(frozen=True)
 class EvidenceSources:
@@ -100,34 +106,72 @@ def _log_evidence(sources: EvidenceSources, started_unix: float, run_end: float)
     )
 
 
-def _metrics_evidence(url: str, before: MetricsBefore) -> ServerEvidence:
+def _metrics_evidence(url: str, before: MetricsBefore, finished: int | None) -> ServerEvidence:
     if before is None or isinstance(before, Exception):
         return ServerEvidence(
             notes=[f"metrics {url}: no scrape before the run ({before}); no delta"]
         )
     try:
-        recs = metrics_delta(before, scrape_metrics(url))
+        after, waited = _settled_scrape(url, before, finished)
+        recs = metrics_delta(before, after)
     except MetricsError as e:
         return ServerEvidence(notes=[f"metrics {url}: scrape after the run failed ({e})"])
+    counted = _finished_delta(before, after)
+    settle = ""
+    if waited > 0 and finished is not None and counted is not None:
+        short = counted < finished
+        settle = (
+            f"; the server counted {counted:g} of the run's {finished} finished requests "
+            f"after {waited:.1f} s" + (" (its counters are short of the run)" if short else "")
+        )
     return ServerEvidence(
         records=recs,
         notes=[
             f"metrics {url}: {len(recs)} run-scoped delta record(s) "
-            "(server-wide counters: other traffic is included)"
+            "(server-wide counters: other traffic is included)" + settle
         ],
     )
 
 
+def _finished_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> float | None:
+    """Requests the server counted as finished between the scrapes (vLLM), else None."""
+    key = "finished_requests"
+    if key not in before.counters or key not in after.counters:
+        return None
+    return after.counters[key] - before.counters[key]
+
+
+def _settled_scrape(
+    url: str, before: MetricsSnapshot, finished: int | None
+) -> tuple[MetricsSnapshot, float]:
+    """The scrape after the run, and how long it waited for the server's counters to count
+    the run's `finished` requests (seen: the probe's scrape read vLLM's counters one request
+    short under load, and the engine's step time went missing from the headline)."""
+    t0 = time.monotonic()
+    after, waited = scrape_metrics(url), 0.0
+    while finished and waited < METRICS_SETTLE_S:
+        counted = _finished_delta(before, after)
+        if counted is None or counted >= finished:
+            break
+        time.sleep(METRICS_SETTLE_POLL_S)
+        after, waited = scrape_metrics(url), time.monotonic() - t0
+    return after, waited
+
+
 def collect_evidence(
-    sources: EvidenceSources, started_unix: float, metrics_before: MetricsBefore
+    sources: EvidenceSources,
+    started_unix: float,
+    metrics_before: MetricsBefore,
+    finished: int | None = None,
 ) -> ServerEvidence:
-    """The server's evidence for the window from `started_unix` to now."""
+    """The server's evidence for the window from `started_unix` to now; `finished`: the
+    requests the run saw finish, which the server's counters are given time to count."""
     run_end = time.time()
     parts: list[ServerEvidence] = []
     if sources.logs or sources.logs_cmd:
         parts.append(_log_evidence(sources, started_unix, run_end))
     if sources.metrics_url:
-        parts.append(_metrics_evidence(sources.metrics_url, metrics_before))
+        parts.append(_metrics_evidence(sources.metrics_url, metrics_before, finished))
     windows = [p.log_window for p in parts if p.log_window is not None]
     return ServerEvidence(
         records=[r for p in parts for r in p.records],
