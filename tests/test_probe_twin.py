@@ -60,7 +60,12 @@ def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, a
     assert rec.method == "chunk" and rec.reliable, rec.reason
     assert [st.commit_len for st in rec.steps] == commits[k:]
     truth_step = sum(st["wall_s"] for st in truth["steps"][k:]) / (len(commits) - k)
-    assert truth_step * 0.8 <= rec.mean_step_s <= truth_step * 1.5
+    if (s.get("client") or {}).get("limits_step_time"):
+        # a starved client (seen beside a busy loop: its reads bunched after a late start, the
+        # mean step read at 0.52x the twin's) is said, and its timings are not the server's
+        assert "more than 10% of a step" in s["client"]["reason"], s["client"]
+    else:
+        assert truth_step * 0.8 <= rec.mean_step_s <= truth_step * 1.5
     # The client's reliable steps come first (ARCHITECTURE §4): exactly the twin's verify steps
     # after the prefill read.
     assert s["mean_commit_len"] == pytest.approx(sum(commits[k:]) / (len(commits) - k), rel=1e-6)
