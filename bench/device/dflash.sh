@@ -14,9 +14,11 @@
 #                                           is warm: send the next call at once); exit 3 = go on
 #   bench/device/dflash.sh decay A B        item 5, the story's decay: each trained drafter (folders
 #                                           under /tmp/dflash, e.g. one trained with RESPONSE=256
-#                                           and NAME=short, one with RESPONSE=1024 and NAME=long)
-#                                           served with DDTree and diagnosed with --no-ignore-eos
-#                                           on long free-form generations (MAX_TOKENS, 1500)
+#                                           and NAME=short, one with RESPONSE=1024 and NAME=long;
+#                                           or a path, e.g. the shipped drafter's folder)
+#                                           served with DDTree (DEPTH, BUDGET) and diagnosed with
+#                                           --no-ignore-eos on long free-form generations
+#                                           (MAX_TOKENS, 1500; DIAG_FLAGS; DIAG_TIMEOUT, 420 s)
 #   bench/device/dflash.sh eval             the trained drafter exported (bf16, in two parts),
 #                                           its card, and bench/engine_spec.py on the shipped
 #                                           held-out sets: plain, n-gram, DFlash chain and DDTree
@@ -50,13 +52,14 @@ if [ "$DEVICE" = cuda ]; then
   TRAIN_FLAGS="--device cuda --preset gpu --max-prompts ${MAX_PROMPTS:-24000}
     --response-tokens ${RESPONSE:-384} --gen-batch ${GEN_BATCH:-256} --minutes ${MINUTES:-8}"
   SPEC_FLAGS="--device cuda --max-new-tokens 256 --file-prompts ${FILE_PROMPTS:-32} --dflash-depth 15"
-  DEPTH=15; DIAG_FLAGS="--concurrency 1 --repeat 8"; TRAIN_BENCH_FLAGS=""; STEP_RUNS=200
+  DEPTH=${DEPTH:-15}; DIAG_FLAGS=${DIAG_FLAGS:-"--concurrency 1 --repeat 8"}
+  TRAIN_BENCH_FLAGS=""; STEP_RUNS=200
 else  # a check of the script: a handful of prompts, a few steps
   TRAIN_FLAGS="--threads 1 --max-prompts ${MAX_PROMPTS:-6} --response-tokens ${RESPONSE:-24}
     --gen-batch 6 --steps 6 --eval-tokens 16 --eval-set-prompts 2"
   SPEC_FLAGS="--threads 1 --max-new-tokens 16 --file-prompts ${FILE_PROMPTS:-2} --repeats 1
     --dflash-depth 7"
-  DEPTH=7; DIAG_FLAGS="--quick --prompt-tokens 128"
+  DEPTH=${DEPTH:-7}; DIAG_FLAGS=${DIAG_FLAGS:-"--quick --prompt-tokens 128"}
   TRAIN_BENCH_FLAGS="--steps 1"  # the trainer bench's CPU default: the tiny target
   STEP_RUNS=10  # SmolLM2's shape on one CPU: 200 steps a path would pass the call's timeout
 fi
@@ -67,11 +70,14 @@ train() {
     --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS $INIT ${EXTRA:-} \
     --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} --resume --stop-after-minutes ${1:-7}
 }
-decay() {  # serve drafter $1 with DDTree, diagnose long free-form generations, stop the server
-  local port=$((31000 + RANDOM % 2000)) dir=$OUT/decay_$1
+decay() {  # serve drafter $1 (a folder under $RUN, or a path) with DDTree, diagnose long
+  # free-form generations, stop the server
+  local drafter=$RUN/$1; [[ $1 == */* ]] && drafter=$1
+  local port=$((31000 + RANDOM % 2000)) dir=$OUT/decay_$(basename $1)
   mkdir -p $dir
-  $PY -m specscope.cli serve --backend engine --device $DEVICE --drafter dflash:$RUN/$1 \
-    --verify tree --num-draft-tokens $DEPTH --budget 32 --port $port > $dir/serve.log 2>&1 &
+  $PY -m specscope.cli serve --backend engine --device $DEVICE --drafter dflash:$drafter \
+    --verify tree --num-draft-tokens $DEPTH --budget ${BUDGET:-32} --port $port \
+    > $dir/serve.log 2>&1 &
   local server=$!
   $PY - "$port" <<'WAIT'
 import sys, time, urllib.request
@@ -83,9 +89,9 @@ for _ in range(240):
         time.sleep(0.5)
 sys.exit("server did not answer within 120 s")
 WAIT
-  timeout 420 $PY -m specscope.cli diagnose http://127.0.0.1:$port --no-ignore-eos \
-    --workload long-writing --max-tokens ${MAX_TOKENS:-1500} $DIAG_FLAGS --out $dir/run \
-    > $dir/diagnose.txt 2>&1
+  timeout ${DIAG_TIMEOUT:-420} $PY -m specscope.cli diagnose http://127.0.0.1:$port \
+    --no-ignore-eos --workload long-writing --max-tokens ${MAX_TOKENS:-1500} $DIAG_FLAGS \
+    --out $dir/run > $dir/diagnose.txt 2>&1
   echo "decay $1: diagnose rc=$?"; head -30 $dir/diagnose.txt
   kill $server; wait $server 2>/dev/null
 }
