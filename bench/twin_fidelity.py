@@ -66,10 +66,10 @@ def main() -> int:
             log = list(srv.backend.step_log)
         finally:
             srv.stop()
-        pairs = [(s, a) for s, a, _ in log]
+        pairs = [(s, a) for s, a, _, _ in log]
         twin = _errors(pairs)
         anchor = _errors(asyncio.run(_anchor([s for s, _ in pairs[:400]])))
-        batch = max(b for _, _, b in log)
+        batch = max(b for _, _, b, _ in log)
         rows.append(
             (concurrency, len(pairs), batch, np.median([s for s, _ in pairs]), twin, anchor)
         )

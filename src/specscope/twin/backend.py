@@ -96,8 +96,10 @@ class TwinBackend:
         self._clock_end = 0.0
         self._truth_file = truth_file
         self._truth_lock = threading.Lock()
-        # (scheduled_s, actual_s, batch_size) of recent batch steps, for bench/twin_fidelity.py.
-        self.step_log: deque[tuple[float, float, int]] = deque(maxlen=100_000)
+        # (scheduled_s, actual_s, batch_size, end_unix) of recent batch steps: how closely the
+        # twin kept its schedule (bench/twin_fidelity.py) and when it ran slow (a starved host:
+        # tests/test_watch_twin.py).
+        self.step_log: deque[tuple[float, float, int, float]] = deque(maxlen=100_000)
 
     # -- tokens ------------------------------------------------------------------------------
     def tokenize(self, text_: str) -> list[int]:
@@ -231,8 +233,8 @@ class TwinBackend:
                 r.truth["fault"] = "disconnect"
             outputs.append(out)
         actual = await self._sleep_on_clock(s + stall_s)
-        self.step_log.append((s + stall_s, actual, batch))
         t_end_unix = time.time()  # wall clock, to align with the server log's timestamps
+        self.step_log.append((s + stall_s, actual, batch, t_end_unix))
         t_end = time.perf_counter()
         for r, k, commit, ctx, pos in planned:
             # wall_s: since the request's previous step (or prefill) ended, what its client can
