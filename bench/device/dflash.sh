@@ -18,7 +18,8 @@
 #                                           or a path, e.g. the shipped drafter's folder)
 #                                           served with DDTree (DEPTH, BUDGET) and diagnosed with
 #                                           --no-ignore-eos on long free-form generations
-#                                           (MAX_TOKENS, 1500; DIAG_FLAGS; DIAG_TIMEOUT, 420 s)
+#                                           (WORKLOAD, long-writing; MAX_TOKENS, 1500; DIAG_FLAGS;
+#                                           DIAG_TIMEOUT, 420 s)
 #   bench/device/dflash.sh eval             the trained drafter exported (bf16, in two parts),
 #                                           its card, and bench/engine_spec.py on the shipped
 #                                           held-out sets: plain, n-gram, DFlash chain and DDTree
@@ -90,7 +91,7 @@ for _ in range(240):
 sys.exit("server did not answer within 120 s")
 WAIT
   timeout ${DIAG_TIMEOUT:-420} $PY -m specscope.cli diagnose http://127.0.0.1:$port \
-    --no-ignore-eos --workload long-writing --max-tokens ${MAX_TOKENS:-1500} $DIAG_FLAGS \
+    --no-ignore-eos --workload ${WORKLOAD:-long-writing} --max-tokens ${MAX_TOKENS:-1500} $DIAG_FLAGS \
     --out $dir/run > $dir/diagnose.txt 2>&1
   echo "decay $1: diagnose rc=$?"; head -30 $dir/diagnose.txt
   kill $server; wait $server 2>/dev/null
