@@ -98,3 +98,13 @@ def test_an_engine_without_a_finished_counter_is_scraped_once(
     before = parse_metrics_text(text.format(n=10), time.time(), URL)
     found = collect_evidence(EvidenceSources(metrics_url=URL), time.time(), before, finished=3)
     assert scrapes == [URL] and _delta(found)["draft_tokens"] == 30
+
+
+def test_a_restarted_server_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished count lower than before the run (the server restarted): no delta to wait
+    for, one scrape."""
+    server = _LaggingServer(lag_s=1e9, final=0, early=0)
+    monkeypatch.setattr(evidence, "scrape_metrics", server)
+    before = parse_metrics_text(_vllm(5), time.time(), URL)
+    found = collect_evidence(EvidenceSources(metrics_url=URL), time.time(), before, finished=2)
+    assert server.scrapes == 1 and "finished requests" not in found.notes[0]

@@ -134,11 +134,13 @@ def _metrics_evidence(url: str, before: MetricsBefore, finished: int | None) -> 
 
 
 def _finished_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> float | None:
-    """Requests the server counted as finished between the scrapes (vLLM), else None."""
+    """Requests the server counted as finished between the scrapes (vLLM), else None (also
+    where the counter went down: a restarted server, which metrics_delta gives no delta)."""
     key = "finished_requests"
     if key not in before.counters or key not in after.counters:
         return None
-    return after.counters[key] - before.counters[key]
+    counted = after.counters[key] - before.counters[key]
+    return counted if counted >= 0 else None
 
 
 def _settled_scrape(
