@@ -31,7 +31,7 @@
 # folder, or none; default the shipped drafter on CUDA), MAX_PROMPTS (24000),
 # RESPONSE (384), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
 # (256), FILE_PROMPTS (32), BUDGETS (the eval's tree budgets, 16,32), EXTRA (more train flags),
-# SPEC_EXTRA (more eval flags, e.g. --no-torch-compile). A call stops training after 7 minutes by default
+# SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s). A call stops training after 7 minutes by default
 # (the held-out evaluation after the last step must fit the 10-minute call too).
 set -u
 source bench/device/env.sh
@@ -132,7 +132,7 @@ case "${1:-}" in
     ;;
   eval)
     [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
-    timeout 420 $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
+    timeout ${EVAL_TIMEOUT:-420} $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
       --skip-hf --skip-self --stop-at-eos --budgets ${BUDGETS:-16,32} --num-draft-tokens 8 \
       --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS ${SPEC_EXTRA:-} --json $OUT/engine_spec.json \
       > $OUT/engine_spec.txt 2>&1
