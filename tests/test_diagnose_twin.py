@@ -153,6 +153,8 @@ def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
         "--logs-cmd",
         f"cat {log}",
         "--no-ignore-eos",
+        "--temperature",
+        "0.7",
         *MAIN_ONLY,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -161,11 +163,12 @@ def test_coalescing_is_named_and_steps_marked_unreliable(twin_server, tmp_path):
     coal = next(f for f in obj["findings"] if f["id"] == "chunk_coalescing")
     assert coal["cause"] == "stream_coalescing", coal
     assert [r["id"] for r in coal["ruled_out"]] == ["client"]
-    # --no-ignore-eos is recorded in the run and sent with every request
+    # --no-ignore-eos and --temperature are recorded in the run and sent with every request
     run_json = json.loads((Path(obj["run_dir"]) / "run.json").read_text())
-    assert run_json["args"]["ignore_eos"] is False
+    assert run_json["args"]["ignore_eos"] is False and run_json["args"]["temperature"] == 0.7
     specs = [json.loads(line)["spec"] for line in (Path(obj["run_dir"]) / "requests.jsonl").open()]
     assert specs and not any(s["ignore_eos"] for s in specs)
+    assert {s["temperature"] for s in specs} == {0.7}
     notes = json.loads((Path(obj["run_dir"]) / "run.json").read_text())["notes"]
     assert any(n.startswith(f"server logs (cat {log})") for n in notes), notes
     assert (Path(obj["run_dir"]) / "telemetry.jsonl").stat().st_size > 0

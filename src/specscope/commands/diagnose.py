@@ -163,6 +163,13 @@ def diagnose(
             "cannot loop past its answer)",
         ),
     ] = True,
+    temperature: Annotated[
+        float,
+        typer.Option(
+            help="Sampling temperature of every request (0: greedy, the default); a greedy "
+            "model that loops on long free-form text can be read sampled instead"
+        ),
+    ] = 0.0,
     precision: Annotated[
         float | None,
         typer.Option(
@@ -256,6 +263,7 @@ def diagnose(
             quick=quick,
             repeat=repeat,
             ignore_eos=ignore_eos,
+            temperature=temperature,
             flavor=flavor,
             api=api,
             concurrency_levels=_parse_levels(concurrency),

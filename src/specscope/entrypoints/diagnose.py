@@ -53,6 +53,7 @@ from specscope.trace.rundir import REPORT_HTML
 CALIBRATION_ATTEMPTS = 3
 DEFAULT_PROMPT_TOKENS = 2700
 DEFAULT_MAX_TOKENS = 1500
+MAX_TEMPERATURE = 2.0  # the OpenAI API's range, which the servers under test follow
 
 
 class DiagnoseInputError(ValueError):
@@ -113,6 +114,10 @@ class DiagnoseOptions:
     repeat: int = 1
     # False (--no-ignore-eos): requests end at the model's end of turn (no loop past the answer)
     ignore_eos: bool = True
+    # --temperature T: every request samples at T (0: greedy). A greedy chat model can loop
+    # from its first sentence on long free-form text, and then the loops are all there is to
+    # read (docs/dflash.md, the decay study); sampling is what real traffic often asks for
+    temperature: float = 0.0
     flavor: str = "auto"
     api: str | None = None
     concurrency_levels: tuple[int, ...] | None = None
@@ -148,6 +153,8 @@ class DiagnoseOptions:
             return f"--max-tokens must be >= 2 (got {self.max_tokens})"
         if not ev.logs_timeout_s > 0 or ev.logs_timeout_s == float("inf"):
             return f"--logs-timeout must be a number of seconds > 0 (got {ev.logs_timeout_s})"
+        if not 0.0 <= self.temperature <= MAX_TEMPERATURE:
+            return f"--temperature must be within 0..{MAX_TEMPERATURE:g} (got {self.temperature})"
         if not 1 <= self.repeat <= 100:
             return f"--repeat must be within 1..100 (got {self.repeat})"
         if problem := precision_problem(self.precision, self.budget_s, self.budget_tokens):
@@ -177,6 +184,7 @@ class DiagnoseOptions:
             "quick": self.quick,
             "repeat": self.repeat,
             "ignore_eos": self.ignore_eos,
+            "temperature": self.temperature,
             "flavor": self.flavor,
             "api": self.api,
             "concurrency_levels": (
@@ -359,6 +367,7 @@ async def _measure(
             target,
             writer,
             max_consecutive_errors=3,
+            temperature=options.temperature,
             ignore_eos=options.ignore_eos,
             runner=state.fleet,
         )
