@@ -14,7 +14,11 @@ from support.diagnose import cli
 CASES = [
     ({"max_tokens": 1}, ["--max-tokens", "1"], "--max-tokens must be >= 2 (got 1)"),
     ({"repeat": 101}, ["--repeat", "101"], "--repeat must be within 1..100 (got 101)"),
-    ({"temperature": -0.5}, ["--temperature", "-0.5"], "--temperature must be within 0..2 (got -0.5)"),
+    (
+        {"temperature": -0.5},
+        ["--temperature", "-0.5"],
+        "--temperature must be within 0..2 (got -0.5)",
+    ),
     ({"temperature": 3.0}, ["--temperature", "3"], "--temperature must be within 0..2 (got 3.0)"),
     (
         {"precision": 1.5},
