@@ -80,11 +80,14 @@ def _run(drafter: DFlashDrafter, ops: list[tuple]) -> list:
 
 
 @pytest.mark.parametrize("window", [None, 4, 7])
-@pytest.mark.parametrize("path", ["ring", "static", "static-1-slot"])
+@pytest.mark.parametrize("path", ["ring", "static", "static-1-slot", "static-narrow"])
 def test_static_paths_draft_like_the_growing_store(models, window, path, monkeypatch):
     target, model = models
     if path == "static-1-slot":  # stores past the graphs' slots take the eager path, mixed in
         monkeypatch.setattr(dflash_graph, "MAX_SLOTS", 1)
+        path = "static"
+    if path == "static-narrow":  # the block attends 4, 16, 64 ... rows as the context grows
+        monkeypatch.setattr(dflash_graph, "FIRST_WIDTH", 4)
         path = "static"
     ops = _script(seed=window or 0)
     want = _run(
@@ -124,6 +127,29 @@ def test_compiled_static_step_drafts_like_the_eager_one(models):
             np.testing.assert_array_equal(g.topk_tokens, w.topk_tokens)
             np.testing.assert_allclose(g.topk_logprobs, w.topk_logprobs, atol=1e-4)
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # block, update
+
+
+def test_the_block_attends_the_narrowest_width_that_holds_the_context(models, monkeypatch):
+    """A block reads the store's first `width` rows: the narrowest captured width that holds
+    the visible rows, the whole ring once it wraps; compiled, one block per width used."""
+    from torch._dynamo.utils import counters
+
+    assert dflash_graph.widths(8192) == [512, 2048, 8192] and dflash_graph.widths(300) == [300]
+    target, model = models
+    monkeypatch.setattr(dflash_graph, "FIRST_WIDTH", 16)  # widths 16, 64, 256, 1024
+    drafter = DFlashDrafter(model, target.model, top_k=3, path="static", compile=True)
+    seen: list[int] = []
+    widen = dflash_graph.width_for
+    monkeypatch.setattr(dflash_graph, "width_for", lambda ctx: seen.append(widen(ctx)) or seen[-1])
+    counters.clear()
+    got = _run(drafter, _script(seed=7))
+    want = _run(DFlashDrafter(model, target.model, top_k=3, path="growing"), _script(seed=7))
+    for step_got, step_want in zip(got, want, strict=True):
+        for g, w in zip(step_got, step_want, strict=True):
+            np.testing.assert_array_equal(g.topk_tokens, w.topk_tokens)
+            np.testing.assert_allclose(g.topk_logprobs, w.topk_logprobs, atol=1e-4)
+    assert sorted(set(seen)) == [16, 64, 256], sorted(set(seen))
+    assert counters["stats"]["unique_graphs"] == 1 + len(set(seen)), dict(counters["stats"])
 
 
 def test_windowed_drafts_differ_from_unbounded(models):

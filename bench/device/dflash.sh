@@ -31,7 +31,9 @@
 # folder, or none; default the shipped drafter on CUDA), MAX_PROMPTS (24000),
 # RESPONSE (384), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
 # (256), FILE_PROMPTS (32), BUDGETS (the eval's tree budgets, 16,32), EXTRA (more train flags),
-# SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s). A call stops training after 7 minutes by default
+# SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s),
+# DRAFTER (eval: this drafter folder instead of the one trained under /tmp/dflash, e.g. the shipped
+# src/specscope/engine/weights/dflash-smollm2-135m; nothing is brought back then). A call stops training after 7 minutes by default
 # (the held-out evaluation after the last step must fit the 10-minute call too).
 set -u
 source bench/device/env.sh
@@ -96,7 +98,7 @@ WAIT
   echo "decay $1: diagnose rc=$?"; head -30 $dir/diagnose.txt
   kill $server; wait $server 2>/dev/null
 }
-D=$RUN/${NAME:-drafter}
+D=${DRAFTER:-$RUN/${NAME:-drafter}}  # eval: DRAFTER, any drafter folder (e.g. the shipped one)
 bring_back() {  # the drafter in parts of 15 MB with its card (bench/device/prepare.sh init joins them)
   split -b 15000000 -d $D/model.safetensors $OUT/model.safetensors.part
   tar czf $OUT/drafter_meta.tgz -C $D config.json card.json DATA_CARD.md
@@ -137,7 +139,7 @@ case "${1:-}" in
       --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS ${SPEC_EXTRA:-} --json $OUT/engine_spec.json \
       > $OUT/engine_spec.txt 2>&1
     echo "engine_spec rc=$?"; tail -24 $OUT/engine_spec.txt
-    bring_back
+    [ -n "${DRAFTER:-}" ] || bring_back  # a drafter trained here comes back with its figures
     ;;
   decay)
     shift

@@ -7,8 +7,14 @@ drafter; its "commit" part then held the update). Both are captured once per con
 dflash_context.py: its buffers never move, so graphs captured over them stay valid while it
 lives, and the pool hands a released store to the next request):
 - block: the inputs (anchor id, context length) sit in a static int64 device vector set by one
-  host-to-device copy; the block attends the store's whole capacity under a length mask
-  (`block_mask`), so the context length is data, not shape; all B-1 draft slots go through the
+  host-to-device copy; the block attends the store's first `width` rows under a length mask
+  (`block_mask`), so the context length is data, not shape. The width is the narrowest of a few
+  (`widths`: FIRST_WIDTH, 4x that, ... up to the capacity) that holds the visible rows, one
+  graph each: attending the whole capacity (the target's 8,192 positions) cost 129 us a layer
+  in cuDNN's attention, 0.26 of the step's 0.46 ms of GPU time, for a ~500-row context
+  (`bench/dflash_step.py --profile`, H100, 2026-12-05). A ring that has not wrapped holds
+  position p at row p, so its visible rows are the first `length`; a wrapped one is read
+  whole. All B-1 draft slots go through the
   LM head over the draft vocabulary (its cost is its weights, whatever the rows), log_softmax
   and top-k into static
   outputs, which the drafter copies to the host (the step's one sync);
@@ -42,6 +48,7 @@ from typing import Any
 
 import torch
 
+from specscope.engine.cuda.tokenwise import allow_variants
 from specscope.engine.model import Transformer
 from specscope.engine.speculative.dflash_block import block_mask, block_topk
 from specscope.engine.speculative.dflash_context import RingContext, project
@@ -49,6 +56,23 @@ from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.draft_vocab import DraftHead
 
 MAX_SLOTS = 8
+FIRST_WIDTH = 512  # the narrowest context a block attends; each next width is 4x, to the capacity
+
+
+def widths(capacity: int) -> list[int]:
+    """The context widths a block is captured at, narrowest first: FIRST_WIDTH x 4^i below
+    the capacity, then the capacity (few: each is a compilation and a graph per store)."""
+    out, width = [], FIRST_WIDTH
+    while width < capacity:
+        out.append(width)
+        width *= 4
+    return [*out, capacity]
+
+
+def width_for(ctx: RingContext) -> int:
+    """The narrowest width that holds `ctx`'s visible rows."""
+    visible = min(ctx.length, ctx.capacity)
+    return next(w for w in widths(ctx.capacity) if w >= visible)
 
 
 class _DeviceInts:
@@ -90,12 +114,14 @@ class DFlashGraphs:
             self.block_in = _DeviceInts(2, dev)  # anchor id, context length
             self.update_in = _DeviceInts(2, dev)  # first new position, real rows
             self.hidden = model.fc.weight.new_zeros(self.block_size, model.fc.in_features)
-        self._graphs: dict[tuple[int, str], tuple[Any, Any]] = {}
+        self._graphs: dict[tuple[int, str, int], tuple[Any, Any]] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         # What a graph captures: the two step functions, fused by torch.compile when asked (the
         # module docstring: unfused, a replay is one small kernel per op); compiled once, for
         # every store of the pool.
         fuse = partial(torch.compile, fullgraph=True, dynamic=False) if compile else (lambda f: f)
+        if compile:
+            allow_variants()  # one compiled block per width
         self._steps = {"block": fuse(self._block), "update": fuse(self._update)}
 
     @staticmethod
@@ -106,26 +132,28 @@ class DFlashGraphs:
         """Top-k log-probs and ids [B-1, k] of the block after `anchor`. Captured, these are the
         graph's static outputs: valid until the next propose."""
         self.block_in.set(anchor, ctx.length)
-        return self._run(ctx, "block")
+        return self._run(ctx, "block", width_for(ctx))
 
     def update(self, ctx: RingContext, hidden: torch.Tensor) -> None:
         """Append 1..B committed rows (tapped target features [n, taps x D]) to the store."""
         n = hidden.shape[0]
         self.hidden[:n].copy_(hidden)
         self.update_in.set(ctx.length, n)
-        self._run(ctx, "update")
+        self._run(ctx, "update", 0)
         ctx.length += n
 
     def capture(self, ctx: RingContext) -> None:
-        """Capture both graphs over `ctx` now (with the current inputs: an update of 0 rows
-        before the first one) instead of at its first step."""
+        """Capture the graphs over `ctx` now (with the current inputs: an update of 0 rows
+        before the first one; the block at every width) instead of at its first step."""
         if self.capturing:
-            for kind in ("block", "update"):
-                self._graph(ctx, kind)
+            self._graph(ctx, "update", 0)
+            for width in widths(ctx.capacity):
+                self._graph(ctx, "block", width)
             torch.cuda.synchronize()
 
-    def _block(self, ctx: RingContext) -> tuple[torch.Tensor, torch.Tensor]:
-        c, inp = ctx.capacity, self.block_in.dev
+    def _block(self, ctx: RingContext, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's top-k over the store's first `width` rows (width >= the visible rows)."""
+        c, inp = width, self.block_in.dev
         kv = [(k[None, :c], v[None, :c]) for k, v in zip(ctx.keys, ctx.values, strict=True)]
         mask = block_mask(inp[1:2].clamp(max=c), c, self.block_size)
         top_lp, top_ids = block_topk(
@@ -141,21 +169,21 @@ class DFlashGraphs:
         )
         return top_lp[0], top_ids[0]
 
-    def _update(self, ctx: RingContext) -> None:
+    def _update(self, ctx: RingContext, _width: int) -> None:
         start, count = self.update_in.dev[0], self.update_in.dev[1]
         ctx.write(project(self.model, self.hidden, start), start, count)
 
-    def _run(self, ctx: RingContext, kind: str) -> Any:
+    def _run(self, ctx: RingContext, kind: str, width: int) -> Any:
         if not self.capturing:
-            return self._steps[kind](ctx)
-        graph, out = self._graph(ctx, kind)
+            return self._steps[kind](ctx, width)
+        graph, out = self._graph(ctx, kind, width)
         graph.replay()
         return out
 
-    def _graph(self, ctx: RingContext, kind: str) -> tuple[Any, Any]:
-        key = (ctx.slot, kind)
+    def _graph(self, ctx: RingContext, kind: str, width: int) -> tuple[Any, Any]:
+        key = (ctx.slot, kind, width)
         if key not in self._graphs:
-            step = partial(self._steps[kind], ctx)
+            step = partial(self._steps[kind], ctx, width)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
