@@ -62,3 +62,24 @@ def test_steady_acceptance_is_never_said_of_a_run_cut_short():
     said = " ".join([*short.verdict, short.no_finding_reason or "", *short.notes])
     assert "steady" not in said, said
     assert short.verdict[0] == PARTIAL
+
+
+def test_acceptance_is_called_steady_only_where_the_decay_tests_interval_says_so():
+    # three 1,500-token requests at T 0.7 on the CPU (docs/dflash.md, the decay study): the
+    # decay test read -47% with an interval from -111% to +16%: not shown, not steady
+    from specscope.analysis.diagnosis.diagnose import _decay_not_reported
+    from specscope.analysis.result import FindingTest
+
+    def decay(effect, lo, hi, outcome):
+        return FindingTest(
+            id="acceptance_decay", method="OLS", effect=effect, ci=[lo, hi], p=0.5, q=0.5,
+            min_effect=0.10, reported=False, outcome=outcome,
+        )  # fmt: skip
+
+    wide = _decay_not_reported(decay(-0.473, -1.11, 0.165, "interval includes zero effect"))
+    assert wide.startswith("no acceptance decay shown") and "steady" not in wide
+    assert "-47.3%" in wide and "+16.5%" in wide
+    tight = _decay_not_reported(decay(0.01, -0.04, 0.06, "interval includes zero effect"))
+    assert tight.startswith("acceptance is steady") and "+-10%" in tight
+    small = _decay_not_reported(decay(0.06, 0.03, 0.12, "below minimum"))
+    assert small.endswith("below the 10% that matters")

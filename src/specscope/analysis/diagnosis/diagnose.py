@@ -249,6 +249,24 @@ def _drift_not_reported(t: FindingTest) -> str:
     return f"{what}: {t.outcome}, no step-time drift"
 
 
+def _decay_not_reported(t: FindingTest | None) -> str:
+    """Why no decay was reported, from the decay test's own interval: "steady" only where the
+    interval rules out a change that matters; a wide one is "not shown" (three 1,500-token
+    requests at T 0.7 read -47%, CI -111%..+16%, and were once called steady)."""
+    if t is None or t.effect is None or None in t.ci:
+        return "acceptance is steady (no decay, no window cliff)"
+    lo, hi = t.ci
+    what = (
+        f"acceptance decay {t.effect:+.1%} over the generation (95% CI {lo:+.1%}..{hi:+.1%}; "
+        "negative: it rose)"
+    )
+    if -t.min_effect < lo and hi < t.min_effect:
+        return f"acceptance is steady: {what}, within the +-{t.min_effect:.0%} that matters"
+    if t.outcome == "below minimum":
+        return f"{what}: below the {t.min_effect:.0%} that matters"
+    return f"no acceptance decay shown: {what}: {t.outcome}"
+
+
 def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
     """The headline, the speculation state and the drift claim's decision: why nothing was
     reported, told from the decisions themselves (never from a second threshold)."""
@@ -265,7 +283,8 @@ def _no_finding_reason(f: Facts, tests: list[FindingTest]) -> str:
         why = f.speculation.reason if f.speculation is not None else "not decided"
         parts.append(f"whether the server drafts is unknown ({why}): no drafter finding")
     elif f.shape.fit is not None and f.measured.run.info.status == "complete":
-        parts.append("acceptance is steady (no decay, no window cliff)")
+        decay = next((t for t in tests if t.id == "acceptance_decay"), None)
+        parts.append(_decay_not_reported(decay))
     else:  # steady is a reading of its own: never from a cut-short run or too few steps
         why = "too few steps" if f.shape.fit is None else "the run was cut short"
         parts.append(f"acceptance along the generation not read ({why})")
