@@ -33,8 +33,9 @@
 # (256), FILE_PROMPTS (32), BUDGETS (the eval's tree budgets, 16,32), EXTRA (more train flags),
 # SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s),
 # DRAFTER (eval: this drafter folder instead of the one trained under /tmp/dflash, e.g. the shipped
-# src/specscope/engine/weights/dflash-smollm2-135m; nothing is brought back then). A call stops training after 7 minutes by default
-# (the held-out evaluation after the last step must fit the 10-minute call too).
+# src/specscope/engine/weights/dflash-smollm2-135m; nothing is brought back then). A call stops
+# training after 7 minutes by default (the held-out evaluation after the last step must fit the
+# 10-minute call too).
 set -u
 source bench/device/env.sh
 RUN=${RUN:-/tmp/dflash}

@@ -11,13 +11,12 @@ lives, and the pool hands a released store to the next request):
   (`block_mask`), so the context length is data, not shape. The width is the narrowest of a few
   (`widths`: FIRST_WIDTH, 4x that, ... up to the capacity) that holds the visible rows, one
   graph each: attending the whole capacity (the target's 8,192 positions) cost 129 us a layer
-  in cuDNN's attention, 0.26 of the step's 0.46 ms of GPU time, for a ~500-row context
-  (`bench/dflash_step.py --profile`, H100, 2026-12-05). A ring that has not wrapped holds
+  in cuDNN's attention, 0.26 of the step's 0.46 ms of GPU time, for a 512-row context
+  (`bench/dflash_step.py --profile`, H100, 2026-12-06). A ring that has not wrapped holds
   position p at row p, so its visible rows are the first `length`; a wrapped one is read
-  whole. All B-1 draft slots go through the
-  LM head over the draft vocabulary (its cost is its weights, whatever the rows), log_softmax
-  and top-k into static
-  outputs, which the drafter copies to the host (the step's one sync);
+  whole. All B-1 draft slots go through the LM head over the draft vocabulary (its cost is its
+  weights, whatever the rows), log_softmax and top-k into static outputs, which the drafter
+  copies to the host (the step's one sync);
 - update: up to B newly committed rows (a verify's accepted path: at most depth + 1 <= B) are
   copied into a static [B, taps x D] buffer and projected as B rows; the first `count` (data)
   land in the ring, the padding rows in the store's scratch row (`ring_rows`). Longer updates
