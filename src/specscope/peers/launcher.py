@@ -236,9 +236,12 @@ def _terminate_group(proc: subprocess.Popen[str], timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         _signal_group(pgid, signal.SIGKILL)
         proc.wait(timeout=timeout_s)
-    # Workers can outlive their leader by a moment (or for good, if they ignore SIGTERM).
+    # Workers can outlive their leader by a moment (or for good, if they ignore SIGTERM); a
+    # killed one is still there until it is reaped, so the stop waits for the group to be empty
+    # (a loaded machine: vLLM's EngineCore was still in the group just after a stop returned).
     if not _wait_gone(pgid, timeout_s):
         _signal_group(pgid, signal.SIGKILL)
+        _wait_gone(pgid, timeout_s)
 
 
 def watch_group(argv: Sequence[str]) -> None:
@@ -253,6 +256,7 @@ def watch_group(argv: Sequence[str]) -> None:
     _signal_group(pgid, signal.SIGTERM)
     if not _wait_gone(pgid, grace_s):
         _signal_group(pgid, signal.SIGKILL)
+        _wait_gone(pgid, grace_s)
 
 
 def run_command(server: PeerServer, command: Sequence[str], *, timeout_s: float) -> int:
