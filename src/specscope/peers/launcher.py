@@ -228,6 +228,15 @@ def _wait_gone(pgid: int, timeout_s: float) -> bool:
     return not _group_alive(pgid)
 
 
+def _kill_stragglers(pgid: int, grace_s: float) -> None:
+    """After a SIGTERM: SIGKILL what is left of the group after `grace_s`, then wait (as long
+    again) for it to be empty, since a killed process stays in the group until it is reaped (on
+    a loaded machine vLLM's EngineCore was still there just after a stop returned)."""
+    if not _wait_gone(pgid, grace_s):
+        _signal_group(pgid, signal.SIGKILL)
+        _wait_gone(pgid, grace_s)
+
+
 def _terminate_group(proc: subprocess.Popen[str], timeout_s: float) -> None:
     pgid = proc.pid  # start_new_session: the child's pid is its group's id
     _signal_group(pgid, signal.SIGTERM)
@@ -236,12 +245,8 @@ def _terminate_group(proc: subprocess.Popen[str], timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         _signal_group(pgid, signal.SIGKILL)
         proc.wait(timeout=timeout_s)
-    # Workers can outlive their leader by a moment (or for good, if they ignore SIGTERM); a
-    # killed one is still there until it is reaped, so the stop waits for the group to be empty
-    # (a loaded machine: vLLM's EngineCore was still in the group just after a stop returned).
-    if not _wait_gone(pgid, timeout_s):
-        _signal_group(pgid, signal.SIGKILL)
-        _wait_gone(pgid, timeout_s)
+    # Workers can outlive their leader by a moment (or for good, if they ignore SIGTERM).
+    _kill_stragglers(pgid, timeout_s)
 
 
 def watch_group(argv: Sequence[str]) -> None:
@@ -254,9 +259,7 @@ def watch_group(argv: Sequence[str]) -> None:
     if sys.stdin.buffer.read(1):
         return
     _signal_group(pgid, signal.SIGTERM)
-    if not _wait_gone(pgid, grace_s):
-        _signal_group(pgid, signal.SIGKILL)
-        _wait_gone(pgid, grace_s)
+    _kill_stragglers(pgid, grace_s)
 
 
 def run_command(server: PeerServer, command: Sequence[str], *, timeout_s: float) -> int:

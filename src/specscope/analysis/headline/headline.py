@@ -366,9 +366,9 @@ def _merged_server_wide(
 ) -> tuple[int, float] | None:
     """(client steps, server steps) where the server-wide counters counted more verify steps
     than the client's steps can hold (`_merged`, as `_Request.client_merges_steps` per
-    request), for a server that counts no request apart (vLLM's Prometheus: 76 client steps for its 84 under a loaded
-    test suite, commit length +3.5%). None where they agree, or where the counters also hold
-    requests that are not these."""
+    request), for a server that counts no request apart (vLLM's Prometheus: 76 client steps
+    for its 84 under a loaded test suite, commit length +3.5%). None where they agree, or where
+    the counters also hold requests that are not these."""
     if prom is None or round(prom.requests) != len(reqs):
         return None
     seen = sum(len(q.rec.steps) for q in reqs)
