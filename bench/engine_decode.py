@@ -8,9 +8,12 @@ same weights, device and run, at every (batch, context) pair asked for.
 - floor: the bytes one decode step must read (the weights once, plus every request's K/V)
   over the device's copy bandwidth, measured here in the same run.
 Figures: median step time over --steps steps, tok/s = batch / step time, and their ratios.
+`--temperature T`: each point's engine steps again with every request sampled at T (the
+trainer's sampled responses, `--response-temperature`), and the sampled / greedy step ratio.
 
     .venv/bin/python bench/engine_decode.py --batches 1,4 --contexts 256,1024   # CPU, SmolLM2
     python3 bench/engine_decode.py --device cuda --random-weights   # batch 1/32/256 x ctx 256/2048/8192
+    python3 bench/engine_decode.py --device cuda --skip-hf --batches 256 --contexts 512 --temperature 1
 """
 
 from __future__ import annotations
@@ -64,10 +67,22 @@ def floor_s(lm: LoadedModel, batch: int, ctx: int, bandwidth: float) -> float:
     return (weights + kv) / bandwidth
 
 
-def engine_steps(backend, batch: int, prompts: list[list[int]], steps: int) -> list[float]:
-    params = SamplingParams(max_tokens=steps + 2, ignore_eos=True)
+def engine_steps(
+    backend, batch: int, prompts: list[list[int]], steps: int, temperature: float = 0.0
+) -> list[float]:
     ids = [f"r{i}" for i in range(batch)]
-    backend.prefill_many_sync([(rid, p, params) for rid, p in zip(ids, prompts, strict=True)])
+    backend.prefill_many_sync(
+        [
+            (
+                rid,
+                p,
+                SamplingParams(
+                    max_tokens=steps + 2, temperature=temperature, seed=i, ignore_eos=True
+                ),
+            )
+            for i, (rid, p) in enumerate(zip(ids, prompts, strict=True))
+        ]
+    )
     times = []
     for _ in range(steps):
         times.append(backend.step_sync(ids).step_s)
@@ -131,6 +146,9 @@ def main() -> None:
         help="skip transformers where batch x context exceeds this (its prefill and cache)",
     )
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument(
+        "--temperature", type=float, default=0.0, help="also time the steps sampled at this T"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (a busy box: 1)")
     args = ap.parse_args()
@@ -198,6 +216,11 @@ def main() -> None:
         if hf is not None and batch * ctx <= args.hf_max_tokens:
             theirs = statistics.median(hf_steps(hf, prompts, min(steps, 16), lm.device))
         floor = floor_s(lm, batch, ctx, bandwidth)
+        sampled = (
+            statistics.median(engine_steps(backend, batch, prompts, steps, args.temperature))
+            if args.temperature > 0
+            else None
+        )
         row = {
             "batch": batch,
             "context": ctx,
@@ -207,6 +230,8 @@ def main() -> None:
             "hf_tok_s": batch / theirs if theirs else None,
             "floor_step_ms": floor * 1e3,
             "floor_tok_s": batch / floor,
+            "sampled_step_ms": sampled * 1e3 if sampled else None,
+            "sampled_over_greedy": sampled / ours if sampled else None,
         }
         out.append(row)
         hf_cols = (
@@ -217,12 +242,25 @@ def main() -> None:
         ratio = f"{theirs / ours:>6.1f}" if theirs else f"{'':>6}"
         print(
             f"{batch:>5} {ctx:>5} | {row['engine_step_ms']:>9.3f} {row['engine_tok_s']:>9.0f} | {hf_cols} | "
-            f"{row['floor_step_ms']:>8.3f} {row['floor_tok_s']:>9.0f} | {ratio} {ours / floor:>9.1f}",
+            f"{row['floor_step_ms']:>8.3f} {row['floor_tok_s']:>9.0f} | {ratio} {ours / floor:>9.1f}"
+            + (
+                f" | sampled {sampled * 1e3:.3f} ms, {sampled / ours:.2f}x greedy"
+                if sampled
+                else ""
+            ),
             flush=True,
         )
     if args.json:
         args.json.write_text(
-            json.dumps({"device": str(lm.device), "weights": weights, "rows": out}, indent=1)
+            json.dumps(
+                {
+                    "device": str(lm.device),
+                    "weights": weights,
+                    "temperature": args.temperature,
+                    "rows": out,
+                },
+                indent=1,
+            )
         )
 
 

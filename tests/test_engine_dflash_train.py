@@ -2,10 +2,12 @@
 are written, the saved drafter loads through `--drafter dflash:PATH` and decodes losslessly,
 the same seed gives the same weights, and bad arguments exit 2 with one line. The batched step
 equals the first trainer's per-sequence one, a run stopped and resumed equals an uninterrupted
-one, checkpoints split into parts and generation continues from its last shard."""
+one, checkpoints split into parts and generation continues from its last shard; sampled responses
+(--response-temperature) are seeded per prompt and cached apart from greedy ones."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -560,3 +562,45 @@ def test_a_step_is_read_back_only_at_a_curve_point():
     assert not tally.pending and tally.acc_n == 6 and "pending" not in state
     assert tally.acc_sum[0] == pytest.approx((1 + 2 + 3) / 3) and tally.window == [2.0]
     assert json.loads(json.dumps(state))["tokens"] == 90
+
+
+def _sampled(tiny, prompts_: list[list[int]], temperature: float, batch_size: int) -> dict:
+    gen = target.Generator(tiny, 8, 16, batch_size, temperature=temperature)
+    return {tuple(prompts_[i]): resp for i, resp in gen.stream(prompts_)}
+
+
+def test_sampled_responses_are_seeded_per_prompt(tiny):
+    """--response-temperature: a prompt's response depends on its tokens and the temperature
+    only (not the batch, the order or the shard it is generated in), and is not the greedy one."""
+    ids = [p for _, p in PROMPTS + EVAL]
+    hot = _sampled(tiny, ids, 1.0, 2)
+    assert hot == _sampled(tiny, ids[::-1], 1.0, 6)
+    greedy = {tuple(p): r for p, r in zip(ids, target.generate(tiny, ids, 16)[0], strict=True)}
+    assert hot != greedy and _sampled(tiny, ids, 0.0, 3) == greedy
+    assert _sampled(tiny, ids, 0.6, 2) != hot
+    assert target.prompt_seed([1, 2], 1.0) != target.prompt_seed([1, 2], 0.6)
+
+
+def test_sampled_responses_have_their_own_cache_and_card(tiny, tmp_path):
+    greedy_key = dataset._cache_key(tiny, PROMPTS, 16)
+    blob = json.dumps([tiny.name, tiny.config.num_layers, str(tiny.dtype), 16, PROMPTS])
+    assert greedy_key == hashlib.sha256(blob.encode()).hexdigest()[:16]  # caches stay valid
+    assert len({greedy_key, *(dataset._cache_key(tiny, PROMPTS, 16, t) for t in (0.7, 1.0))}) == 3
+    args = _args(tmp_path / "d", tmp_path / "c", 0, "--response-temperature", "1.0", "--steps", "6")
+    card = pipeline.run(args, tiny, PROMPTS, EVAL, lambda _line: None)
+    assert card["response_temperature"] == 1.0
+    text = (tmp_path / "d" / "DATA_CARD.md").read_text()
+    assert "sampled at temperature 1, each prompt seeded from its tokens" in text
+    assert "--response-temperature 1.0" in card["command"]
+    key = dataset._cache_key(tiny, PROMPTS, 40, 1.0)
+    assert card["data"]["cache"].endswith(f"dflash-data-{key}")
+    # evaluation stays greedy and lossless (sampled held-out responses are not its references)
+    assert all(r["lossless_tree"] for r in card["evaluation"].values())
+
+
+@pytest.mark.parametrize("value", ["-0.1", "2.5"])
+def test_a_response_temperature_out_of_range_exits_2(capsys, tmp_path, value):
+    with pytest.raises(SystemExit) as stop:
+        cli.parse_args(["--out", str(tmp_path), "--response-temperature", value])
+    assert stop.value.code == 2
+    assert "--response-temperature must be within 0..2.0" in capsys.readouterr().err

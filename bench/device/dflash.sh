@@ -29,7 +29,8 @@
 # same here with tiny settings (a check of the script, not a figure).
 # Settings (environment): NAME (drafter: the folder under /tmp/dflash), INIT_FROM (a drafter
 # folder, or none; default the shipped drafter on CUDA), MAX_PROMPTS (24000),
-# RESPONSE (384), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
+# RESPONSE (384), TEMPERATURE (the responses sampled at it, each prompt seeded from its tokens;
+# 0: greedy), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
 # (256), FILE_PROMPTS (32), BUDGETS (the eval's tree budgets, 16,32), EXTRA (more train flags),
 # SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s),
 # DRAFTER (eval: this drafter folder instead of the one trained under /tmp/dflash, e.g. the shipped
@@ -72,7 +73,8 @@ train() {
   [ $budget -gt 580 ] && budget=580  # a device call ends at 600 s
   timeout $budget $PY -m specscope.engine.train_dflash --target smollm2 \
     --corpus $RUN/corpus.jsonl.gz --eval-set $HELD $TRAIN_FLAGS $INIT ${EXTRA:-} \
-    --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} --resume --stop-after-minutes ${1:-7}
+    --response-temperature ${TEMPERATURE:-0} --cache-dir $RUN/cache --out $RUN/${NAME:-drafter} \
+    --resume --stop-after-minutes ${1:-7}
 }
 decay() {  # serve drafter $1 (a folder under $RUN, or a path) with DDTree, diagnose long
   # free-form generations, stop the server

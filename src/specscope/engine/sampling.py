@@ -1,38 +1,67 @@
 """Next-token choice from logits: greedy, or temperature + top-p with a per-request generator.
 
-Per request (not batched) because requests in one batch carry different parameters; the cost
-is one vocabulary-sized softmax per request per step, small beside the forward.
+The distribution is computed for all sampled rows of a step at once, on the logits' device,
+and each row's token drawn by inverse CDF from ONE uniform taken from its request's own CPU
+generator. So a request's tokens depend only on its logits, its parameters and its seed: alike
+alone or in any batch, and a step of 256 sampled requests (the trainer's sampled responses)
+costs one softmax and one copy back, not 256 of each as a per-row draw on the host would.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
-    g = torch.Generator(device="cpu")  # CPU generator: same seed, same tokens on any device
+    g = torch.Generator(device="cpu")  # CPU generator: same seed, same uniforms on any device
     g.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
     return g
+
+
+def distribution(
+    logits: torch.Tensor, temperature: float | torch.Tensor, top_p: float | torch.Tensor
+) -> torch.Tensor:
+    """softmax(logits / temperature) cut to the smallest prefix (by probability) whose mass
+    reaches top_p (always at least the top token) and renormalised: float32 rows [..., V] on
+    the logits' device. `temperature` and `top_p`: numbers, or one value per row [R] of 2-D
+    logits (a top_p of 1 or more leaves that row whole)."""
+    dev = logits.device
+    temp = torch.as_tensor(temperature, dtype=torch.float32, device=dev).clamp_min(1e-6)
+    keep = torch.as_tensor(top_p, dtype=torch.float32, device=dev)
+    if temp.ndim:
+        temp, keep = temp[:, None], keep[:, None]
+    probs = torch.softmax(logits.float() / temp, dim=-1)
+    if not bool((keep < 1.0).any()):
+        return probs
+    keep = torch.where(keep < 1.0, keep, torch.inf)
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= keep, 0.0)
+    probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return probs / probs.sum(-1, keepdim=True)
 
 
 def probabilities(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """The distribution sampling draws from (float32, on CPU); also what speculative
     rejection sampling must compare against."""
-    probs = torch.softmax(logits.float().cpu() / max(temperature, 1e-6), dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-        drop = sorted_p.cumsum(-1) - sorted_p >= top_p
-        sorted_p[drop] = 0.0
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-        probs /= probs.sum(-1, keepdim=True)
-    return probs
+    return distribution(logits.float().cpu(), temperature, top_p)
 
 
-def sample(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
-) -> int:
-    """One token id from a [vocab] logits row."""
-    if temperature <= 0.0:
-        return int(logits.argmax())
-    return int(torch.multinomial(probabilities(logits, temperature, top_p), 1, generator=generator))
+def sample_rows(
+    logits: torch.Tensor,
+    temperatures: Sequence[float],
+    top_ps: Sequence[float],
+    generators: Sequence[torch.Generator],
+) -> list[int]:
+    """One token id per row of [R, V] logits, each row with its own temperature (> 0), top_p
+    and generator: the first index whose cumulative probability (float64) passes the row's
+    uniform. A token of zero probability is never chosen."""
+    if not len(generators):
+        return []
+    probs = distribution(logits, list(temperatures), list(top_ps))
+    cdf = probs.double().cumsum(-1)
+    uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
+    point = uniforms.to(logits.device)[:, None] * cdf[:, -1:]
+    chosen = torch.searchsorted(cdf, point, right=True)[:, 0]
+    return chosen.clamp_(max=logits.shape[-1] - 1).tolist()

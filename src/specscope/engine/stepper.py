@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from specscope.engine.request import Request
 from specscope.engine.runner import Runner, Work, extend
-from specscope.engine.sampling import sample
+from specscope.engine.sampling import sample_rows
 
 
 @dataclass
@@ -64,7 +64,8 @@ class Stepper(Protocol):
 
 
 class PlainStepper:
-    """Every live request feeds its pending token; one batched forward; sample per request."""
+    """Every live request feeds its pending token; one batched forward; greedy rows take the
+    argmax, sampled rows one batched draw."""
 
     max_nodes = 1
     target_taps: tuple[int, ...] = ()
@@ -81,15 +82,18 @@ class PlainStepper:
         assert logits is not None
         greedy = logits.argmax()  # synchronises: the step's GPU work is done after this
         t1 = time.perf_counter()
-        proposals = {}
-        for i, r in enumerate(live):
-            p = r.params
-            tok = (
-                greedy[i][0]
-                if p.temperature <= 0
-                else sample(logits.tensor[i, 0], p.temperature, p.top_p, r.generator)
+        tokens = [row[0] for row in greedy]
+        sampled = [i for i, r in enumerate(live) if r.params.temperature > 0]
+        if sampled:  # every sampled request's token from one batched draw (engine/sampling.py)
+            picks = sample_rows(
+                logits.tensor[sampled, 0],
+                [live[i].params.temperature for i in sampled],
+                [live[i].params.top_p for i in sampled],
+                [live[i].generator for i in sampled],
             )
-            proposals[r.request_id] = Proposal([tok])
+            for i, tok in zip(sampled, picks, strict=True):
+                tokens[i] = tok
+        proposals = {r.request_id: Proposal([tok]) for r, tok in zip(live, tokens, strict=True)}
         return StepResult(proposals, {"verify": t1 - t0, "commit": time.perf_counter() - t1})
 
     def release(self, request_id: str) -> None:

@@ -21,6 +21,7 @@ from specscope.engine.training.loop import ATTENTION
 from specscope.engine.training.pipeline import eval_set_names, run
 
 EXIT_STOPPED = 3  # stopped on time with its progress saved: run again with --resume
+MAX_RESPONSE_TEMPERATURE = 2.0  # as `diagnose --temperature`: past it a small model's text is noise
 
 PRESETS = {
     # One CPU thread in ~25 minutes: a one-layer drafter, short blocks, short responses.
@@ -127,6 +128,13 @@ def _add_data_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--eval-set-prompts", type=int, default=0, help="--eval-set: first N of each (0: all)"
     )
+    ap.add_argument(
+        "--response-temperature",
+        type=float,
+        default=0.0,
+        help="the target's responses sampled at this temperature (each prompt seeded from its "
+        "own tokens) instead of greedy: a drafter for sampled requests; 0: greedy",
+    )
 
 
 def _add_vocab_flags(ap: argparse.ArgumentParser) -> None:
@@ -206,6 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.draft_vocab < 0:
         ap.error("--draft-vocab must be >= 0")
+    if not 0.0 <= args.response_temperature <= MAX_RESPONSE_TEMPERATURE:
+        ap.error(f"--response-temperature must be within 0..{MAX_RESPONSE_TEMPERATURE}")
     if args.init_from is not None:
         _shape_from_drafter(args, ap)
     for name, value in PRESETS[args.preset].items():

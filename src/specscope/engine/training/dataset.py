@@ -2,7 +2,8 @@
 
 Generating the responses is the slow part of preparing a run and the same for every run with
 the same inputs, so the tokens are stored under a key of everything that determines them
-(target, layer count, dtype, response length, prompts), in shards of at most `SHARD_BYTES`
+(target, layer count, dtype, response length, prompts, and the sampling temperature where the
+responses are sampled: each prompt's draw is seeded from its tokens, target.prompt_seed), in shards of at most `SHARD_BYTES`
 written as they complete: a call stopped (or killed) part way continues from the last shard,
 a resumed run does not generate again, and the shards are files small enough to move between
 machines.
@@ -46,8 +47,14 @@ class Sample:
     hidden: torch.Tensor | None = None  # [len(tokens), n_taps * D] if cached, else per step
 
 
-def _cache_key(loaded: LoadedModel, prompts: list[Prompt], max_new: int) -> str:
-    blob = json.dumps([loaded.name, loaded.config.num_layers, str(loaded.dtype), max_new, prompts])
+def _cache_key(
+    loaded: LoadedModel, prompts: list[Prompt], max_new: int, temperature: float = 0.0
+) -> str:
+    """Greedy responses keep the key they had before sampling existed (caches stay valid)."""
+    key: list = [loaded.name, loaded.config.num_layers, str(loaded.dtype), max_new, prompts]
+    if temperature > 0:
+        key.append({"temperature": temperature})
+    blob = json.dumps(key)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -115,6 +122,7 @@ def generate_samples(
     cuda_graphs: bool = True,
     stop_at: float | None = None,
     log=print,
+    temperature: float = 0.0,
 ) -> tuple[list[Sample], float, bool]:
     """(samples, generation seconds, all read from `folder`): each shard from its file when
     present, else generated and written. Past `stop_at` (perf_counter), raises Stopped after a
@@ -129,7 +137,9 @@ def generate_samples(
             got, s = _load_shard(path)
         else:
             longest = max(len(p) for _, p in prompts)
-            gen = gen or Generator(loaded, longest, max_new, batch, cuda_graphs=cuda_graphs)
+            gen = gen or Generator(
+                loaded, longest, max_new, batch, cuda_graphs=cuda_graphs, temperature=temperature
+            )
             (got, s), cached = _generate(gen, prompts[first : first + per]), False
             if path is not None:
                 _save_shard(path, got, s)
@@ -202,16 +212,16 @@ def build_dataset(
     cuda_graphs: bool = True,
     feature_cache: str = "auto",
     stop_at: float | None = None,
+    temperature: float = 0.0,
 ) -> tuple[list[Sample], dict]:
     """Target-generated sequences (tokens from the cache when there), with their features
     cached or left to each step (see the module docstring)."""
-    folder = (
-        cache_dir / f"dflash-data-{_cache_key(loaded, prompts, max_new)}" if cache_dir else None
-    )
+    key = _cache_key(loaded, prompts, max_new, temperature)
+    folder = cache_dir / f"dflash-data-{key}" if cache_dir else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     samples, gen_s, cached = generate_samples(
-        loaded, prompts, max_new, batch, folder, cuda_graphs, stop_at, log
+        loaded, prompts, max_new, batch, folder, cuda_graphs, stop_at, log, temperature
     )
     t0 = time.perf_counter()
     cache = use_feature_cache(loaded, samples, taps, feature_cache)

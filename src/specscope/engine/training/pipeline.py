@@ -126,6 +126,7 @@ def _datasets(
         cuda_graphs=not args.eager,
         feature_cache=args.feature_cache,
         stop_at=stop_at,
+        temperature=args.response_temperature,
     )
     held_out = (
         build_dataset(
@@ -138,6 +139,7 @@ def _datasets(
             log,
             cuda_graphs=not args.eager,
             feature_cache=args.feature_cache,
+            temperature=args.response_temperature,
         )[0]
         if eval_prompts
         else []
@@ -229,10 +231,11 @@ def _evaluate_trained(
     if not eval_prompts:
         return {}
     # Greedy decoding's prefix property: the held-out responses cut to eval_tokens are what a
-    # plain run of eval_tokens would write, so evaluation need not generate them again.
+    # plain run of eval_tokens would write, so evaluation need not generate them again
+    # (evaluation is greedy: sampled held-out responses are not its references).
     references = (
         [s.tokens[s.prompt_len :][: args.eval_tokens] for s in held_out]
-        if args.response_tokens >= args.eval_tokens
+        if args.response_tokens >= args.eval_tokens and args.response_temperature <= 0
         else None
     )
     return evaluate(
@@ -301,6 +304,7 @@ def _card(
         "categories": sorted(dict.fromkeys(c for c, _ in prompts)),
         "prompts_per_category": args.prompts_per_category,
         "response_tokens": args.response_tokens,
+        "response_temperature": args.response_temperature,
         "data": data,
         "settings": asdict(settings),
         "training": history,
