@@ -187,7 +187,7 @@ class ForwardBatch:
         )
 
 
-def _to_device(host: np.ndarray, device: torch.device) -> torch.Tensor:
+def host_to_device(host: np.ndarray, device: torch.device) -> torch.Tensor:
     """A host array on the device. On CUDA from pinned memory without blocking: a blocking copy
     synchronises the stream, so the host would wait for all the GPU work queued before it."""
     t = torch.from_numpy(host)
@@ -209,7 +209,7 @@ def _attention_mask(
         causal = torch.ones(q_max, q_max, dtype=torch.bool, device=context.device).tril_()
         seen_new = causal.expand(b, q_max, q_max)
     else:
-        seen_new = _to_device(_tree_masks(masks, num_new, q_max), context.device)
+        seen_new = host_to_device(_tree_masks(masks, num_new, q_max), context.device)
     return torch.cat([seen_ctx, seen_new], dim=2)[:, None]
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specscope.engine.model import host_to_device
 from specscope.engine.training.dataset import Sample
 
 BLOCKS_PER_ROW = 16
@@ -77,22 +78,24 @@ def pack(
     row, with their sequences' `features` [G, >= context_length(anchors), F], on `device`."""
     g = len(samples)
     length = max(len(s.tokens) for s in samples)
-    tokens = torch.zeros(g, length, dtype=torch.long)
+    tokens = np.zeros((g, length), dtype=np.int64)
     for i, s in enumerate(samples):
-        tokens[i, : len(s.tokens)] = torch.tensor(s.tokens)
+        tokens[i, : len(s.tokens)] = s.tokens
     counts = np.array([len(a) for a in anchors])
     row_seq, row_anchors, valid = _rows(anchors, min(blocks_per_row, int(counts.max())))
     seq = np.repeat(row_seq, valid.sum(1))
 
     def dev(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(a).to(device)
+        # pinned and not waited for on CUDA: a pageable copy would hold the host until the GPU
+        # had finished every step queued before it, so no step's host side ran beside the GPU
+        return host_to_device(np.ascontiguousarray(a), torch.device(device))
 
     return StepBatch(
-        tokens=tokens.to(device),
+        tokens=dev(tokens),
         features=features[:, : context_length(anchors)].to(device),
         row_seq=dev(row_seq),
         anchors=dev(row_anchors),
         valid=dev(valid),
         seq=dev(seq),
-        weight=dev(1.0 / (g * counts[seq])).float(),
+        weight=dev((1.0 / (g * counts[seq])).astype(np.float32)),
     )
