@@ -21,21 +21,21 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
 
 
 def distribution(
-    logits: torch.Tensor, temperature: float | torch.Tensor, top_p: float | torch.Tensor
+    logits: torch.Tensor, temperature: float | Sequence[float], top_p: float | Sequence[float]
 ) -> torch.Tensor:
     """softmax(logits / temperature) cut to the smallest prefix (by probability) whose mass
     reaches top_p (always at least the top token) and renormalised: float32 rows [..., V] on
-    the logits' device. `temperature` and `top_p`: numbers, or one value per row [R] of 2-D
-    logits (a top_p of 1 or more leaves that row whole)."""
+    the logits' device. `temperature` and `top_p`: numbers, or one value per row of 2-D logits
+    (a top_p of 1 or more leaves that row whole; read on the host, so nothing is read back)."""
+    per_row = isinstance(temperature, Sequence)
+    tops = list(top_p) if isinstance(top_p, Sequence) else [top_p]
     dev = logits.device
-    temp = torch.as_tensor(temperature, dtype=torch.float32, device=dev).clamp_min(1e-6)
-    keep = torch.as_tensor(top_p, dtype=torch.float32, device=dev)
-    if temp.ndim:
-        temp, keep = temp[:, None], keep[:, None]
-    probs = torch.softmax(logits.float() / temp, dim=-1)
-    if not bool((keep < 1.0).any()):
+    temp = torch.tensor(temperature, dtype=torch.float32, device=dev).clamp_min(1e-6)
+    probs = torch.softmax(logits.float() / (temp[:, None] if per_row else temp), dim=-1)
+    if all(p >= 1.0 for p in tops):
         return probs
-    keep = torch.where(keep < 1.0, keep, torch.inf)
+    keep = torch.tensor([p if p < 1.0 else torch.inf for p in tops], device=dev)
+    keep = keep[:, None] if per_row else keep[0]
     sorted_p, order = probs.sort(dim=-1, descending=True)
     sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= keep, 0.0)
     probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
