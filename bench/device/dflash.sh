@@ -7,7 +7,9 @@
 #                                           trainer's tokens/s on a corpus's lengths (~4 min)
 #   bench/device/dflash.sh profile          where the captured step's time goes (dflash_step
 #                                           --profile, compiled and not: device-busy time and
-#                                           kernels a step against its wall time; ~1.5 min)
+#                                           kernels a step against its wall time), then the
+#                                           target's 17-node verify step (engine_step_profile
+#                                           --nodes 17 with the drafter's taps; ~2.5 min)
 #   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
 #                                           call stopped; stops after MIN minutes (default 7) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
@@ -129,6 +131,11 @@ case "${1:-}" in
         --steps $STEP_RUNS --profile $path --json $OUT/profile_$path.json > $OUT/profile_$path.txt 2>&1
       echo "profile $path: rc=$?"; grep -A24 "^profile" $OUT/profile_$path.txt
     done
+    if [ "$DEVICE" = cuda ]; then  # the target's verify of DDTree's 17 nodes with the drafter's taps
+      timeout 150 $PY bench/engine_step_profile.py --context 512 --nodes 17 --taps 1,8,14,20,27 \
+        > $OUT/profile_verify.txt 2>&1
+      echo "profile verify: rc=$?"; head -26 $OUT/profile_verify.txt
+    fi
     ;;
   train)
     train "${2:-7}" > $OUT/train.log 2>&1
