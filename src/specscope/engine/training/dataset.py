@@ -2,11 +2,11 @@
 
 Generating the responses is the slow part of preparing a run and the same for every run with
 the same inputs, so the tokens are stored under a key of everything that determines them
-(target, layer count, dtype, response length, prompts, and the sampling temperature where the
-responses are sampled: each prompt's draw is seeded from its tokens, target.prompt_seed), in shards of at most `SHARD_BYTES`
-written as they complete: a call stopped (or killed) part way continues from the last shard,
-a resumed run does not generate again, and the shards are files small enough to move between
-machines.
+(target, layer count, dtype, response length, prompts, and the temperature where responses are
+sampled: each prompt's draw is seeded from its tokens, `target.prompt_seed`), in shards of at
+most `SHARD_BYTES` written as they complete: a call stopped (or killed) part way continues from
+the last shard, a resumed run does not generate again, and the shards are files small enough to
+move between machines.
 
 Features (the target's tapped hidden states, 5 x 576 bf16 = 5.8 KB a token for SmolLM2) are
 NOT kept for a big corpus: 10M tokens would be 58 GB. `--feature-cache`:
