@@ -13,7 +13,7 @@ import pytest
 from conftest import import_peer_module
 from specscope.trace import load_run
 from support.diagnose import cli
-from support.twin_truth import timed_truth
+from support.twin_truth import timed_truth, truth_rows
 
 # 240 tokens: ~50 steps of ~45 ms at batch 8, a decode window of ~2 s per request (a window of
 # 0.4 s read the step time 1.2% short on a loaded machine: the first read's extra lag)
@@ -41,8 +41,9 @@ def test_two_ray_workers_merge_into_a_single_process_run(
     for name, (summary, run) in runs.items():
         assert summary["requests"] == 16 and summary["errors"] == 0, name
         commit, step = timed_truth(run.requests, srv.backend.truth)
-        assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01), name
-        assert summary["mean_step_s"] == pytest.approx(step, rel=0.01), name
+        said = f"{name}: {summary}\n{truth_rows(run.requests, srv.backend.truth)}"
+        assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01), said
+        assert summary["mean_step_s"] == pytest.approx(step, rel=0.01), said
     (one, one_run), (merged, ray_run) = runs["one"], runs["ray"]
     # the same requests: indices, prompts (by reference number), tokens, the slots' split
     assert [t.index for t in ray_run.requests] == [t.index for t in one_run.requests]

@@ -31,7 +31,7 @@ from specscope.trace import load_run
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace
 from specscope.trace.rundir import trace_line
 from support.diagnose import cli
-from support.twin_truth import timed_truth
+from support.twin_truth import timed_truth, truth_rows
 
 # 384 tokens at concurrency 32: ~110 steps of ~0.09 s, a decode window of ~10 s. A stream's
 # first token-bearing read comes late by the server's start of every stream's response (the twin
@@ -118,8 +118,9 @@ def test_two_local_workers_hold_the_twins_truth(twin_server, fast_scenario, tmp_
     # under load a stream's steps may merge in a read; the headline then takes the twin's own
     # per-request fields, which hold the same truth
     assert summary["mean_commit_len_source"] in ("client", "server")
-    assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01)
-    assert summary["mean_step_s"] == pytest.approx(step, rel=0.01)
+    said = f"{summary}\n{truth_rows(run.requests, srv.backend.truth)}"
+    assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01), said
+    assert summary["mean_step_s"] == pytest.approx(step, rel=0.01), said
     client = summary["client"]
     assert client["during_decode"] and not client["limits_step_time"]
     workers = client["workers"]

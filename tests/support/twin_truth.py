@@ -8,6 +8,26 @@ from typing import Any
 from specscope.trace.model import RequestTrace
 
 
+def _behind_head(trace: RequestTrace, truth: dict[str, Any]) -> int:
+    """How many of the twin's steps the first token-bearing read held (the client does not
+    time those)."""
+    commits = [st["commit_len"] for st in truth["steps"]]
+    first = next(c.t_ns for c in trace.chunks if c.n_tokens)
+    head = sum(c.n_tokens for c in trace.chunks if c.t_ns == first)
+    k = acc = 0
+    while acc < head:
+        acc += commits[k]
+        k += 1
+    assert acc == head, (trace.index, head, commits[:k])
+    return k
+
+
+def _truth(trace: RequestTrace, truth_of: Callable[[str], dict[str, Any] | None]) -> dict:
+    truth = truth_of(trace.request_id or "")
+    assert truth is not None, f"no truth for request {trace.index} ({trace.request_id})"
+    return truth
+
+
 def timed_truth(
     traces: Sequence[RequestTrace], truth_of: Callable[[str], dict[str, Any] | None]
 ) -> tuple[float, float]:
@@ -18,17 +38,27 @@ def timed_truth(
     tokens = steps = 0
     wall = 0.0
     for trace in traces:
-        truth = truth_of(trace.request_id or "")
-        assert truth is not None, f"no truth for request {trace.index} ({trace.request_id})"
-        commits = [st["commit_len"] for st in truth["steps"]]
-        first = next(c.t_ns for c in trace.chunks if c.n_tokens)
-        head = sum(c.n_tokens for c in trace.chunks if c.t_ns == first)
-        k = acc = 0
-        while acc < head:
-            acc += commits[k]
-            k += 1
-        assert acc == head, (trace.index, head, commits[:k])
-        tokens += sum(commits[k:])
-        steps += len(commits) - k
+        truth = _truth(trace, truth_of)
+        k = _behind_head(trace, truth)
+        tokens += sum(st["commit_len"] for st in truth["steps"][k:])
+        steps += len(truth["steps"]) - k
         wall += sum(st["wall_s"] for st in truth["steps"][k:])
     return tokens / steps, wall / steps
+
+
+def truth_rows(
+    traces: Sequence[RequestTrace], truth_of: Callable[[str], dict[str, Any] | None]
+) -> str:
+    """Per request, the twin's timed steps and seconds beside the client's decode window (its
+    first to last token-bearing read) and reads: where a step-time check that failed lost its
+    seconds (a failure message; the truth is gone with the twin)."""
+    rows = ["index steps_behind_head twin_steps twin_s client_window_s client_reads"]
+    for trace in traces:
+        truth = _truth(trace, truth_of)
+        k = _behind_head(trace, truth)
+        stamps = [c.t_ns for c in trace.chunks if c.n_tokens]
+        window = (stamps[-1] - stamps[0]) / 1e9
+        twin_s = sum(st["wall_s"] for st in truth["steps"][k:])
+        steps = len(truth["steps"]) - k
+        rows.append(f"{trace.index} {k} {steps} {twin_s:.4f} {window:.4f} {len(set(stamps))}")
+    return "\n".join(rows)
