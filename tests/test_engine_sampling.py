@@ -58,6 +58,10 @@ def test_per_row_parameters_and_batch_independence():
         ]
         assert together == alone
     assert sample_rows(logits[:0], [], [], []) == []
+    # each parameter on its own: one temperature for all rows, a top_p per row
+    mixed = distribution(logits, 1.0, tops)
+    for i, p in enumerate(tops):
+        torch.testing.assert_close(mixed[i], distribution(logits[i], 1.0, p))
 
 
 def test_a_seed_repeats_its_tokens_and_another_differs():

@@ -27,15 +27,14 @@ def distribution(
     reaches top_p (always at least the top token) and renormalised: float32 rows [..., V] on
     the logits' device. `temperature` and `top_p`: numbers, or one value per row of 2-D logits
     (a top_p of 1 or more leaves that row whole; read on the host, so nothing is read back)."""
-    per_row = isinstance(temperature, Sequence)
-    tops = list(top_p) if isinstance(top_p, Sequence) else [top_p]
     dev = logits.device
     temp = torch.tensor(temperature, dtype=torch.float32, device=dev).clamp_min(1e-6)
-    probs = torch.softmax(logits.float() / (temp[:, None] if per_row else temp), dim=-1)
+    probs = torch.softmax(logits.float() / (temp[:, None] if temp.ndim else temp), dim=-1)
+    tops = list(top_p) if isinstance(top_p, Sequence) else [top_p]
     if all(p >= 1.0 for p in tops):
         return probs
     keep = torch.tensor([p if p < 1.0 else torch.inf for p in tops], device=dev)
-    keep = keep[:, None] if per_row else keep[0]
+    keep = keep[:, None] if isinstance(top_p, Sequence) else keep[0]
     sorted_p, order = probs.sort(dim=-1, descending=True)
     sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= keep, 0.0)
     probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
@@ -57,7 +56,7 @@ def sample_rows(
     """One token id per row of [R, V] logits, each row with its own temperature (> 0), top_p
     and generator: the first index whose cumulative probability (float64) passes the row's
     uniform. A token of zero probability is never chosen."""
-    if not len(generators):
+    if not generators:
         return []
     probs = distribution(logits, list(temperatures), list(top_ps))
     cdf = probs.double().cumsum(-1)
