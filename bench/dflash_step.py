@@ -37,6 +37,8 @@ functions replay ~250 kernels a step (--count-ops), so fusing them is what item 
         --count-ops          # the ops a captured step replays, one small kernel each
     python3 bench/dflash_step.py --device cuda --random-weights --layers-block 2,16 \
         --profile graph+compile   # where a captured step's time goes (below)
+    python3 bench/dflash_step.py --device cuda --random-weights --layers-block 2,16 \
+        --profile graph+compile --sdpa math   # the block's attention as bmm + softmax
 
 --profile PATH: --steps steps of that path under torch.profiler (the GPU's kernels too, replayed
 graphs included): per step, its wall time against the time the device was busy and the
@@ -51,6 +53,7 @@ rows, engine/speculative/draft_vocab.py); the shipped drafter drafts over its ow
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -317,7 +320,28 @@ def check(target, model, args) -> int:
     return 1 if bad else 0
 
 
-def main() -> None:
+def sdpa_backend(name: str):
+    """--sdpa: the attention kernels every path may use (compiled graphs pick theirs when they
+    are traced, so the choice holds for the whole run); "auto" leaves torch's own choice.
+    Inductor's compiled-graph cache does not key on that choice: a run after an "auto" one
+    replayed the cached cuDNN attention under "math" (H100, 2026-12-06; on this CPU the same,
+    flash attention instead of bmm), so a chosen backend compiles without the caches."""
+    if name == "auto":
+        return contextlib.nullcontext()
+    import torch._inductor.config
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch._inductor.config.force_disable_caches = True
+
+    backend = {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[name]
+    return sdpa_kernel([backend])
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -359,20 +383,36 @@ def main() -> None:
         metavar="PATH",
         help="only profile PATH's steps (e.g. graph+compile): wall vs device-busy time, kernels",
     )
+    ap.add_argument(
+        "--sdpa",
+        default="auto",
+        choices=["auto", "math", "efficient", "cudnn"],
+        help="the block's attention kernels (auto: torch's choice, cuDNN on an H100)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.draft_vocab and not args.random_weights:
         ap.error("--draft-vocab: with --random-weights (the shipped drafter has its own)")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no CUDA device")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    with sdpa_backend(args.sdpa):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     target, model = models(args)
     print(
         f"device={args.device} target={target.name} dtype={target.dtype} "
         f"drafter: {len(model.layers)} layer(s), block {model.config.block_size}; "
         f"context={args.context} accept={args.accept} window={args.window or None} "
-        f"torch_threads={torch.get_num_threads()}"
+        f"torch_threads={torch.get_num_threads()} sdpa={args.sdpa}"
     )
     if args.check:
         sys.exit(check(target, model, args))
