@@ -34,7 +34,7 @@
 # RESPONSE (384), TEMPERATURE (the responses sampled at it, each prompt seeded from its tokens;
 # 0: greedy), MINUTES (8: the training length, fixed on the first training call), GEN_BATCH
 # (256), FILE_PROMPTS (32), BUDGETS (the eval's tree budgets, 16,32), EXTRA (more train flags),
-# SDPA (profile: the block's attention kernels, auto/math/efficient/cudnn: dflash_step --sdpa),
+# SDPA (profile: the block's attention kernels, auto/math/cudnn: dflash_step --sdpa),
 # SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s),
 # DRAFTER (eval: this drafter folder instead of the one trained under /tmp/dflash, e.g. the shipped
 # src/specscope/engine/weights/dflash-smollm2-135m; nothing is brought back then). A call stops
