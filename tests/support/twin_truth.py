@@ -22,10 +22,14 @@ def _behind_head(trace: RequestTrace, truth: dict[str, Any]) -> int:
     return k
 
 
-def _truth(trace: RequestTrace, truth_of: Callable[[str], dict[str, Any] | None]) -> dict:
+def _timed_steps(
+    trace: RequestTrace, truth_of: Callable[[str], dict[str, Any] | None]
+) -> tuple[int, list[dict[str, Any]]]:
+    """(steps the first read held, the twin's steps after them: the ones the client timed)."""
     truth = truth_of(trace.request_id or "")
     assert truth is not None, f"no truth for request {trace.index} ({trace.request_id})"
-    return truth
+    k = _behind_head(trace, truth)
+    return k, truth["steps"][k:]
 
 
 def timed_truth(
@@ -35,15 +39,10 @@ def timed_truth(
     those the first token-bearing read held (the client does not time those), pooled over the
     requests (tokens / steps, seconds / steps), with the step time the client can see (wall_s:
     from the request's previous step's end to this one's)."""
-    tokens = steps = 0
-    wall = 0.0
-    for trace in traces:
-        truth = _truth(trace, truth_of)
-        k = _behind_head(trace, truth)
-        tokens += sum(st["commit_len"] for st in truth["steps"][k:])
-        steps += len(truth["steps"]) - k
-        wall += sum(st["wall_s"] for st in truth["steps"][k:])
-    return tokens / steps, wall / steps
+    timed = [st for trace in traces for st in _timed_steps(trace, truth_of)[1]]
+    tokens = sum(st["commit_len"] for st in timed)
+    wall = sum(st["wall_s"] for st in timed)
+    return tokens / len(timed), wall / len(timed)
 
 
 def truth_rows(
@@ -54,11 +53,9 @@ def truth_rows(
     seconds (a failure message; the truth is gone with the twin)."""
     rows = ["index steps_behind_head twin_steps twin_s client_window_s client_reads"]
     for trace in traces:
-        truth = _truth(trace, truth_of)
-        k = _behind_head(trace, truth)
+        k, timed = _timed_steps(trace, truth_of)
         stamps = [c.t_ns for c in trace.chunks if c.n_tokens]
         window = (stamps[-1] - stamps[0]) / 1e9
-        twin_s = sum(st["wall_s"] for st in truth["steps"][k:])
-        steps = len(truth["steps"]) - k
-        rows.append(f"{trace.index} {k} {steps} {twin_s:.4f} {window:.4f} {len(set(stamps))}")
+        twin_s = sum(st["wall_s"] for st in timed)
+        rows.append(f"{trace.index} {k} {len(timed)} {twin_s:.4f} {window:.4f} {len(set(stamps))}")
     return "\n".join(rows)

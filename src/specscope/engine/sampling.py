@@ -30,11 +30,12 @@ def distribution(
     dev = logits.device
     temp = torch.tensor(temperature, dtype=torch.float32, device=dev).clamp_min(1e-6)
     probs = torch.softmax(logits.float() / (temp[:, None] if temp.ndim else temp), dim=-1)
-    tops = list(top_p) if isinstance(top_p, Sequence) else [top_p]
+    per_row_top = isinstance(top_p, Sequence)
+    tops = list(top_p) if per_row_top else [top_p]
     if all(p >= 1.0 for p in tops):
         return probs
     keep = torch.tensor([p if p < 1.0 else torch.inf for p in tops], device=dev)
-    keep = keep[:, None] if isinstance(top_p, Sequence) else keep[0]
+    keep = keep[:, None] if per_row_top else keep[0]
     sorted_p, order = probs.sort(dim=-1, descending=True)
     sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= keep, 0.0)
     probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
