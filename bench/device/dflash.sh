@@ -90,13 +90,13 @@ decay() {  # serve drafter $1 (a folder under $RUN, or a path) with DDTree, diag
   local server=$!
   $PY - "$port" <<'WAIT'
 import sys, time, urllib.request
-for _ in range(240):
+for _ in range(480):  # graph capture and torch.compile of target and drafter: ~1 min on CUDA
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/models", timeout=2)
         sys.exit(0)
     except OSError:
         time.sleep(0.5)
-sys.exit("server did not answer within 120 s")
+sys.exit("server did not answer within 240 s")
 WAIT
   timeout ${DIAG_TIMEOUT:-420} $PY -m specscope.cli diagnose http://127.0.0.1:$port \
     --no-ignore-eos --workload ${WORKLOAD:-long-writing} --max-tokens ${MAX_TOKENS:-1500} $DIAG_FLAGS \
