@@ -22,6 +22,7 @@ CAUSES = [
     "draft_window",
     "acceptance_concurrency",
     "drafter_quality",
+    "sampling_temperature",
     "speculation_overhead",
     "graph_mode",
     "stream_coalescing",

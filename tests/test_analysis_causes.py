@@ -40,14 +40,17 @@ def _facts(
     commit=2.0,
     separation=None,
     context_factor=None,
+    temperature=0.0,
 ) -> Facts:
     tokens = 4000.0
+    sent = SimpleNamespace(spec=SimpleNamespace(temperature=temperature))
     measured = SimpleNamespace(
         decomposition=Decomposition(tokens=tokens, steps=tokens / commit, seconds=40.0),
         headline=SimpleNamespace(
             mean_commit_len=commit, mean_commit_len_per_drafted_step=None, drafted_step_share=None
         ),
         run=SimpleNamespace(info=SimpleNamespace(flavor="", server_info=server_info or {})),
+        main=(sent, sent),
     )
     state = (
         SpeculationState(True, "hand-built: drafts") if spec_on else SpeculationState(False, "off")
@@ -130,7 +133,11 @@ def test_drafts_never_accepted_on_cpu_are_speculation_overhead():
     f = _facts(ENGINE_CPU, commit=1.0)
     over = _one("speculation_overhead", f)
     assert over.cause == "speculation_overhead"
-    assert {r.id for r in over.ruled_out} == {"graph_mode", "drafter_quality"}
+    assert {r.id for r in over.ruled_out} == {
+        "graph_mode",
+        "drafter_quality",
+        "sampling_temperature",
+    }
 
 
 def test_on_cuda_without_a_graph_statement_graph_mode_stays_a_candidate():
@@ -374,3 +381,40 @@ def test_the_cpu_load_rows_sweeps(commit, step_s, tps, cause):
     found = _one("batching_interference", f, *drift)
     assert found.cause == cause
     assert found.candidates == ([cause] if cause else [])
+
+
+def test_sampled_requests_leave_the_temperature_in_question():
+    """At T = 1 a drafted token is kept only where the target's own sample matches it: a low
+    commit length is the drafter's or the temperature's, and the next step is the greedy run
+    (not the concurrency experiment: the requests ran alone)."""
+    low = _one("acceptance_low", _facts(ENGINE_CPU, commit=1.37, temperature=1.0))
+    assert low.cause is None
+    assert low.candidates == ["drafter_quality", "sampling_temperature"]
+    assert "greedy against the used temperature" in verdict.next_step(low)
+    assert "concurrency" not in verdict.next_step(low)
+    greedy = _one("acceptance_low", _facts(ENGINE_CPU, commit=1.37))
+    assert greedy.cause == "drafter_quality"
+    assert "greedy (temperature 0)" in next(
+        r.reason for r in greedy.ruled_out if r.id == "sampling_temperature"
+    )
+
+
+def test_requests_of_unknown_temperature_keep_it_in_question():
+    """A run without main requests (nothing sent by specscope's client) cannot rule it out."""
+    import dataclasses
+
+    f = _facts(ENGINE_CPU, commit=1.37)
+    f = dataclasses.replace(f, measured=SimpleNamespace(**{**vars(f.measured), "main": ()}))
+    assert "sampling_temperature" in _one("acceptance_low", f).candidates
+
+
+@pytest.mark.parametrize(("levels", "alone"), [((1,), True), ((1, 4), False)])
+def test_a_sweep_that_stays_at_one_request_in_flight_is_requests_run_alone(levels, alone):
+    """`--concurrency 1` adds a sweep of one level: every request still ran alone."""
+    import dataclasses
+
+    points = tuple((c, 250.0 / c, 0.005 * c) for c in levels)
+    conc = Concurrency(points, {c: [t] * 4 for c, t, _ in points}, {c: 1.4 for c in levels})
+    f = dataclasses.replace(_facts(ENGINE_CPU, commit=1.37, temperature=1.0), concurrency=conc)
+    ruled = {r.id for r in _one("acceptance_low", f).ruled_out}
+    assert ("acceptance_concurrency" in ruled) == alone

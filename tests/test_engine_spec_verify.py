@@ -57,8 +57,8 @@ def _generate(rule: str, n_tokens: int, rng: np.random.Generator, k: int = 3) ->
             topk = np.argsort(-Q[last])[None, :2].repeat(3, axis=0)
             logq = np.log(np.take_along_axis(np.tile(Q[last], (3, 1)), topk, axis=1))
             tree = build_ddtree(last, topk, logq, budget=5)
-            p_rows = np.array([P[t] for t in tree.tokens])
-            committed = verify_tree_sampled(tree, p_rows, rng).committed
+            picks = [int(rng.choice(V, p=P[t])) for t in tree.tokens]  # one draw a node
+            committed = verify_tree_sampled(tree, picks).committed
         out.extend(committed)
     return out[1 : n_tokens + 1]
 
@@ -99,3 +99,44 @@ def test_greedy_chain_accepts_longest_matching_prefix_plus_bonus():
     v = verify_greedy(tree, [6, 7, 8, 9])
     assert v.committed == [6, 7, 8, 9] and v.accepted_per_position == [True] * 3
     assert verify_greedy(tree, [1, 7, 8, 9]).committed == [1]
+
+
+def _rowdraws_tree_samples(n: int, seed: int) -> np.ndarray:
+    """(y1, y2) after x0 = 0 from the engine's path: DDTree over the draft's marginals, the
+    target's draws made by RowDraws (torch, the request's generator) as the walk reads them."""
+    import torch
+
+    from specscope.engine.sampling import RowDraws, make_generator
+
+    gen, log_p = make_generator(seed), torch.tensor(np.log(P), dtype=torch.float32)
+    out = np.empty((n, 2), dtype=np.int64)
+    for s in range(n):
+        seq = [0]
+        while len(seq) < 3:
+            last = seq[-1]
+            topk = np.argsort(-Q[last])[None, :2].repeat(3, axis=0)
+            logq = np.log(np.take_along_axis(np.tile(Q[last], (3, 1)), topk, axis=1))
+            tree = build_ddtree(last, topk, logq, budget=5)
+            draws = RowDraws(log_p[torch.as_tensor(tree.tokens)], 1.0, 1.0, gen)
+            seq.extend(verify_tree_sampled(tree, draws).committed)
+            assert len(draws.drawn) <= len(tree.tokens)
+        out[s] = seq[1:3]
+    return out
+
+
+def test_tree_walk_over_row_draws_follows_target():
+    """The engine's own draws (engine/sampling.RowDraws) keep the target's distribution."""
+    samples = _rowdraws_tree_samples(6000, 15)
+    observed = np.bincount(samples[:, 0] * V + samples[:, 1], minlength=V * V)
+    assert stats.chisquare(observed, _exact_pairs(0, 0) * len(samples)).pvalue > P_MIN
+
+
+def test_row_draws_on_the_cpu_draw_only_the_rows_read():
+    import torch
+
+    from specscope.engine.sampling import RowDraws, make_generator
+
+    logits = torch.zeros(17, 8)
+    logits[:, 3] = 50.0  # every row picks token 3
+    draws = RowDraws(logits, 1.0, 1.0, make_generator(0))
+    assert draws[4] == 3 and draws[4] == 3 and set(draws.drawn) == {4}

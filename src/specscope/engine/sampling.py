@@ -65,3 +65,30 @@ def sample_rows(
     point = uniforms.to(logits.device)[:, None] * cdf[:, -1:]
     chosen = torch.searchsorted(cdf, point, right=True)[:, 0]
     return chosen.clamp_(max=logits.shape[-1] - 1).tolist()
+
+
+class RowDraws:
+    """One draw from each row of [R, V] logits, all with one request's temperature, top_p and
+    generator, made when first read (`draws[row]`): on CUDA every row at the first read (one
+    batched draw and one copy back of R ids: a read per row would wait on the device each
+    time); on the CPU row by row as read (a row never read costs nothing). The speculative tree
+    verify reads the rows its walk reaches (verify.verify_tree_sampled)."""
+
+    def __init__(
+        self, logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
+    ):
+        self.logits, self.temperature, self.top_p = logits, temperature, top_p
+        self.generator = generator
+        self.drawn: dict[int, int] = {}
+
+    def __getitem__(self, row: int) -> int:
+        if row not in self.drawn:
+            rows = range(self.logits.shape[0]) if self.logits.is_cuda else [row]
+            picks = sample_rows(
+                self.logits[rows[0] : rows[-1] + 1],
+                [self.temperature] * len(rows),
+                [self.top_p] * len(rows),
+                [self.generator] * len(rows),
+            )
+            self.drawn.update(zip(rows, picks, strict=True))
+        return self.drawn[row]

@@ -181,6 +181,15 @@ def drafter_quality(flavor: str | None = None) -> str:
     )
 
 
+def sampling_temperature(flavor: str | None = None) -> str:
+    return (
+        "the requests sample (temperature above 0): a drafted token is kept only where the "
+        "target's own sample matches it, so the target's spread caps commit length for any "
+        "drafter; run the same prompts greedy (diagnose --temperature 0) to see what the "
+        "drafter itself commits, before retraining it"
+    )
+
+
 def for_cause(cause: str, flavor: str | None = None) -> str | None:
     """The next step once a finding's cause is known, where it differs from the finding's own
     advice (None: the finding's advice already is the cause's)."""
@@ -193,6 +202,7 @@ def for_cause(cause: str, flavor: str | None = None) -> str | None:
         "attention_context": context_scaling,
         "acceptance_position": acceptance_decay,
         "drafter_quality": drafter_quality,
+        "sampling_temperature": sampling_temperature,
     }
     text = texts.get(cause)
     return text(flavor) if text else None

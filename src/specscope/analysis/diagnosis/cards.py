@@ -15,7 +15,7 @@ experiment that separates them, and the diagnosis chooses among them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -37,6 +37,8 @@ class Cause(StrEnum):
     draft_window = "draft_window"  # the drafter sees only the last W tokens of context
     acceptance_concurrency = "acceptance_concurrency"  # acceptance or step cost worse in a batch
     drafter_quality = "drafter_quality"  # the drafter guesses this text poorly
+    # sampled requests: the target's own spread caps what any drafter commits a step
+    sampling_temperature = "sampling_temperature"
     speculation_overhead = "speculation_overhead"  # a verify step costs more than it commits
     graph_mode = "graph_mode"  # steps off the captured CUDA graphs (eager fallback)
     stream_coalescing = "stream_coalescing"  # the stream merges steps (stream interval > 1)
@@ -56,6 +58,8 @@ MECHANISM: Mapping[Cause, str] = MappingProxyType(
         Cause.draft_window: "the drafter sees only the last tokens of the context (its window)",
         Cause.acceptance_concurrency: "acceptance or step cost worse in a batch",
         Cause.drafter_quality: "the drafter guesses this text poorly",
+        Cause.sampling_temperature: "requests sampled above temperature 0: the target's own "
+        "spread caps what any drafter commits a step",
         Cause.speculation_overhead: "a verify step costs more than it commits",
         Cause.graph_mode: "steps off the captured CUDA graphs (eager fallback)",
         Cause.stream_coalescing: "the stream merges steps (stream interval above 1)",
@@ -88,6 +92,18 @@ class RuleCard:
     # with the context): a finding with it, or with its cause undecided, ranks after every
     # finding of a fault, however large (None: every cause of the card is a fault)
     expected: Cause | None = None
+    # per cause, its part of `separates`: the verdict's next step names only the parts that
+    # bear on the candidates left (empty: `separates` whole)
+    separates_by: Mapping[Cause, str] = field(default_factory=dict)
+
+    def separating(self, candidates: Sequence[str]) -> str:
+        """The experiment that tells `candidates` (cause ids) apart: the parts of `separates`
+        that bear on them, in the card's order, else the whole of it."""
+        if not self.separates_by:
+            return self.separates
+        parts = [self.separates_by[c] for c in self.causes if c in candidates]
+        parts = [p for i, p in enumerate(parts) if p not in parts[:i]]
+        return "; ".join(parts) or self.separates
 
 
 C = Cause
@@ -164,9 +180,20 @@ CARDS: tuple[RuleCard, ...] = (
         test="tps ratio plain / speculative, bootstrap interval widened by the content variance",
         min_effect=0.05,
         unit="x",
-        causes=(C.speculation_overhead, C.graph_mode, C.drafter_quality),
+        causes=(C.speculation_overhead, C.graph_mode, C.drafter_quality, C.sampling_temperature),
         separates="verify-step cost against a plain step at the same batch (engine step "
-        "timings), with and without CUDA graphs; commit length by category",
+        "timings), with and without CUDA graphs; commit length by category; greedy against the "
+        "used temperature",
+        separates_by=MappingProxyType(
+            {
+                C.speculation_overhead: "verify-step cost against a plain step at the same "
+                "batch (engine step timings), with and without CUDA graphs",
+                C.graph_mode: "verify-step cost against a plain step at the same batch (engine "
+                "step timings), with and without CUDA graphs",
+                C.drafter_quality: "commit length by category",
+                C.sampling_temperature: "greedy against the used temperature",
+            }
+        ),
         next=advice.speculation_overhead,
         needs_speculation=True,
         thresholds=MappingProxyType(
@@ -183,9 +210,17 @@ CARDS: tuple[RuleCard, ...] = (
         "baseline the mean commit length under 2.0 (z over requests)",
         min_effect=0.10,
         unit="x",
-        causes=(C.drafter_quality, C.acceptance_concurrency),
+        causes=(C.drafter_quality, C.acceptance_concurrency, C.sampling_temperature),
         separates="the same prompts at concurrency 1 and at the deployment's; greedy against the "
         "used temperature; commit length by category",
+        separates_by=MappingProxyType(
+            {
+                C.acceptance_concurrency: "the same prompts at concurrency 1 and at the "
+                "deployment's",
+                C.sampling_temperature: "greedy against the used temperature",
+                C.drafter_quality: "commit length by category",
+            }
+        ),
         next=advice.acceptance_low,
         needs_speculation=True,
         thresholds=MappingProxyType({"commit length without a baseline": 2.0}),

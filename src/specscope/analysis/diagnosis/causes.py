@@ -233,20 +233,36 @@ def _overhead(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
         out[C.graph_mode] = why
     if why := _never_accepted(f):
         out[C.drafter_quality] = why
+    if why := _greedy(f):
+        out[C.sampling_temperature] = why
     return out
 
 
 def _alone(f: Facts) -> str | None:
-    """Why concurrency is not in question: the main requests ran one at a time."""
-    if f.concurrency.points:
+    """Why concurrency is not in question: the main requests ran one at a time, and no sweep
+    went above one request in flight (`--concurrency 1` sweeps nothing)."""
+    if any(level > 1 for level, *_ in f.concurrency.points):
         return None
     return "the requests ran one at a time"
+
+
+def _greedy(f: Facts) -> str | None:
+    """Why sampling is not in question: every main request was sent greedy (specscope's client
+    sent them, so their temperature is known). At T > 0 a drafted token is kept only where the
+    target's own sample matches it: on SmolLM2-135M's long writing at T = 1 a perfect drafter of
+    the target's greedy chain commits 1.4 a step (bench/sampled_ceiling.py, docs/dflash.md)."""
+    temps = [r.spec.temperature for r in f.measured.main]
+    if temps and max(temps) <= 0:
+        return "every request was greedy (temperature 0): no sampling spread caps acceptance"
+    return None
 
 
 def _acceptance_low(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
     out: Excluded = {}
     if why := _alone(f):
         out[C.acceptance_concurrency] = why
+    if why := _greedy(f):
+        out[C.sampling_temperature] = why
     return out
 
 
@@ -381,7 +397,8 @@ def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], f: Fac
         return checks
     if len(candidates) > 1:
         names = ", ".join(c.value for c in candidates)
-        return f"to tell {names} apart: {BY_ID[finding.id].separates}; {finding.next}"
+        separating = BY_ID[finding.id].separating([c.value for c in candidates])
+        return f"to tell {names} apart: {separating}; {finding.next}"
     return finding.next
 
 

@@ -230,7 +230,8 @@ def next_step(f: Finding) -> str:
     and left checks: causes._next); else its own advice (the cause's fix where one is named)."""
     separating = (f.next or "").startswith("to tell ")
     if f.cause is None and len(f.candidates) > 1 and separating:
-        return f"to tell {' and '.join(f.candidates)} apart, {_clause(BY_ID[f.id].separates)}"
+        separating = BY_ID[f.id].separating(f.candidates)
+        return f"to tell {' and '.join(f.candidates)} apart, {_clause(separating)}"
     return _clause(f.next) or "nothing the run can name"
 
 
@@ -251,7 +252,8 @@ def _healthy_as_expected(a: Analysis) -> list[str]:
     expected = BY_ID[top.id].expected
     others = [c for c in top.candidates if c != expected] if top.cause is None else []
     untold = (
-        f"; {' or '.join(others)} would look the same, and {_clause(BY_ID[top.id].separates)} "
+        f"; {' or '.join(others)} would look the same, and "
+        f"{_clause(BY_ID[top.id].separating(top.candidates))} "
         "tells them apart"
         if others
         else ""

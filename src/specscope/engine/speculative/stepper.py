@@ -30,7 +30,7 @@ from specscope.engine.kv_cache import KVCache, SeqKV
 from specscope.engine.options import SpeculationOptions
 from specscope.engine.request import Request
 from specscope.engine.runner import Runner, Work
-from specscope.engine.sampling import probabilities
+from specscope.engine.sampling import RowDraws, probabilities
 from specscope.engine.speculative.drafter import Draft, Drafter, DraftRequest, HiddenStateDrafter
 from specscope.engine.speculative.tree import DraftTree, build_ddtree, chain_tree, trie_tree
 from specscope.engine.speculative.verify import (
@@ -165,15 +165,20 @@ class SpeculativeStepper:
     def _sampled(
         self, req: Request, draft: Draft, tree: DraftTree, logits: torch.Tensor
     ) -> Verdict:
+        """T > 0. A tree: the walk draws from the target at the nodes it reaches, on the
+        logits' device, from the request's own generator (reproducible per seed; RowDraws):
+        a few ids come back, not every node's full-vocabulary distribution. A chain: rejection
+        sampling against the drafter's q, which reads the distributions on the host."""
         p = req.params
+        if self.config.verify == "tree":
+            draws = RowDraws(logits, p.temperature, p.top_p, req.generator)
+            return verify_tree_sampled(tree, draws)
         rng = req.state.get("spec_rng")
         if rng is None:  # derived from the request's seeded generator: reproducible per seed
             seed = int(torch.randint(0, 2**62, (1,), generator=req.generator).item())
             rng = req.state["spec_rng"] = np.random.default_rng(seed)
         probs = probabilities(logits, p.temperature, p.top_p).double().numpy()
         probs /= probs.sum(axis=-1, keepdims=True)
-        if self.config.verify == "tree":
-            return verify_tree_sampled(tree, probs, rng)
         drafted = tree.tokens[1:].tolist()
         q = draft.q_probs[: len(drafted)] if draft.q_probs is not None and draft.sequences else None
         return verify_chain_sampled(drafted, probs, rng, q)

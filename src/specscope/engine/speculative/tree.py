@@ -15,8 +15,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
+
+
+class Picks(Protocol):
+    """The target's token at each node, by node index: a list or array (every node's, e.g. the
+    argmax), or draws made as they are read (engine/sampling.RowDraws)."""
+
+    def __getitem__(self, node: int, /) -> int: ...
 
 
 @dataclass
@@ -68,7 +76,7 @@ class DraftTree:
             kids[int(self.parents[i])][int(self.tokens[i])] = i
         return kids
 
-    def walk(self, target_tokens: Sequence[int]) -> tuple[list[int], int]:
+    def walk(self, target_tokens: Picks) -> tuple[list[int], int]:
         """Follow the target's own choice at each node (argmax at T=0, a sample otherwise).
 
         target_tokens[i] is the token the target picks after node i's prefix. Returns the

@@ -12,7 +12,8 @@ argmax) have q one-hot, so the rule becomes "accept x with prob p(x), else sampl
 Sampling, tree: candidates are deterministic top-K tokens, so recursive rejection over a node's
 children (q one-hot each) accepts with total probability p(c1) + p(c2) + ... — the same as
 sampling y ~ p at the node and following the child equal to y ("target-only sampling", the
-DDTree reference). We do the latter: lossless for any tree.
+DDTree reference). We do the latter, with every node's sample drawn up front on the device:
+lossless for any tree.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specscope.engine.speculative.tree import DraftTree
+from specscope.engine.speculative.tree import DraftTree, Picks
 
 
 @dataclass
@@ -55,21 +56,16 @@ def verify_greedy(tree: DraftTree, target_argmax: Sequence[int]) -> Verdict:
     )
 
 
-def verify_tree_sampled(
-    tree: DraftTree, target_probs: np.ndarray, rng: np.random.Generator
-) -> Verdict:
-    """Target-only sampling walk: sample y ~ p(node) only at nodes on the path (lazily)."""
-    kids = tree.children()
-    path, cur = [0], 0
-    while True:
-        y = int(rng.choice(target_probs.shape[-1], p=target_probs[cur]))
-        nxt = kids[cur].get(y)
-        if nxt is None:
-            return Verdict(
-                path, [*tree.path_tokens(path), y], _per_position(len(path) - 1, tree.max_depth)
-            )
-        path.append(nxt)
-        cur = nxt
+def verify_tree_sampled(tree: DraftTree, draws: Picks) -> Verdict:
+    """Target-only sampling walk: `draws[i]` is a draw from the target's distribution at node
+    i (engine/sampling.RowDraws: made as the walk reads them on the CPU, all at once on CUDA),
+    and the walk follows the child equal to each draw. The draws are independent and a node's
+    is read only if the walk reaches it, so the committed tokens are distributed exactly as a
+    walk that samples on its path; no node's full-vocabulary distribution leaves the device."""
+    path, bonus = tree.walk(draws)
+    return Verdict(
+        path, [*tree.path_tokens(path), bonus], _per_position(len(path) - 1, tree.max_depth)
+    )
 
 
 def verify_chain_sampled(
