@@ -32,6 +32,7 @@ import torch
 
 from specscope.engine.cuda.dflash_graph import DFlashGraphs
 from specscope.engine.model import Transformer
+from specscope.engine.overlap import to_host
 from specscope.engine.speculative.dflash_block import block_mask, block_topk
 from specscope.engine.speculative.dflash_context import (
     KV,
@@ -124,7 +125,7 @@ class DFlashDrafter:
             top_lp, top_ids = top_lp[None, :depth], top_ids[None, :depth]
         else:
             top_lp, top_ids = self._eager_topk(contexts, anchors, depth)
-        top_lp, top_ids = top_lp.cpu().numpy(), top_ids.cpu().numpy()
+        top_lp, top_ids = _host_both(top_lp, top_ids)
         for r, i in enumerate(live):
             k = min(depth, requests[i].num_draft_tokens)
             drafts[i] = Draft(
@@ -184,3 +185,14 @@ class DFlashDrafter:
 
     def release(self, request_id: str) -> None:
         self.contexts.release(request_id)
+
+
+def _host_both(top_lp: torch.Tensor, top_ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """The block's top-k on the host with one wait: both copies queued into pinned memory, then
+    the second's event (one stream: the first is done by then). Two `.cpu()` calls each waited
+    for the device and staged through pageable memory (the fifth device session's profile:
+    half the drafting step's wall is outside the graph's kernels)."""
+    (lp, _), (ids, ready) = to_host(top_lp), to_host(top_ids)
+    if ready is not None:
+        ready.synchronize()
+    return lp.numpy(), ids.numpy()
