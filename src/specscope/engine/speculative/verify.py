@@ -12,8 +12,8 @@ argmax) have q one-hot, so the rule becomes "accept x with prob p(x), else sampl
 Sampling, tree: candidates are deterministic top-K tokens, so recursive rejection over a node's
 children (q one-hot each) accepts with total probability p(c1) + p(c2) + ... — the same as
 sampling y ~ p at the node and following the child equal to y ("target-only sampling", the
-DDTree reference). We do the latter, with every node's sample drawn up front on the device:
-lossless for any tree.
+DDTree reference). We do the latter, the samples drawn on the logits' device at the nodes the
+walk reaches (all at once on CUDA): lossless for any tree.
 """
 
 from __future__ import annotations
@@ -48,12 +48,17 @@ def _per_position(accepted: int, depth: int) -> list[bool]:
     return [d < accepted for d in range(depth)]
 
 
-def verify_greedy(tree: DraftTree, target_argmax: Sequence[int]) -> Verdict:
-    """Follow the target argmax down the tree (a chain is a one-child-per-node tree)."""
-    path, bonus = tree.walk(target_argmax)
+def _walked(tree: DraftTree, picks: Picks) -> Verdict:
+    """The path the target's picks take down the tree, and the bonus token where they leave it."""
+    path, bonus = tree.walk(picks)
     return Verdict(
         path, [*tree.path_tokens(path), bonus], _per_position(len(path) - 1, tree.max_depth)
     )
+
+
+def verify_greedy(tree: DraftTree, target_argmax: Sequence[int]) -> Verdict:
+    """Follow the target argmax down the tree (a chain is a one-child-per-node tree)."""
+    return _walked(tree, target_argmax)
 
 
 def verify_tree_sampled(tree: DraftTree, draws: Picks) -> Verdict:
@@ -62,10 +67,7 @@ def verify_tree_sampled(tree: DraftTree, draws: Picks) -> Verdict:
     and the walk follows the child equal to each draw. The draws are independent and a node's
     is read only if the walk reaches it, so the committed tokens are distributed exactly as a
     walk that samples on its path; no node's full-vocabulary distribution leaves the device."""
-    path, bonus = tree.walk(draws)
-    return Verdict(
-        path, [*tree.path_tokens(path), bonus], _per_position(len(path) - 1, tree.max_depth)
-    )
+    return _walked(tree, draws)
 
 
 def verify_chain_sampled(
