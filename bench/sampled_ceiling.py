@@ -23,8 +23,8 @@ Without RUN_DIR: the fifth device session's three runs (bench/results/dflash_dec
 
 Re-tokenizing the returned text may split a few tokens differently from the server's stream;
 the figures are over the re-tokenized sequence (its length is printed beside the server's).
-Beside them, what the server committed on the same requests (its streamed chunks, one a
-step), by the same spans of output.
+Beside them, what the server committed on the same requests (the client's step reconstruction
+of their streams, analysis/steps), by the same spans of output.
 """
 
 from __future__ import annotations
@@ -38,20 +38,21 @@ from pathlib import Path
 
 import torch
 
+from specscope.analysis.steps.reconstruct import reconstruct_steps
 from specscope.engine.loader import LoadedModel, load_model
+from specscope.trace import RequestTrace, load_run
 
 TOPK = (1, 2, 4, 16)
 RESULTS = Path(__file__).parent / "results" / "dflash_decay_h100_5.tar.xz"
 
 
-def long_requests(run_dir: Path, min_tokens: int) -> list[dict]:
+def long_requests(run_dir: Path, min_tokens: int) -> list[RequestTrace]:
     """The run's requests that generated at least `min_tokens` without an error."""
-    rows = []
-    for line in (run_dir / "requests.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if not row.get("error") and (row.get("completion_tokens") or 0) >= min_tokens:
-            rows.append(row)
-    return rows
+    return [
+        t
+        for t in load_run(run_dir).requests
+        if t.error is None and (t.completion_tokens or 0) >= min_tokens
+    ]
 
 
 @torch.no_grad()
@@ -96,36 +97,24 @@ def by_position(steps: list[tuple[int, int]], width: int) -> list[float]:
     return [round(sum(v) / len(v), 3) for _, v in sorted(spans.items())]
 
 
-def served_steps(row: dict) -> list[tuple[int, int]]:
-    """(output position, tokens) of each step the server streamed for this request: one chunk a
-    verify step (stream interval 1), the first chunk being the prefill's token."""
-    steps, pos = [], 0
-    for i, chunk in enumerate(row["chunks"]):
-        if i and chunk["n_tokens"]:
-            steps.append((pos, chunk["n_tokens"]))
-        pos += chunk["n_tokens"]
-    return steps
-
-
-def summarize(lm: LoadedModel, run_dir: Path, min_tokens: int, depth: int) -> dict:
-    from specscope.engine.hf_reference import hf_llama_from
-
-    target = hf_llama_from(lm)
-    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-    rows = long_requests(run_dir, min_tokens)
-    if not rows:
+def summarize(lm: LoadedModel, target, run_dir: Path, min_tokens: int, depth: int) -> dict:
+    """One run's figures; `target`: the model in transformers (teacher forcing)."""
+    traces = long_requests(run_dir, min_tokens)
+    if not traces:
         raise SystemExit(f"{run_dir}: no request of >= {min_tokens} tokens")
     per = []
-    for row in rows:
-        temperature = row["spec"].get("temperature") or run.get("temperature") or 1.0
-        r = realized_ranks(target, lm.codec, row["spec"]["prompt"], row["text"], temperature)
-        r["server_tokens"] = row["completion_tokens"]
+    for t in traces:
+        # greedy text: the ranks are the same at any temperature; the masses are read at 1
+        temperature = t.spec.temperature or 1.0
+        r = realized_ranks(target, lm.codec, str(t.spec.prompt), t.text or "", temperature)
+        r["server_tokens"] = t.completion_tokens
         r["temperature"] = temperature
         per.append(r)
     ranks = [x for r in per for x in r["rank"]]
     n = len(per)
     steps = {k: [st for r in per for st in oracle_steps(r["rank"], k, depth)] for k in TOPK}
-    served = [st for row in rows for st in served_steps(row)]
+    # what the server committed, from the project's step reconstruction of each stream
+    served = [(s.output_pos, s.commit_len) for t in traces for s in reconstruct_steps(t).steps]
     return {
         "run_dir": str(run_dir),
         "requests": n,
@@ -168,8 +157,11 @@ def report(args: argparse.Namespace, run_dirs: list[Path]) -> None:
     for d in run_dirs:
         if not (d / "requests.jsonl").is_file():
             sys.exit(f"{d}: no requests.jsonl (a `specscope diagnose --out` run directory?)")
+    from specscope.engine.hf_reference import hf_llama_from
+
     lm = load_model(args.model, device="cpu", dtype=torch.float32)
-    out = [summarize(lm, d, args.min_tokens, args.depth) for d in run_dirs]
+    target = hf_llama_from(lm)
+    out = [summarize(lm, target, d, args.min_tokens, args.depth) for d in run_dirs]
     for s in out:
         print(
             f"{s['run_dir']}: {s['requests']} requests, {s['tokens']} tokens re-tokenized "

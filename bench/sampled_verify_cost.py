@@ -26,19 +26,22 @@ from specscope.engine.speculative.tree import chain_tree
 from specscope.engine.speculative.verify import verify_tree_sampled
 
 
+class _HostDraws:
+    """The replaced path's draws: numpy, from float64 distributions already on the host."""
+
+    def __init__(self, probs: np.ndarray, rng: np.random.Generator):
+        self.probs, self.rng = probs, rng
+
+    def __getitem__(self, node: int) -> int:
+        return int(self.rng.choice(self.probs.shape[-1], p=self.probs[node]))
+
+
 def anchor(logits: torch.Tensor, tree, rng: np.random.Generator, temperature: float) -> list[int]:
-    """The replaced host path: float64 distributions on the host, a lazy numpy walk."""
+    """The replaced host path: every node's distribution to the host in float64, numpy draws on
+    the walk (the same walk as the engine's)."""
     probs = probabilities(logits, temperature, 1.0).double().numpy()
     probs /= probs.sum(axis=-1, keepdims=True)
-    kids = tree.children()
-    path, cur = [0], 0
-    while True:
-        y = int(rng.choice(probs.shape[-1], p=probs[cur]))
-        nxt = kids[cur].get(y)
-        if nxt is None:
-            return [*tree.path_tokens(path), y]
-        path.append(nxt)
-        cur = nxt
+    return verify_tree_sampled(tree, _HostDraws(probs, rng)).committed
 
 
 def device_draw(logits: torch.Tensor, tree, gen: torch.Generator, temperature: float) -> list[int]:

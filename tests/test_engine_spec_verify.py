@@ -30,6 +30,13 @@ def _exact_pairs(start: int, offset: int) -> np.ndarray:
     return (marg[:, None] * P).ravel()
 
 
+def _ddtree_after(last: int):
+    """DDTree (depth 3, budget 5) over the draft's top-2 marginals after token `last`."""
+    topk = np.argsort(-Q[last])[None, :2].repeat(3, axis=0)
+    logq = np.log(np.take_along_axis(np.tile(Q[last], (3, 1)), topk, axis=1))
+    return build_ddtree(last, topk, logq, budget=5)
+
+
 def _generate(rule: str, n_tokens: int, rng: np.random.Generator, k: int = 3) -> list[int]:
     out = [0]
     while len(out) - 1 < n_tokens:
@@ -54,9 +61,7 @@ def _generate(rule: str, n_tokens: int, rng: np.random.Generator, k: int = 3) ->
             p_rows = np.array([P[t] for t in [last, *drafts]])
             committed = verify_chain_sampled(drafts, p_rows, rng, None).committed
         else:  # tree: DDTree over the draft's marginals, target-only sampling walk
-            topk = np.argsort(-Q[last])[None, :2].repeat(3, axis=0)
-            logq = np.log(np.take_along_axis(np.tile(Q[last], (3, 1)), topk, axis=1))
-            tree = build_ddtree(last, topk, logq, budget=5)
+            tree = _ddtree_after(last)
             picks = [int(rng.choice(V, p=P[t])) for t in tree.tokens]  # one draw a node
             committed = verify_tree_sampled(tree, picks).committed
         out.extend(committed)
@@ -113,10 +118,7 @@ def _rowdraws_tree_samples(n: int, seed: int) -> np.ndarray:
     for s in range(n):
         seq = [0]
         while len(seq) < 3:
-            last = seq[-1]
-            topk = np.argsort(-Q[last])[None, :2].repeat(3, axis=0)
-            logq = np.log(np.take_along_axis(np.tile(Q[last], (3, 1)), topk, axis=1))
-            tree = build_ddtree(last, topk, logq, budget=5)
+            tree = _ddtree_after(seq[-1])
             draws = RowDraws(log_p[torch.as_tensor(tree.tokens)], 1.0, 1.0, gen)
             seq.extend(verify_tree_sampled(tree, draws).committed)
             assert len(draws.drawn) <= len(tree.tokens)

@@ -107,6 +107,11 @@ class RuleCard:
 
 
 C = Cause
+# the experiment that tells a verify step's own cost from the graphs' absence
+VERIFY_COST = (
+    "verify-step cost against a plain step at the same batch (engine step timings), with and "
+    "without CUDA graphs"
+)
 
 CARDS: tuple[RuleCard, ...] = (
     RuleCard(
@@ -181,15 +186,11 @@ CARDS: tuple[RuleCard, ...] = (
         min_effect=0.05,
         unit="x",
         causes=(C.speculation_overhead, C.graph_mode, C.drafter_quality, C.sampling_temperature),
-        separates="verify-step cost against a plain step at the same batch (engine step "
-        "timings), with and without CUDA graphs; commit length by category; greedy against the "
-        "used temperature",
+        separates=f"{VERIFY_COST}; commit length by category; greedy against the used temperature",
         separates_by=MappingProxyType(
             {
-                C.speculation_overhead: "verify-step cost against a plain step at the same "
-                "batch (engine step timings), with and without CUDA graphs",
-                C.graph_mode: "verify-step cost against a plain step at the same batch (engine "
-                "step timings), with and without CUDA graphs",
+                C.speculation_overhead: VERIFY_COST,
+                C.graph_mode: VERIFY_COST,
                 C.drafter_quality: "commit length by category",
                 C.sampling_temperature: "greedy against the used temperature",
             }
