@@ -69,6 +69,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from specscope.engine.loader import SMOLLM2_CONFIG, TINY_CONFIG, load_model, random_model
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash import DFlashDrafter
+from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION
+from specscope.engine.speculative.dflash_model import ATTENTION
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
 SHAPES = {"tiny": TINY_CONFIG, "smollm2": SMOLLM2_CONFIG}
@@ -108,12 +110,18 @@ def models(args: argparse.Namespace):
     return target, model.to(target.device, target.dtype).eval()
 
 
-def drafter(target, model, path: str, window: int | None, top_k: int) -> DFlashDrafter:
+def drafter(target, model, path: str, window: int | None, args) -> DFlashDrafter:
     """The drafter on `path`; "graph+compile" / "static+compile": that path's functions fused
     by torch.compile first (the engine's CUDA default)."""
     base, _, fused = path.partition("+")
     d = DFlashDrafter(
-        model, target.model, top_k=top_k, draft_window=window, path=base, compile=bool(fused)
+        model,
+        target.model,
+        top_k=args.top_k,
+        draft_window=window,
+        path=base,
+        compile=bool(fused),
+        attention=args.attention,
     )
     d.warmup()  # the graph path captures here, as the engine does at build
     return d
@@ -199,7 +207,7 @@ def profile_path(target, model, args) -> dict[str, float]:
     from torch.profiler import ProfilerActivity, profile
 
     cuda = target.device.type == "cuda"
-    d = drafter(target, model, args.profile, args.window or None, args.top_k)
+    d = drafter(target, model, args.profile, args.window or None, args)
     time_round(d, target, model, args, "warm")
     hidden, tokens = inputs(target, model, args.context + args.steps * args.accept, seed=0)
     d.observe("prof", hidden[: args.context])
@@ -231,7 +239,7 @@ def profile_path(target, model, args) -> dict[str, float]:
 
 
 def timing(target, model, args, paths: list[str]) -> dict[str, dict[str, float]]:
-    drafters = {p: drafter(target, model, p, args.window or None, args.top_k) for p in paths}
+    drafters = {p: drafter(target, model, p, args.window or None, args) for p in paths}
     samples: dict[str, dict[str, list[float]]] = {p: {"update": [], "propose": []} for p in paths}
     for rnd in range(args.rounds + 1):  # round 0: warm-up, not counted
         for p in paths if rnd % 2 else paths[::-1]:
@@ -304,7 +312,7 @@ def check(target, model, args) -> int:
     bad = 0
     for window in (None, 24):  # 24: the ring wraps, updates land across its end
         runs = {
-            p: script_drafts(drafter(target, model, p, window, args.top_k), target, model, 40)
+            p: script_drafts(drafter(target, model, p, window, args), target, model, 40)
             for p in paths
         }
         for a, b in [pair for pair in pairs if pair[0] in runs]:
@@ -388,6 +396,13 @@ def parse_args() -> argparse.Namespace:
         help="the block's attention kernels (auto: torch's choice, cuDNN on an H100; "
         "memory-efficient attention cannot run it: 9 query heads against 3 key heads)",
     )
+    ap.add_argument(
+        "--attention",
+        default=BLOCK_ATTENTION,
+        choices=ATTENTION,
+        help="the block's attention: SDPA's kernels (--sdpa) or grouped matmuls "
+        f"(dflash_model.grouped_attention); default the engine's ({BLOCK_ATTENTION})",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.draft_vocab and not args.random_weights:
@@ -411,12 +426,12 @@ def run(args: argparse.Namespace) -> None:
         f"device={args.device} target={target.name} dtype={target.dtype} "
         f"drafter: {len(model.layers)} layer(s), block {model.config.block_size}; "
         f"context={args.context} accept={args.accept} window={args.window or None} "
-        f"torch_threads={torch.get_num_threads()} sdpa={args.sdpa}"
+        f"torch_threads={torch.get_num_threads()} sdpa={args.sdpa} attention={args.attention}"
     )
     if args.check:
         sys.exit(check(target, model, args))
     if args.count_ops:
-        static = drafter(target, model, "static", args.window or None, args.top_k)
+        static = drafter(target, model, "static", args.window or None, args)
         for part, names in count_ops(static, target, model, args).items():
             top = ", ".join(f"{n.removeprefix('aten::')} {c}" for n, c in list(names.items())[:8])
             print(f"{part}: {sum(names.values())} kernel-launching ops ({top}, ...)")

@@ -32,6 +32,7 @@ GPU time lands in the next step's draft (bench/dflash_step.py times the two apar
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -47,7 +48,7 @@ from specscope.engine.factory import assemble
 from specscope.engine.hf_reference import hf_llama_from
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loader import LoadedModel, load_model, random_model
-from specscope.engine.options import EngineOptions
+from specscope.engine.options import DRAFT_ATTENTION, EngineOptions
 from specscope.engine.training.corpus import CorpusError, read_corpus
 from specscope.engine.training.prompts import EVAL_SEED_OFFSET, category_prompts, encode_corpus
 
@@ -257,7 +258,16 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)"
     )
+    ap.add_argument(
+        "--dflash-attention",
+        default=None,
+        help=f"DFlash block attentions to time (comma list of {', '.join(DRAFT_ATTENTION)}; "
+        "rows named by each when several; default the engine's)",
+    )
     args = ap.parse_args()
+    unknown = set((args.dflash_attention or "").split(",")) - {"", *DRAFT_ATTENTION}
+    if unknown:
+        ap.error(f"--dflash-attention: {sorted(unknown)} not among {DRAFT_ATTENTION}")
     wants_text = [s for s in args.sets.split(",") if s.startswith(("cat:", "file:"))]
     if args.random_weights and wants_text:
         ap.error(f"{wants_text[0]}: category and corpus prompts need real weights (a tokenizer)")
@@ -333,9 +343,11 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, dict]]:
         tree = {"drafter": draft, "verify": "tree", "num_draft_tokens": depth, "budget": b}
         configs.append((f"engine model({draft}) tree d={depth} B={b}", tree))
     refs = [r for r in (args.dflash or "").split(",") if r]
-    for ref in refs:
-        label = "dflash" if len(refs) == 1 else f"dflash[{ref}]"
-        chain = {"drafter": f"dflash:{ref}", "verify": "chain"}
+    attentions = [a for a in (args.dflash_attention or "").split(",") if a] or [None]
+    for ref, attention in itertools.product(refs, attentions):
+        named = [ref] * (len(refs) > 1) + [attention] * (len(attentions) > 1)
+        label = f"dflash[{','.join(named)}]" if named else "dflash"
+        chain = {"drafter": f"dflash:{ref}", "verify": "chain", "draft_attention": attention}
         d = args.dflash_depth
         configs.append((f"engine {label} chain k={d}", {**chain, "num_draft_tokens": d}))
         for b in budgets:

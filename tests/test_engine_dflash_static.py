@@ -1,8 +1,9 @@
 """The DFlash drafter's fixed-size context store and static-buffer step against its reference.
 
 One script of context updates and proposals (a prefill longer than the window, verify-sized
-updates of 1..B rows, several requests drafted together, an empty context, a released request
-whose store the next one reuses) runs on every path: "growing" (the previous torch.cat store,
+updates of 1..B rows picked from a verify-like output by their places, several requests
+drafted together, an empty context, a released request whose store the next one reuses while
+its last update was staged, not written) runs on every path: "growing" (the previous torch.cat store,
 the reference), "ring" (the in-place ring, eager) and "static" (the functions the CUDA graphs
 capture, run eagerly over the whole capacity under a length mask). The drafts must agree: same
 chains and top-k ids, log-probs within float tolerance (only the summation order over context
@@ -69,7 +70,11 @@ def _run(drafter: DFlashDrafter, ops: list[tuple]) -> list:
     drafts = []
     for op, who, n in ops:
         if op == "observe":
-            drafter.observe(who, hidden[who][seen[who] : seen[who] + n])
+            rows = hidden[who][seen[who] : seen[who] + n]
+            if 0 < n <= BLOCK:  # a verify's accepted path: these rows among others
+                drafter.observe(who, *_among_others(rows, g))
+            else:
+                drafter.observe(who, rows)
             seen[who] += n
         elif op == "release":
             drafter.release(who)
@@ -77,6 +82,16 @@ def _run(drafter: DFlashDrafter, ops: list[tuple]) -> list:
             reqs = [DraftRequest(r, tokens[r][: seen[r] + 1].tolist(), n) for r in who]
             drafts.append(drafter.propose(reqs))
     return drafts
+
+
+def _among_others(rows: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, list[int]]:
+    """A verify's output that holds `rows` (in order) at random places among rejected nodes'
+    rows, and those places: what the stepper hands a drafter after a tree verify."""
+    n = rows.shape[0]
+    out = torch.randn(2 * n + 1, rows.shape[1], generator=g)
+    places = sorted(torch.randperm(2 * n + 1, generator=g)[:n].tolist())
+    out[places] = rows
+    return out, places
 
 
 @pytest.mark.parametrize("window", [None, 4, 7])

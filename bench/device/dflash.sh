@@ -5,11 +5,13 @@
 #                                           --check, fp32 and bf16, the GPU preset's 2 layers and
 #                                           block 16), its step split on every path, and the
 #                                           trainer's tokens/s on a corpus's lengths (~4 min)
-#   bench/device/dflash.sh profile          where the captured step's time goes (dflash_step
-#                                           --profile, compiled and not: device-busy time and
-#                                           kernels a step against its wall time), then the
-#                                           target's 17-node verify step (engine_step_profile
-#                                           --nodes 17 with the drafter's taps; ~2.5 min)
+#   bench/device/dflash.sh profile          where the served (captured, compiled) drafting step's
+#                                           time goes (dflash_step --profile: device-busy time
+#                                           and kernels a step against its wall time), per block
+#                                           attention (ATTENTIONS, "sdpa grouped"), and the
+#                                           anchor's (bench/device/anchor.sh build, in the same
+#                                           call) on the same machine; VERIFY=1: the target's
+#                                           17-node verify too (engine_step_profile; ~1 min each)
 #   bench/device/dflash.sh train [MIN]      responses, then training, resumed from where the last
 #                                           call stopped; stops after MIN minutes (default 7) with
 #                                           a checkpoint under /tmp/dflash (kept while the machine
@@ -104,6 +106,15 @@ WAIT
   echo "decay $1: diagnose rc=$?"; head -30 $dir/diagnose.txt
   kill $server; wait $server 2>/dev/null
 }
+profile_step() {  # the drafting step of the tree in $1 on path $2 under torch.profiler; $3:
+  # the block's attention (dflash_step --attention), or "anchor" (the anchor's own default)
+  local att="--attention $3" src=$PWD/src
+  [ "$3" = anchor ] && att="" && src=$1/src
+  (cd $1 && PYTHONPATH=$src:${PYTHONPATH:-} timeout 150 $PY bench/dflash_step.py --device $DEVICE \
+    --random-weights --layers-block 2,16 --steps $STEP_RUNS --profile $2 --sdpa ${SDPA:-auto} \
+    $att --json $OUT/profile_$3.json > $OUT/profile_$3.txt 2>&1)
+  echo "profile $2 $3: rc=$?"; grep -A24 "^profile" $OUT/profile_$3.txt
+}
 D=${DRAFTER:-$RUN/${NAME:-drafter}}  # eval: DRAFTER, any drafter folder (e.g. the shipped one)
 bring_back() {  # the drafter in parts of 15 MB with its card (bench/device/prepare.sh init joins them)
   split -b 15000000 -d $D/model.safetensors $OUT/model.safetensors.part
@@ -126,13 +137,11 @@ case "${1:-}" in
     echo "trainer, ragged: rc=$?"; grep -E "tokens/s|ratio" $OUT/train_throughput.txt
     ;;
   profile)
-    paths="graph+compile graph"; [ "$DEVICE" = cuda ] || paths="static+compile static"
-    for path in $paths; do
-      timeout 120 $PY bench/dflash_step.py --device $DEVICE --random-weights --layers-block 2,16 \
-        --steps $STEP_RUNS --profile $path --sdpa ${SDPA:-auto} --json $OUT/profile_$path.json > $OUT/profile_$path.txt 2>&1
-      echo "profile $path: rc=$?"; grep -A24 "^profile" $OUT/profile_$path.txt
-    done
-    if [ "$DEVICE" = cuda ]; then  # the target's verify of DDTree's 17 nodes with the drafter's taps
+    path=graph+compile; [ "$DEVICE" = cuda ] || path=static+compile
+    for att in ${ATTENTIONS:-sdpa grouped}; do profile_step . $path $att; done
+    # the anchor (a call that ran `bash bench/device/anchor.sh build`): the earlier tree's step
+    [ -d /tmp/anchor ] && profile_step /tmp/anchor $path anchor
+    if [ "$DEVICE" = cuda ] && [ -n "${VERIFY:-}" ]; then  # the target's 17-node verify
       timeout 150 $PY bench/engine_step_profile.py --context 512 --nodes 17 --taps 1,8,14,20,27 \
         > $OUT/profile_verify.txt 2>&1
       echo "profile verify: rc=$?"; head -26 $OUT/profile_verify.txt

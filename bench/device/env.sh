@@ -10,6 +10,6 @@ if [ "$DEVICE" = cuda ]; then
   PY=python3
   nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 else
-  PY=${PY:-.venv/bin/python}
+  PY=${PY:-$PWD/.venv/bin/python}
 fi
 export PYTHONUNBUFFERED=1

@@ -16,6 +16,8 @@ DEVICES = ("cpu", "cuda")
 KV_POLICIES = ("contiguous", "scattered")
 VERIFY_MODES = ("chain", "tree")
 TREE_KV_MODES = ("compact", "inplace")
+# The DFlash block's attention (dflash_model.grouped_attention says why there are two)
+DRAFT_ATTENTION = ("sdpa", "grouped")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class SpeculationOptions:
     ngram_max: int = 4
     ngram_candidates: int | None = None  # default: 4 for tree, 1 for chain
     draft_top_k: int | None = None  # model drafter's candidates per depth (tree default min(8, B))
+    draft_attention: str | None = None  # DFlash's block attention (DRAFT_ATTENTION; None: default)
     faults: tuple[str, ...] = ()  # drafter faults (speculative/faults.py, docs/faults.md)
 
     def __post_init__(self) -> None:
@@ -46,6 +49,10 @@ class SpeculationOptions:
         if self.num_draft_tokens < 1 or self.budget < 1:
             raise ValueError("num_draft_tokens and budget must be >= 1")
         check_drafter_faults(self.faults)
+        if self.draft_attention is not None and self.draft_attention not in DRAFT_ATTENTION:
+            raise ValueError(
+                f"draft_attention must be one of {DRAFT_ATTENTION}, got {self.draft_attention!r}"
+            )
         if not (
             self.drafter == "ngram" or self.drafter.startswith(("model:", "layers:", "dflash:"))
         ):

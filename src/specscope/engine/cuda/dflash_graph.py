@@ -15,18 +15,28 @@ lives, and the pool hands a released store to the next request):
   (`bench/dflash_step.py --profile`, H100, 2026-12-06). A ring that has not wrapped holds
   position p at row p, so its visible rows are the first `length`; a wrapped one is read
   whole. All B-1 draft slots go through the LM head over the draft vocabulary (its cost is its
-  weights, whatever the rows), log_softmax and top-k into static outputs, which the drafter
-  copies to the host (the step's one sync);
+  weights, whatever the rows) and a two-stage top-k less the log-sum-exp
+  (dflash_block.top_logprobs) into static outputs, which the drafter copies to the host (the
+  step's one sync);
 - update: up to B newly committed rows (a verify's accepted path: at most depth + 1 <= B) are
-  copied into a static [B, taps x D] buffer and projected as B rows; the first `count` (data)
-  land in the ring, the padding rows in the store's scratch row (`ring_rows`). Longer updates
-  (prefill chunks) run eagerly (`RingContext.append`) on the same buffers.
+  gathered from the verify's output into a static [B, taps x D] buffer (`stage`: one pinned
+  copy carries the start, the count and the path's indices; one index_select) and projected
+  as B rows; the first `count` (data) land in the ring, the padding rows in the store's
+  scratch row (`ring_rows`). Longer updates (prefill chunks) run eagerly
+  (`RingContext.append`) on the same buffers;
+- step: the staged update and the block in ONE graph, replayed by the next propose. Apart,
+  the served drafting step paid a host-side gather of the path (an index tensor copied up,
+  which waits for the device), a buffer copy, two input copies and two replays between the
+  verify's sync and the block's top-k (0.11-0.12 ms of "observe" on the H100 with the GPU
+  idle: the fourth device session). `flush` replays the update alone where something else
+  must read the store first (an eager propose of several requests, a prefill chunk).
 Graphs cover the first MAX_SLOTS stores (batch-1 serving uses one, reused request after
 request); stores past them, there only while more requests run at once, stay eager: a capture
 costs a sync and milliseconds in the middle of serving, and those requests' proposes are
 batched, eager, anyway.
 Warm-up runs each function twice on a side stream (kernels loaded, algorithms picked) with the
-step's real inputs (an update writes the same rows again: idempotent), then captures it into a
+step's real inputs (an update writes the same rows again: idempotent; a step captured before
+any update writes none), then captures it into a
 pool shared by all of this drafter's graphs, as engine/cuda/graph_runner.py does.
 
 `compile=True` (`EngineOptions.torch_compile`, the engine's default on CUDA) fuses each
@@ -49,7 +59,7 @@ import torch
 
 from specscope.engine.cuda.tokenwise import allow_variants
 from specscope.engine.model import Transformer
-from specscope.engine.speculative.dflash_block import block_mask, block_topk
+from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION, block_mask, block_topk
 from specscope.engine.speculative.dflash_context import RingContext, project
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.draft_vocab import DraftHead
@@ -85,9 +95,10 @@ class _DeviceInts:
         self.copied = torch.cuda.Event() if cuda else None
 
     def set(self, *values: int) -> None:
+        """Write the first len(values) entries (the rest keep what they held)."""
         if self.copied is not None:
             self.copied.synchronize()
-        self.host.numpy()[:] = values
+        self.host.numpy()[: len(values)] = values
         self.dev.copy_(self.host, non_blocking=True)
         if self.copied is not None:
             self.copied.record()
@@ -102,17 +113,22 @@ class DFlashGraphs:
         top_k: int,
         capture: bool,
         compile: bool = False,
+        attention: str = BLOCK_ATTENTION,
     ):
         dev = model.fc.weight.device
         if capture and dev.type != "cuda":
             raise ValueError("DFlash graphs: capturing needs the drafter on a CUDA device")
         self.model, self.target, self.head, self.top_k = model, target, head, top_k
+        self.attention = attention
         self.block_size = model.config.block_size
         self.capturing = capture
         with torch.inference_mode():
             self.block_in = _DeviceInts(2, dev)  # anchor id, context length
-            self.update_in = _DeviceInts(2, dev)  # first new position, real rows
+            # first new position, real rows, then the rows' indices in the verify's output
+            self.update_in = _DeviceInts(2 + self.block_size, dev)
             self.hidden = model.fc.weight.new_zeros(self.block_size, model.fc.in_features)
+        # The store whose new rows sit in `hidden`, not yet written (one at a time: one buffer)
+        self.staged: RingContext | None = None
         self._graphs: dict[tuple[int, str, int], tuple[Any, Any]] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         # What a graph captures: the two step functions, fused by torch.compile when asked (the
@@ -121,33 +137,64 @@ class DFlashGraphs:
         fuse = partial(torch.compile, fullgraph=True, dynamic=False) if compile else (lambda f: f)
         if compile:
             allow_variants()  # one compiled block per width
-        self._steps = {"block": fuse(self._block), "update": fuse(self._update)}
+        self._steps = {"step": fuse(self._step), "update": fuse(self._update)}
 
     @staticmethod
     def covers(ctx: object) -> bool:
         return isinstance(ctx, RingContext) and ctx.slot < MAX_SLOTS
 
+    def stage(self, ctx: RingContext, hidden: torch.Tensor, rows: list[int] | None) -> None:
+        """Take 1..B committed rows of tapped target features (`hidden` [n, taps x D], its
+        `rows`, e.g. a verify's accepted path; None: all) for `ctx`; the next `propose` on it
+        writes them into the store in the same replay as the block (`flush` writes them
+        alone). The rows are gathered now (the verify's output is valid until the next
+        forward), on the device, by indices that cross in the one pinned copy of the update's
+        inputs: no sync, no index tensor of its own."""
+        self.flush()
+        n = hidden.shape[0] if rows is None else len(rows)
+        self.update_in.set(ctx.length, n, *(range(n) if rows is None else rows))
+        index = self.update_in.dev[2 : 2 + n]
+        if hidden.dtype == self.hidden.dtype:
+            torch.index_select(hidden, 0, index, out=self.hidden[:n])
+        else:
+            self.hidden[:n].copy_(hidden.index_select(0, index))
+        ctx.length += n
+        self.staged = ctx
+
+    def flush(self) -> None:
+        """Write the staged rows into their store now (before anything else reads it)."""
+        if self.staged is not None:
+            ctx, self.staged = self.staged, None
+            self._run(ctx, "update", 0)
+
     def propose(self, ctx: RingContext, anchor: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k log-probs and ids [B-1, k] of the block after `anchor`. Captured, these are the
-        graph's static outputs: valid until the next propose."""
+        """Top-k log-probs and ids [B-1, k] of the block after `anchor`, its store's staged rows
+        written first in the same replay. Captured, these are the graph's static outputs: valid
+        until the next propose."""
+        if self.staged is not ctx:
+            self.flush()
+            self.update_in.set(ctx.length, 0)  # nothing staged: the update writes no row
+        self.staged = None
         self.block_in.set(anchor, ctx.length)
-        return self._run(ctx, "block", width_for(ctx))
+        return self._run(ctx, "step", width_for(ctx))
 
     def update(self, ctx: RingContext, hidden: torch.Tensor) -> None:
-        """Append 1..B committed rows (tapped target features [n, taps x D]) to the store."""
-        n = hidden.shape[0]
-        self.hidden[:n].copy_(hidden)
-        self.update_in.set(ctx.length, n)
-        self._run(ctx, "update", 0)
-        ctx.length += n
+        """Append 1..B committed rows (tapped target features [n, taps x D]) to the store now."""
+        self.stage(ctx, hidden, None)
+        self.flush()
+
+    def release(self, ctx: RingContext) -> None:
+        """`ctx` goes back to the pool: its staged rows are not written."""
+        if self.staged is ctx:
+            self.staged = None
 
     def capture(self, ctx: RingContext) -> None:
         """Capture the graphs over `ctx` now (with the current inputs: an update of 0 rows
-        before the first one; the block at every width) instead of at its first step."""
+        before the first one; the step at every width) instead of at its first step."""
         if self.capturing:
             self._graph(ctx, "update", 0)
             for width in widths(ctx.capacity):
-                self._graph(ctx, "block", width)
+                self._graph(ctx, "step", width)
             torch.cuda.synchronize()
 
     def _block(self, ctx: RingContext, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,12 +212,19 @@ class DFlashGraphs:
             mask,
             self.block_size - 1,
             self.top_k,
+            self.attention,
         )
         return top_lp[0], top_ids[0]
 
     def _update(self, ctx: RingContext, _width: int) -> None:
         start, count = self.update_in.dev[0], self.update_in.dev[1]
         ctx.write(project(self.model, self.hidden, start), start, count)
+
+    def _step(self, ctx: RingContext, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The staged rows written (none when the count is 0: all go to the scratch row), then
+        the block over the updated store: one replay a speculative step."""
+        self._update(ctx, 0)
+        return self._block(ctx, width)
 
     def _run(self, ctx: RingContext, kind: str, width: int) -> Any:
         if not self.capturing:

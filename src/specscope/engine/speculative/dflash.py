@@ -33,7 +33,7 @@ import torch
 from specscope.engine.cuda.dflash_graph import DFlashGraphs
 from specscope.engine.model import Transformer
 from specscope.engine.overlap import to_host
-from specscope.engine.speculative.dflash_block import block_mask, block_topk
+from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION, block_mask, block_topk
 from specscope.engine.speculative.dflash_context import (
     KV,
     Context,
@@ -41,7 +41,7 @@ from specscope.engine.speculative.dflash_context import (
     GrowingContext,
     RingContext,
 )
-from specscope.engine.speculative.dflash_model import DFlashDraftModel
+from specscope.engine.speculative.dflash_model import ATTENTION, DFlashDraftModel
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
 PATHS = ("ring", "graph", "static", "growing")
@@ -58,10 +58,13 @@ class DFlashDrafter:
         name: str = "dflash",
         path: str = "ring",
         compile: bool = False,
+        attention: str = BLOCK_ATTENTION,
     ):
         model.config.check_target(target.cfg)
         if path not in PATHS:
             raise ValueError(f"DFlash drafter path must be one of {PATHS}, got {path!r}")
+        if attention not in ATTENTION:
+            raise ValueError(f"DFlash attention must be one of {ATTENTION}, got {attention!r}")
         self.model, self.target = model, target
         self.head = model.draft_head(target.lm_head.weight)  # gathered once: the vocabulary's rows
         # Tokens it may draft when that is not the target's whole vocabulary (server info).
@@ -72,6 +75,7 @@ class DFlashDrafter:
         self.draft_window = draft_window if draft_window and draft_window > 0 else None
         self.name = name
         self.path = path
+        self.attention = attention
         if path == "growing":
             self.contexts = ContextPool(lambda _slot: GrowingContext(self.draft_window))
         else:
@@ -81,7 +85,13 @@ class DFlashDrafter:
         self.graphs: DFlashGraphs | None = None
         if path in ("graph", "static"):
             self.graphs = DFlashGraphs(
-                model, target, self.head, self.top_k, capture=path == "graph", compile=compile
+                model,
+                target,
+                self.head,
+                self.top_k,
+                capture=path == "graph",
+                compile=compile,
+                attention=attention,
             )
 
     @property
@@ -96,20 +106,30 @@ class DFlashDrafter:
             self.graphs.capture(self.contexts.spare())
 
     @torch.inference_mode()
-    def observe(self, request_id: str, hidden: torch.Tensor) -> None:
+    def observe(
+        self, request_id: str, hidden: torch.Tensor, rows: Sequence[int] | None = None
+    ) -> None:
+        """Append the committed positions' tapped features: `hidden`'s `rows` (a verify's
+        accepted path), or all of it. On the graph paths an update of up to B rows is staged
+        and written by the next propose's replay (DFlashGraphs.stage); longer ones (prefill
+        chunks) are written now, eagerly."""
         ctx = self.contexts.get(request_id)
-        if hidden.shape[0] == 0:
+        n = hidden.shape[0] if rows is None else len(rows)
+        if n == 0:
             return
+        if self.graphs is not None and n <= self.block_size and self.graphs.covers(ctx):
+            self.graphs.stage(ctx, hidden.to(self.model.fc.weight.device), _listed(rows))
+            return
+        self._settle()
         param = self.model.fc.weight
-        hidden = hidden.to(param.device, param.dtype)
-        if (
-            self.graphs is not None
-            and hidden.shape[0] <= self.block_size
-            and self.graphs.covers(ctx)
-        ):
-            self.graphs.update(ctx, hidden)
-        else:  # prefill chunks, and the eager paths
-            ctx.append(self.model, hidden)
+        if rows is not None:
+            hidden = hidden[torch.as_tensor(list(rows), device=hidden.device)]
+        ctx.append(self.model, hidden.to(param.device, param.dtype))
+
+    def _settle(self) -> None:
+        """Staged rows written before an eager step reads or extends any store."""
+        if self.graphs is not None:
+            self.graphs.flush()
 
     @torch.inference_mode()
     def propose(self, requests: Sequence[DraftRequest]) -> list[Draft]:
@@ -124,6 +144,7 @@ class DFlashDrafter:
             top_lp, top_ids = self.graphs.propose(contexts[0], anchors[0])
             top_lp, top_ids = top_lp[None, :depth], top_ids[None, :depth]
         else:
+            self._settle()
             top_lp, top_ids = self._eager_topk(contexts, anchors, depth)
         top_lp, top_ids = _host_both(top_lp, top_ids)
         for r, i in enumerate(live):
@@ -163,6 +184,7 @@ class DFlashDrafter:
             mask,
             depth,
             self.top_k,
+            self.attention,
         )
 
     def _padded_context(self, contexts: list[Context]) -> tuple[KV, torch.Tensor | None]:
@@ -184,7 +206,13 @@ class DFlashDrafter:
         return list(zip(keys, values, strict=True)), mask
 
     def release(self, request_id: str) -> None:
-        self.contexts.release(request_id)
+        ctx = self.contexts.release(request_id)
+        if ctx is not None and self.graphs is not None:
+            self.graphs.release(ctx)  # its staged rows, if any, are dropped: no update for it
+
+
+def _listed(rows: Sequence[int] | None) -> list[int] | None:
+    return None if rows is None else [int(r) for r in rows]
 
 
 def _host_both(top_lp: torch.Tensor, top_ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

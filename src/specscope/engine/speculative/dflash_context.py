@@ -152,11 +152,13 @@ class ContextPool:
             self._free.append(self._new())
         return self._free[-1]
 
-    def release(self, request_id: str) -> None:
+    def release(self, request_id: str) -> Context | None:
+        """Reset the request's store and put it on the free list; returns it (None: none)."""
         ctx = self._live.pop(request_id, None)
         if ctx is not None:
             ctx.reset()
             self._free.append(ctx)
+        return ctx
 
     def __len__(self) -> int:
         return len(self._live)

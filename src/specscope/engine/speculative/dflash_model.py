@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specscope.engine.model import MLP, ModelConfig, RMSNorm, rope_inv_freq, rotate_half
+from specscope.engine.options import DRAFT_ATTENTION
 from specscope.engine.speculative.draft_vocab import DraftHead
 
 FORMAT = "specscope-dflash/1"
@@ -143,6 +144,33 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + rotate_half(x) * sin
 
 
+ATTENTION = DRAFT_ATTENTION
+
+
+def grouped_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Attention as two batched matmuls, the queries of each key head stacked as one matrix:
+    q [B, H, Q, d], keys/values [B, KVH, C, d], mask [B, 1, Q, C] (bool; None = all visible)
+    -> [B, H, Q, d]; what `scaled_dot_product_attention(..., enable_gqa=True)` computes.
+
+    Why: a served block has 16 queries over a context of ~500 rows. cuDNN's fused kernel
+    (what SDPA picks on the H100) spends 36 us a layer on that (the fifth device session's
+    profile: ~9 tiles of work for 132 SMs, each walking the keys alone), the math path's
+    float32 matmuls as long; stacked, each product is one small bf16 matmul (~3 us in the
+    same profile's projections), the mask and a float32 softmax one fused kernel when
+    compiled. The scores are rounded to the inputs' dtype before the float32 softmax."""
+    b, h, nq, d = q.shape
+    kvh, width = keys.shape[1], keys.shape[2]
+    group = h // kvh
+    scores = torch.matmul(q.reshape(b, kvh, group * nq, d), keys.transpose(-1, -2))
+    scores = scores.float().view(b, kvh, group, nq, width) * d**-0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, :, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(values.dtype).view(b, kvh, group * nq, width)
+    return torch.matmul(probs, values).view(b, h, nq, d)
+
+
 class DFlashLayer(nn.Module):
     def __init__(self, c: DFlashConfig):
         super().__init__()
@@ -173,6 +201,7 @@ class DFlashLayer(nn.Module):
         ctx_k: torch.Tensor,
         ctx_v: torch.Tensor,
         mask: torch.Tensor | None,
+        attention: str = "sdpa",
     ) -> torch.Tensor:
         b, q, _ = x.shape
         h = self.input_layernorm(x)
@@ -180,9 +209,12 @@ class DFlashLayer(nn.Module):
         bk, bv = self.kv(h, cos, sin)
         keys = torch.cat([ctx_k, bk], dim=1).transpose(1, 2)
         values = torch.cat([ctx_v, bv], dim=1).transpose(1, 2)
-        out = F.scaled_dot_product_attention(
-            xq.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
-        )
+        if attention == "grouped":
+            out = grouped_attention(xq.transpose(1, 2), keys, values, mask)
+        else:
+            out = F.scaled_dot_product_attention(
+                xq.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
+            )
         x = x + self.o_proj(out.transpose(1, 2).reshape(b, q, self.h * self.d))
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -253,13 +285,18 @@ class DFlashDraftModel(nn.Module):
         positions: torch.Tensor,
         ctx: list[tuple[torch.Tensor, torch.Tensor]],
         mask: torch.Tensor | None,
+        attention: str = "sdpa",
     ) -> torch.Tensor:
         """Block inputs x [B, Q, D] at positions [B, Q], attending to the context keys/values
-        `ctx` and to the block under `mask` [B, 1, Q, C + Q] (bool; None = all visible);
-        returns the final-normed hidden states for the target's LM head."""
+        `ctx` and to the block under `mask` [B, 1, Q, C + Q] (bool; None = all visible), by
+        `attention` (one of ATTENTION: the trainer's long rows take SDPA's fused kernels, a
+        served block of 16 queries the grouped matmuls); returns the final-normed hidden
+        states for the target's LM head."""
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         cos, sin = self.rope(positions, x.dtype)
         for layer, (k, v) in zip(self.layers, ctx, strict=True):
-            x = layer(x, cos, sin, k, v, mask)
+            x = layer(x, cos, sin, k, v, mask, attention)
         return self.norm(x)
 
 

@@ -83,7 +83,9 @@ class HiddenStateDrafter(Protocol):
 
     def release(self, request_id: str) -> None: ...
 
-    def observe(self, request_id: str, hidden: Any) -> None: ...
+    def observe(self, request_id: str, hidden: Any, rows: Sequence[int] | None = None) -> None:
+        """Append the tapped rows `rows` of `hidden` (a verify's accepted path; None: all)."""
+        ...
 
 
 def window(tokens: Sequence[int], draft_window: int | None) -> Sequence[int]:

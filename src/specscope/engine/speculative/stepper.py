@@ -125,7 +125,7 @@ class SpeculativeStepper:
             self._commit_kv(runner.kv, r.seq, slots[i], verdict.path)
             if hidden:  # the accepted nodes are the next context rows: their features too
                 t = time.perf_counter()
-                self.drafter.observe(r.request_id, hidden[i][verdict.path])  # type: ignore[attr-defined]
+                self.drafter.observe(r.request_id, hidden[i], verdict.path)  # type: ignore[attr-defined]
                 observe_s += time.perf_counter() - t
             proposals[r.request_id] = Proposal(
                 verdict.committed,
