@@ -259,6 +259,17 @@ def parse_args() -> argparse.Namespace:
         "--dflash-depth", type=int, default=7, help="DFlash chain drafts (<= block size - 1)"
     )
     ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the tables: each speculative configuration once more under cProfile and "
+        "torch.profiler, their N costliest entries a step (profile_configs)",
+    )
+    ap.add_argument(
+        "--profile-prompts", type=int, default=2, help="--profile: prompts of the first set"
+    )
+    ap.add_argument(
         "--dflash-attention",
         default=None,
         help=f"DFlash block attentions to time (comma list of {', '.join(DRAFT_ATTENTION)}; "
@@ -392,6 +403,56 @@ def hf_rows(args: argparse.Namespace, lm: LoadedModel, hf_pair, prompts: list[li
     }
 
 
+def profile_configs(
+    args: argparse.Namespace,
+    backends: dict[str, EngineBackend],
+    configs: list[tuple[str, dict]],
+    prompts: list[list[int]],
+) -> None:
+    """--profile N: each speculative configuration over the first prompts once more under
+    cProfile (the N costliest Python functions, own time a step) and once under torch.profiler
+    (the N costliest ops by own host time a step, and the device's busy time a step against
+    the step's wall): where a served step's time goes that its split (draft, observe, ...)
+    does not say. Both profilers slow the host, so read the split of each, not its total."""
+    import cProfile
+    import pstats
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    for name, _ in configs:
+        if name == "engine plain":
+            continue
+        backend = backends[name]
+        prof = cProfile.Profile()
+        prof.enable()
+        steps = engine_run(backend, prompts, args.max_new_tokens, args.stop_at_eos)["steps"]
+        prof.disable()
+        print(f"\n--profile {name}: {steps} steps; Python, own time a step (us)")
+        stats = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][2])
+        for (file, line, func), (_, calls, own, total, _) in stats[: args.profile]:
+            print(
+                f"  {own / steps * 1e6:8.1f} own {total / steps * 1e6:8.1f} total "
+                f"{calls / steps:6.1f} calls  {Path(file).name}:{line} {func}"
+            )
+        with profile(activities=acts) as tprof:
+            t0 = time.perf_counter()
+            steps = engine_run(backend, prompts, args.max_new_tokens, args.stop_at_eos)["steps"]
+            wall = time.perf_counter() - t0
+        busy = sum(
+            e.time_range.elapsed_us() for e in tprof.events() if e.device_type == DeviceType.CUDA
+        )
+        print(
+            f"--profile {name}: torch.profiler, {wall / steps * 1e3:.3f} ms a step, device busy "
+            f"{busy / steps / 1e3:.3f} ms a step; ops by own host time:"
+        )
+        table = tprof.key_averages().table(
+            sort_by="self_cpu_time_total", row_limit=args.profile, max_name_column_width=50
+        )
+        print(table)
+
+
 def print_tables(results: dict[str, dict[str, dict]]) -> None:
     """One table per set: tok/s, commit, ratios to the same run's plain rows, lossless check."""
     for set_name, rows in results.items():
@@ -445,6 +506,9 @@ def main() -> None:
         if hf_pair is not None:
             results[set_name].update(hf_rows(args, lm, hf_pair, sets[set_name]))
     print_tables(results)
+    if args.profile:
+        first = next(s for s in args.sets.split(",") if s)
+        profile_configs(args, backends, configs, sets[first][: args.profile_prompts])
     if args.json:
         for rows_of_set in results.values():
             for r in rows_of_set.values():

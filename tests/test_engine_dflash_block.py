@@ -1,9 +1,10 @@
-"""The DFlash block step's kernels-to-be: the two-stage top-k over the draft slots' logits and
-the grouped-matmul attention, each against the one-call torch form it replaces (CPU, fp32
+"""The DFlash block step's parts that stand in for one torch call each: the top-k over the
+draft slots' logits, the packed top-k's round trip, the grouped-matmul attention (CPU, fp32
 and bf16), and a drafter on the grouped attention drafting as one on SDPA's."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,37 +14,45 @@ import torch.nn.functional as F  # noqa: E402
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.speculative import dflash_model  # noqa: E402
 from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
-from specscope.engine.speculative.dflash_block import top_logprobs  # noqa: E402
+from specscope.engine.speculative.dflash_block import (  # noqa: E402
+    pack_topk,
+    top_logprobs,
+    unpack_topk,
+)
 from specscope.engine.speculative.dflash_model import grouped_attention  # noqa: E402
 from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("vocab", [700, 4096, 5000, 49152])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_two_stage_top_k_picks_the_whole_rows_top_k(vocab, dtype):
-    """Below one slice, a multiple of it, padded to one (5,000 = 4 x 1,024 + 904), the
-    shipped vocabulary's 48 slices: the same log-probs as top-k over log_softmax, largest
-    first, and each picked id's own log-prob (bf16 logits tie often: any of a tie may win)."""
-    g = torch.Generator().manual_seed(vocab)
-    logits = (torch.randn(15, vocab, generator=g) * 4).to(dtype)
-    got, ids = top_logprobs(logits, 8, chunk=1024)
+def test_top_k_over_the_logits_is_the_top_k_of_the_log_probs(dtype):
+    """Taken over the logits in their own dtype, less the log-sum-exp: the same log-probs as
+    top-k over log_softmax in float32, largest first, and each picked id's own log-prob (bf16
+    logits tie often: any of a tie may win); k past the vocabulary takes all of it."""
+    g = torch.Generator().manual_seed(7)
+    logits = (torch.randn(15, 5000, generator=g) * 4).to(dtype)
+    got, ids = top_logprobs(logits, 8)
     logp = torch.log_softmax(logits.float(), dim=-1)
-    want = torch.topk(logp, 8, dim=-1).values
     assert got.dtype == torch.float32 and ids.shape == (15, 8)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got, torch.topk(logp, 8, dim=-1).values, atol=1e-5, rtol=0)
     torch.testing.assert_close(logp.gather(1, ids), got, atol=1e-5, rtol=0)
     assert bool((got[:, :-1] >= got[:, 1:]).all())
-    assert all(len(set(row.tolist())) == 8 for row in ids)
+    assert top_logprobs(logits[:, :5], 8)[1].shape == (15, 5)
 
 
-def test_a_k_wider_than_a_slice_takes_the_whole_row():
-    logits = torch.randn(3, 300)
-    got, ids = top_logprobs(logits, 40, chunk=32)
-    want = torch.topk(torch.log_softmax(logits, dim=-1), 40, dim=-1)
-    torch.testing.assert_close(got, want.values, atol=1e-6, rtol=0)
-    assert torch.equal(ids, want.indices)
+def test_packed_top_k_comes_back_bit_for_bit():
+    """Ids and float32 log-probs through one int64 tensor (one copy to the host): the same
+    ids, the same floats to the bit (negative ones, -inf and tiny ones included)."""
+    lp = torch.tensor([[-0.0, -1e-30, -3.25, float("-inf")], [-7.5, -88.0, -1e-3, -2.0]])
+    ids = torch.tensor([[0, 49151, 7, 2**40], [3, 1, 4, 1]])
+    packed = pack_topk(lp, ids)
+    assert packed.dtype == torch.int64 and packed.shape == (2, 8)
+    got_lp, got_ids = unpack_topk(packed.numpy())
+    assert got_lp.dtype == np.float64 and got_ids.dtype == np.int64
+    np.testing.assert_array_equal(got_ids, ids.numpy())
+    np.testing.assert_array_equal(got_lp, lp.double().numpy())
+    assert np.signbit(got_lp[0, 0])
 
 
 @pytest.mark.parametrize("masked", [False, True])

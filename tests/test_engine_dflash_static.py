@@ -95,9 +95,14 @@ def _among_others(rows: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor,
 
 
 @pytest.mark.parametrize("window", [None, 4, 7])
-@pytest.mark.parametrize("path", ["ring", "static", "static-1-slot", "static-narrow"])
+@pytest.mark.parametrize(
+    "path", ["ring", "static", "static-1-slot", "static-narrow", "static-wide-verify"]
+)
 def test_static_paths_draft_like_the_growing_store(models, window, path, monkeypatch):
     target, model = models
+    verify_rows = 0  # B: most updates come from a wider verify output, so they run eagerly
+    if path == "static-wide-verify":  # every update of <= B rows is staged
+        verify_rows, path = 2 * BLOCK + 1, "static"
     if path == "static-1-slot":  # stores past the graphs' slots take the eager path, mixed in
         monkeypatch.setattr(dflash_graph, "MAX_SLOTS", 1)
         path = "static"
@@ -108,7 +113,9 @@ def test_static_paths_draft_like_the_growing_store(models, window, path, monkeyp
     want = _run(
         DFlashDrafter(model, target.model, top_k=3, draft_window=window, path="growing"), ops
     )
-    drafter = DFlashDrafter(model, target.model, top_k=3, draft_window=window, path=path)
+    drafter = DFlashDrafter(
+        model, target.model, top_k=3, draft_window=window, path=path, verify_rows=verify_rows
+    )
     got = _run(drafter, ops)
     assert len(got) == len(want) == 30
     for step_got, step_want in zip(got, want, strict=True):

@@ -52,14 +52,21 @@ drafts matching the eager ones; `bench/dflash_step.py --device cuda --check` doe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
 import torch
 
 from specscope.engine.cuda.tokenwise import allow_variants
 from specscope.engine.model import Transformer
-from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION, block_mask, block_topk
+from specscope.engine.speculative.dflash_block import (
+    BLOCK_ATTENTION,
+    block_mask,
+    block_topk,
+    pack_topk,
+)
 from specscope.engine.speculative.dflash_context import RingContext, project
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.draft_vocab import DraftHead
@@ -86,22 +93,47 @@ def width_for(ctx: RingContext) -> int:
 
 class _DeviceInts:
     """A small int64 vector the step reads, set from the host by one copy (on CUDA from pinned
-    memory, whose staging is rewritten only once the previous copy is done)."""
+    memory, whose staging is rewritten only once the previous copy is done). The stream is
+    looked up once: `torch.cuda.current_stream()` at every record was a visible part of the
+    served step's host time (the sixth device session's profile)."""
 
     def __init__(self, n: int, device: torch.device):
         cuda = device.type == "cuda"
         self.dev = torch.zeros(n, dtype=torch.long, device=device)
         self.host = torch.zeros(n, dtype=torch.long, pin_memory=cuda)
+        self.stream = torch.cuda.current_stream(device) if cuda else None
         self.copied = torch.cuda.Event() if cuda else None
 
-    def set(self, *values: int) -> None:
+    def set(self, values: Sequence[int]) -> None:
         """Write the first len(values) entries (the rest keep what they held)."""
         if self.copied is not None:
             self.copied.synchronize()
         self.host.numpy()[: len(values)] = values
         self.dev.copy_(self.host, non_blocking=True)
         if self.copied is not None:
-            self.copied.record()
+            self.copied.record(self.stream)
+
+
+class _HostCopy:
+    """The step's packed top-k brought to the host: one pinned buffer (made at the first
+    fetch), one copy, one wait. The array is this buffer: read it before the next fetch."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.current_stream(device) if self.cuda else None
+        self.ready = torch.cuda.Event() if self.cuda else None
+        self.host: torch.Tensor | None = None
+
+    def fetch(self, out: torch.Tensor) -> np.ndarray:
+        if not self.cuda:
+            return out.numpy()
+        if self.host is None or self.host.shape != out.shape:
+            self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        self.host.copy_(out, non_blocking=True)
+        assert self.ready is not None
+        self.ready.record(self.stream)
+        self.ready.synchronize()
+        return self.host.numpy()
 
 
 class DFlashGraphs:
@@ -114,21 +146,25 @@ class DFlashGraphs:
         capture: bool,
         compile: bool = False,
         attention: str = BLOCK_ATTENTION,
+        verify_rows: int = 0,
     ):
         dev = model.fc.weight.device
         if capture and dev.type != "cuda":
             raise ValueError("DFlash graphs: capturing needs the drafter on a CUDA device")
         self.model, self.target, self.head, self.top_k = model, target, head, top_k
         self.attention = attention
-        self.block_size = model.config.block_size
+        self.block_size = b = model.config.block_size
+        # The verify output's rows a staged update may come from (the tree's nodes)
+        self.verify_rows = max(verify_rows, b)
         self.capturing = capture
         with torch.inference_mode():
-            self.block_in = _DeviceInts(2, dev)  # anchor id, context length
-            # first new position, real rows, then the rows' indices in the verify's output
-            self.update_in = _DeviceInts(2 + self.block_size, dev)
-            self.hidden = model.fc.weight.new_zeros(self.block_size, model.fc.in_features)
-        # The store whose new rows sit in `hidden`, not yet written (one at a time: one buffer)
-        self.staged: RingContext | None = None
+            # anchor id, context length, first new position, new rows, their indices in `nodes`
+            self.inputs = _DeviceInts(4 + b, dev)
+            self.nodes = model.fc.weight.new_zeros(self.verify_rows, model.fc.in_features)
+        self.host = _HostCopy(dev)
+        # The store whose new rows are staged (the verify's rows in `nodes`), where they start,
+        # and which rows of `nodes` they are: one at a time (one buffer).
+        self.staged: tuple[RingContext, int, list[int]] | None = None
         self._graphs: dict[tuple[int, str, int], tuple[Any, Any]] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         # What a graph captures: the two step functions, fused by torch.compile when asked (the
@@ -143,49 +179,45 @@ class DFlashGraphs:
     def covers(ctx: object) -> bool:
         return isinstance(ctx, RingContext) and ctx.slot < MAX_SLOTS
 
+    def stages(self, hidden: torch.Tensor, new_rows: int) -> bool:
+        """Whether an update of `new_rows` rows out of `hidden` can be staged."""
+        return new_rows <= self.block_size and hidden.shape[0] <= self.verify_rows
+
     def stage(self, ctx: RingContext, hidden: torch.Tensor, rows: list[int] | None) -> None:
         """Take 1..B committed rows of tapped target features (`hidden` [n, taps x D], its
-        `rows`, e.g. a verify's accepted path; None: all) for `ctx`; the next `propose` on it
-        writes them into the store in the same replay as the block (`flush` writes them
-        alone). The rows are gathered now (the verify's output is valid until the next
-        forward), on the device, by indices that cross in the one pinned copy of the update's
-        inputs: no sync, no index tensor of its own."""
+        `rows`, e.g. a verify's accepted path; None: all) for `ctx` (`stages` says whether they
+        fit); the next `propose` on it gathers and writes them in the same replay as the block
+        (`flush` writes them alone). `hidden` is copied now, whole (the verify's output is
+        valid until the next forward): one device copy, no sync, nothing crosses from the host
+        until the propose's one copy of its inputs."""
         self.flush()
-        n = hidden.shape[0] if rows is None else len(rows)
-        self.update_in.set(ctx.length, n, *(range(n) if rows is None else rows))
-        index = self.update_in.dev[2 : 2 + n]
-        if hidden.dtype == self.hidden.dtype:
-            torch.index_select(hidden, 0, index, out=self.hidden[:n])
-        else:
-            self.hidden[:n].copy_(hidden.index_select(0, index))
-        ctx.length += n
-        self.staged = ctx
+        self.nodes[: hidden.shape[0]].copy_(hidden)
+        rows = list(range(hidden.shape[0])) if rows is None else rows
+        self.staged = (ctx, ctx.length, rows)
+        ctx.length += len(rows)
 
     def flush(self) -> None:
         """Write the staged rows into their store now (before anything else reads it)."""
         if self.staged is not None:
-            ctx, self.staged = self.staged, None
+            (ctx, start, rows), self.staged = self.staged, None
+            self.inputs.set([0, 0, start, len(rows), *rows])
             self._run(ctx, "update", 0)
 
-    def propose(self, ctx: RingContext, anchor: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k log-probs and ids [B-1, k] of the block after `anchor`, its store's staged rows
-        written first in the same replay. Captured, these are the graph's static outputs: valid
-        until the next propose."""
-        if self.staged is not ctx:
+    def propose(self, ctx: RingContext, anchor: int) -> np.ndarray:
+        """The block after `anchor`, its store's staged rows written first in the same replay:
+        [B-1, 2k] int64 on the host, the top-k ids then their log-probs' float32 bits
+        (dflash_block.pack_topk)."""
+        if self.staged is not None and self.staged[0] is ctx:
+            (_, start, rows), self.staged = self.staged, None
+        else:
             self.flush()
-            self.update_in.set(ctx.length, 0)  # nothing staged: the update writes no row
-        self.staged = None
-        self.block_in.set(anchor, ctx.length)
-        return self._run(ctx, "step", width_for(ctx))
-
-    def update(self, ctx: RingContext, hidden: torch.Tensor) -> None:
-        """Append 1..B committed rows (tapped target features [n, taps x D]) to the store now."""
-        self.stage(ctx, hidden, None)
-        self.flush()
+            start, rows = ctx.length, []  # nothing staged: the update writes no row
+        self.inputs.set([anchor, ctx.length, start, len(rows), *rows])
+        return self.host.fetch(self._run(ctx, "step", width_for(ctx)))
 
     def release(self, ctx: RingContext) -> None:
         """`ctx` goes back to the pool: its staged rows are not written."""
-        if self.staged is ctx:
+        if self.staged is not None and self.staged[0] is ctx:
             self.staged = None
 
     def capture(self, ctx: RingContext) -> None:
@@ -197,9 +229,10 @@ class DFlashGraphs:
                 self._graph(ctx, "step", width)
             torch.cuda.synchronize()
 
-    def _block(self, ctx: RingContext, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The block's top-k over the store's first `width` rows (width >= the visible rows)."""
-        c, inp = width, self.block_in.dev
+    def _block(self, ctx: RingContext, width: int) -> torch.Tensor:
+        """The block's packed top-k over the store's first `width` rows (width >= the visible
+        rows)."""
+        c, inp = width, self.inputs.dev
         kv = [(k[None, :c], v[None, :c]) for k, v in zip(ctx.keys, ctx.values, strict=True)]
         mask = block_mask(inp[1:2].clamp(max=c), c, self.block_size)
         top_lp, top_ids = block_topk(
@@ -214,13 +247,17 @@ class DFlashGraphs:
             self.top_k,
             self.attention,
         )
-        return top_lp[0], top_ids[0]
+        return pack_topk(top_lp[0], top_ids[0])
 
     def _update(self, ctx: RingContext, _width: int) -> None:
-        start, count = self.update_in.dev[0], self.update_in.dev[1]
-        ctx.write(project(self.model, self.hidden, start), start, count)
+        """The staged rows gathered from `nodes` by their indices, projected and written (the
+        first `count` of B; the rest land in the scratch row)."""
+        inp = self.inputs.dev
+        start, count = inp[2], inp[3]
+        hidden = self.nodes.index_select(0, inp[4 : 4 + self.block_size])
+        ctx.write(project(self.model, hidden, start), start, count)
 
-    def _step(self, ctx: RingContext, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step(self, ctx: RingContext, width: int) -> torch.Tensor:
         """The staged rows written (none when the count is 0: all go to the scratch row), then
         the block over the updated store: one replay a speculative step."""
         self._update(ctx, 0)

@@ -27,13 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from specscope.engine.cuda.dflash_graph import DFlashGraphs
 from specscope.engine.model import Transformer
-from specscope.engine.overlap import to_host
-from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION, block_mask, block_topk
+from specscope.engine.speculative.dflash_block import (
+    BLOCK_ATTENTION,
+    block_mask,
+    block_topk,
+    pack_topk,
+    unpack_topk,
+)
 from specscope.engine.speculative.dflash_context import (
     KV,
     Context,
@@ -59,6 +63,7 @@ class DFlashDrafter:
         path: str = "ring",
         compile: bool = False,
         attention: str = BLOCK_ATTENTION,
+        verify_rows: int = 0,
     ):
         model.config.check_target(target.cfg)
         if path not in PATHS:
@@ -92,6 +97,7 @@ class DFlashDrafter:
                 capture=path == "graph",
                 compile=compile,
                 attention=attention,
+                verify_rows=verify_rows,
             )
 
     @property
@@ -117,7 +123,7 @@ class DFlashDrafter:
         n = hidden.shape[0] if rows is None else len(rows)
         if n == 0:
             return
-        if self.graphs is not None and n <= self.block_size and self.graphs.covers(ctx):
+        if self.graphs is not None and self.graphs.covers(ctx) and self.graphs.stages(hidden, n):
             self.graphs.stage(ctx, hidden.to(self.model.fc.weight.device), _listed(rows))
             return
         self._settle()
@@ -141,18 +147,17 @@ class DFlashDrafter:
         anchors = [int(requests[i].tokens[-1]) for i in live]
         depth = min(self.max_depth, max(requests[i].num_draft_tokens for i in live))
         if len(live) == 1 and self.graphs is not None and self.graphs.covers(contexts[0]):
-            top_lp, top_ids = self.graphs.propose(contexts[0], anchors[0])
-            top_lp, top_ids = top_lp[None, :depth], top_ids[None, :depth]
+            packed = self.graphs.propose(contexts[0], anchors[0])[None, :depth]
         else:
             self._settle()
-            top_lp, top_ids = self._eager_topk(contexts, anchors, depth)
-        top_lp, top_ids = _host_both(top_lp, top_ids)
+            packed = pack_topk(*self._eager_topk(contexts, anchors, depth)).cpu().numpy()
+        top_lp, top_ids = unpack_topk(packed)
         for r, i in enumerate(live):
             k = min(depth, requests[i].num_draft_tokens)
             drafts[i] = Draft(
                 sequences=[top_ids[r, :k, 0].tolist()],
-                topk_tokens=top_ids[r, :k].astype(np.int64),
-                topk_logprobs=top_lp[r, :k].astype(np.float64),
+                topk_tokens=top_ids[r, :k],
+                topk_logprobs=top_lp[r, :k],
             )
         return drafts
 
@@ -213,14 +218,3 @@ class DFlashDrafter:
 
 def _listed(rows: Sequence[int] | None) -> list[int] | None:
     return None if rows is None else [int(r) for r in rows]
-
-
-def _host_both(top_lp: torch.Tensor, top_ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """The block's top-k on the host with one wait: both copies queued into pinned memory, then
-    the second's event (one stream: the first is done by then). Two `.cpu()` calls each waited
-    for the device and staged through pageable memory (the fifth device session's profile:
-    half the drafting step's wall is outside the graph's kernels)."""
-    (lp, _), (ids, ready) = to_host(top_lp), to_host(top_ids)
-    if ready is not None:
-        ready.synchronize()
-    return lp.numpy(), ids.numpy()

@@ -122,6 +122,7 @@ def make_dflash_drafter(
         path="graph" if cuda_graphs and target.device.type == "cuda" else "ring",
         compile=torch_compile,
         attention=opts.draft_attention or BLOCK_ATTENTION,
+        verify_rows=opts.max_nodes,  # a verify's rows an update is staged from
     )
     drafter.warmup()
     return drafter
