@@ -19,14 +19,19 @@ tok/s = generated tokens / wall time of the generation (prefill included, same f
 mean commit = tokens per verify step (engine rows). Ratios are against the same run's plain
 rows (engine plain for engine rows, transformers plain for transformers rows) and engine/HF.
 ms/step (engine rows, stderr) splits a step: draft, tree, verify, commit; DFlash rows also
-observe (the drafter's context update). On CUDA a captured update is only launched there: its
-GPU time lands in the next step's draft (bench/dflash_step.py times the two apart, synchronised).
+observe (the drafter's context update). On CUDA the update is only staged there (a copy of the
+verify's rows) and written in the next step's draft, in the same replay as the block.
+`--profile N`: each speculative configuration once more under cProfile and torch.profiler (where
+a step's host time goes: the sixth device session found the drafting step's that way).
 
     .venv/bin/python bench/engine_spec.py                        # CPU, SmolLM2 from the GGUF
     .venv/bin/python bench/engine_spec.py --max-new-tokens 32 --prompts 1 --budgets 4,16
     .venv/bin/python bench/engine_spec.py --dflash smollm2 --configs ngram,dflash --skip-hf \
         --skip-self --sets code,chat,cat:long-writing --threads 1
     python bench/engine_spec.py --device cuda --random-weights   # speed only (acceptance meaningless)
+    python3 bench/engine_spec.py --device cuda --dflash smollm2 --configs dflash --budgets 16 \
+        --sets file:bench/data/dflash/heldout_code.jsonl --file-prompts 4 --repeats 1 \
+        --dflash-depth 15 --skip-hf --skip-self --stop-at-eos --profile 40   # H200
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ argmax (greedy even when the target samples: deterministic drafts, so verificati
 one-hot and stays lossless), and top-K per slot feeds DDTree's best-first tree.
 
 Paths (`path`), one drafter semantics: "ring" (default; eager, a batch-1 block attends the
-visible ring rows as views), "graph" (CUDA: batch-1 block forward and context updates of up to
-B rows replayed as CUDA graphs over static buffers, engine/cuda/dflash_graph.py), "static" (the
-functions the graphs capture, run eagerly: how the CPU tests check them), "growing" (the previous
-torch.cat store, the reference). Several requests at once take the padded eager path on every
-path.
+visible ring rows as views), "graph" (CUDA: a verify's accepted rows staged at `observe` and
+written by the next propose in the same replay as the block, one CUDA graph a step over static
+buffers, engine/cuda/dflash_graph.py), "static" (the functions the graphs capture, run eagerly:
+how the CPU tests check them), "growing" (the previous torch.cat store, the reference). Several
+requests at once take the padded eager path on every path (staged rows written first).
 """
 
 from __future__ import annotations
