@@ -72,10 +72,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from specscope.engine.loader import SMOLLM2_CONFIG, TINY_CONFIG, load_model, random_model
+from specscope.engine.options import DRAFT_ATTENTION
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash import DFlashDrafter
 from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION
-from specscope.engine.speculative.dflash_model import ATTENTION
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
 SHAPES = {"tiny": TINY_CONFIG, "smollm2": SMOLLM2_CONFIG}
@@ -404,7 +404,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--attention",
         default=BLOCK_ATTENTION,
-        choices=ATTENTION,
+        choices=DRAFT_ATTENTION,
         help="the block's attention: SDPA's kernels (--sdpa) or grouped matmuls "
         f"(dflash_model.grouped_attention); default the engine's ({BLOCK_ATTENTION})",
     )

@@ -26,7 +26,7 @@ from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.options import EngineOptions  # noqa: E402
 from specscope.engine.runner import EagerRunner, Work  # noqa: E402
 from specscope.engine.speculative import dflash_model  # noqa: E402
-from support.engine import run_to_end  # noqa: E402
+from support.engine import run_to_end, tiny_dflash  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -87,15 +87,7 @@ def test_captured_taps_equal_the_eager_forward(tiny, new):
 
 @pytest.fixture(scope="module")
 def drafter_dir(tiny, tmp_path_factory):
-    cfg = dflash_model.DFlashConfig.for_target(
-        "tiny", tiny.config, num_layers=2, block_size=6, num_taps=2
-    )
-    cfg = dataclasses.replace(cfg, target_layer_ids=list(TAPS))
-    model = dflash_model.DFlashDraftModel(cfg)
-    model.init_weights(seed=1, embed_std=1.0)
-    for p in model.parameters():  # drafts that depend visibly on the context features
-        if p.dim() == 2:
-            p.data.mul_(10)
+    model = tiny_dflash(tiny.config, target_layer_ids=TAPS)
     return dflash_model.save(model, tmp_path_factory.mktemp("dflash"), dtype=torch.float32)
 
 

@@ -26,7 +26,7 @@ from specscope.engine.options import EngineOptions  # noqa: E402
 from specscope.engine.speculative import dflash_model  # noqa: E402
 from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
 from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
-from support.engine import run_to_end  # noqa: E402
+from support.engine import run_to_end, tiny_dflash  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -49,15 +49,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def drafter_dir(tiny, tmp_path_factory):
-    cfg = dflash_model.DFlashConfig.for_target(
-        "tiny", tiny.config, num_layers=2, block_size=6, num_taps=2
-    )
-    model = dflash_model.DFlashDraftModel(cfg)
-    model.init_weights(seed=1, embed_std=1.0)
-    # Larger weights than N(0, 0.02): drafts that depend visibly on the context features.
-    for p in model.parameters():
-        if p.dim() == 2:
-            p.data.mul_(10)
+    model = tiny_dflash(tiny.config)
     return dflash_model.save(model, tmp_path_factory.mktemp("dflash"), dtype=torch.float32)
 
 

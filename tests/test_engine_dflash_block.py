@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
-from specscope.engine.speculative import dflash_model  # noqa: E402
 from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
 from specscope.engine.speculative.dflash_block import (  # noqa: E402
     pack_topk,
@@ -21,6 +20,7 @@ from specscope.engine.speculative.dflash_block import (  # noqa: E402
 )
 from specscope.engine.speculative.dflash_model import grouped_attention  # noqa: E402
 from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
+from support.engine import tiny_dflash  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -78,15 +78,7 @@ def test_a_drafter_on_grouped_attention_drafts_as_on_sdpa():
     """fp32: the same chains and top-k ids, log-probs within float error; an unknown attention
     is refused when the drafter is built, not at its first step."""
     target = random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=3)
-    cfg = dflash_model.DFlashConfig.for_target(
-        "tiny", target.config, num_layers=2, block_size=6, num_taps=2
-    )
-    model = dflash_model.DFlashDraftModel(cfg)
-    model.init_weights(seed=1, embed_std=1.0)
-    for p in model.parameters():
-        if p.dim() == 2:
-            p.data.mul_(10)
-    model.eval()
+    model = tiny_dflash(target.config)
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(40, model.fc.in_features, generator=g)
     tokens = torch.randint(0, TINY_CONFIG.vocab_size, (41,), generator=g).tolist()

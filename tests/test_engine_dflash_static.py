@@ -19,10 +19,10 @@ torch = pytest.importorskip("torch")
 
 from specscope.engine.cuda import dflash_graph  # noqa: E402
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
-from specscope.engine.speculative import dflash_model  # noqa: E402
 from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
 from specscope.engine.speculative.dflash_context import ring_rows  # noqa: E402
 from specscope.engine.speculative.drafter import DraftRequest  # noqa: E402
+from support.engine import tiny_dflash  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -34,15 +34,7 @@ def models():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     target = random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=3)
-    cfg = dflash_model.DFlashConfig.for_target(
-        "tiny", target.config, num_layers=2, block_size=BLOCK, num_taps=2
-    )
-    model = dflash_model.DFlashDraftModel(cfg)
-    model.init_weights(seed=1, embed_std=1.0)
-    for p in model.parameters():  # drafts that depend visibly on the context
-        if p.dim() == 2:
-            p.data.mul_(10)
-    yield target, model.eval()
+    yield target, tiny_dflash(target.config, block_size=BLOCK)
     torch.set_num_threads(threads)
 
 

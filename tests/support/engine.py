@@ -35,6 +35,30 @@ def tiny_model():
     torch.set_num_threads(threads)
 
 
+def tiny_dflash(target_config, block_size: int = 6, target_layer_ids=None):
+    """A random 2-layer DFlash drafter (fp32, CPU, eval mode) for a tiny target, its weights
+    x10 over N(0, 0.02) so that its drafts depend visibly on the context features: a wrong
+    context row changes them."""
+    import dataclasses
+
+    import torch
+
+    from specscope.engine.speculative import dflash_model
+
+    cfg = dflash_model.DFlashConfig.for_target(
+        "tiny", target_config, num_layers=2, block_size=block_size, num_taps=2
+    )
+    if target_layer_ids is not None:
+        cfg = dataclasses.replace(cfg, target_layer_ids=list(target_layer_ids))
+    model = dflash_model.DFlashDraftModel(cfg)
+    model.init_weights(seed=1, embed_std=1.0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(10)
+    return model.eval()
+
+
 def backend_for(loaded, page_size: int, policy: str = "contiguous", **spec) -> EngineBackend:
     """An engine over `loaded` with its own KV cache (2,048 tokens) and these engine flags."""
     kv = KVCache.for_model(

@@ -15,21 +15,22 @@ lives, and the pool hands a released store to the next request):
   (`bench/dflash_step.py --profile`, H100, 2026-12-06). A ring that has not wrapped holds
   position p at row p, so its visible rows are the first `length`; a wrapped one is read
   whole. All B-1 draft slots go through the LM head over the draft vocabulary (its cost is its
-  weights, whatever the rows) and a two-stage top-k less the log-sum-exp
-  (dflash_block.top_logprobs) into static outputs, which the drafter copies to the host (the
-  step's one sync);
+  weights, whatever the rows) and a top-k over the logits less their log-sum-exp
+  (dflash_block.top_logprobs), packed as one int64 tensor that the drafter copies to the host
+  through one pinned buffer (the step's one sync);
 - update: up to B newly committed rows (a verify's accepted path: at most depth + 1 <= B) are
-  gathered from the verify's output into a static [B, taps x D] buffer (`stage`: one pinned
-  copy carries the start, the count and the path's indices; one index_select) and projected
-  as B rows; the first `count` (data) land in the ring, the padding rows in the store's
-  scratch row (`ring_rows`). Longer updates (prefill chunks) run eagerly
-  (`RingContext.append`) on the same buffers;
-- step: the staged update and the block in ONE graph, replayed by the next propose. Apart,
-  the served drafting step paid a host-side gather of the path (an index tensor copied up,
-  which waits for the device), a buffer copy, two input copies and two replays between the
-  verify's sync and the block's top-k (0.11-0.12 ms of "observe" on the H100 with the GPU
-  idle: the fourth device session). `flush` replays the update alone where something else
-  must read the store first (an eager propose of several requests, a prefill chunk).
+  gathered by their indices from a static copy of the verify's output (`nodes`, filled by
+  `stage` with one device copy) and projected as B rows; the first `count` (data) land in the
+  ring, the padding rows in the store's scratch row (`ring_rows`). Longer updates (prefill
+  chunks) run eagerly (`RingContext.append`) on the same buffers;
+- step: the staged update and the block in ONE graph, replayed by the next propose, its inputs
+  (anchor, length, start, count, the path's indices) in ONE pinned copy. Apart, the served
+  drafting step paid a host-side gather of the path (an index tensor copied up, which waits
+  for the device), a buffer copy, two input copies, two replays and two copies back between
+  the verify's sync and the block's top-k: 0.41-0.42 ms of drafting a step against 0.30-0.34
+  together (H100, the sixth device session, both trees in one call). `flush` replays the
+  update alone where something else must read the store first (an eager propose of several
+  requests, a prefill chunk).
 Graphs cover the first MAX_SLOTS stores (batch-1 serving uses one, reused request after
 request); stores past them, there only while more requests run at once, stay eager: a capture
 costs a sync and milliseconds in the middle of serving, and those requests' proposes are

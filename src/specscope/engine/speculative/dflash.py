@@ -31,6 +31,7 @@ import torch
 
 from specscope.engine.cuda.dflash_graph import DFlashGraphs
 from specscope.engine.model import Transformer
+from specscope.engine.options import DRAFT_ATTENTION
 from specscope.engine.speculative.dflash_block import (
     BLOCK_ATTENTION,
     block_mask,
@@ -45,7 +46,7 @@ from specscope.engine.speculative.dflash_context import (
     GrowingContext,
     RingContext,
 )
-from specscope.engine.speculative.dflash_model import ATTENTION, DFlashDraftModel
+from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
 PATHS = ("ring", "graph", "static", "growing")
@@ -68,8 +69,10 @@ class DFlashDrafter:
         model.config.check_target(target.cfg)
         if path not in PATHS:
             raise ValueError(f"DFlash drafter path must be one of {PATHS}, got {path!r}")
-        if attention not in ATTENTION:
-            raise ValueError(f"DFlash attention must be one of {ATTENTION}, got {attention!r}")
+        if attention not in DRAFT_ATTENTION:
+            raise ValueError(
+                f"DFlash attention must be one of {DRAFT_ATTENTION}, got {attention!r}"
+            )
         self.model, self.target = model, target
         self.head = model.draft_head(target.lm_head.weight)  # gathered once: the vocabulary's rows
         # Tokens it may draft when that is not the target's whole vocabulary (server info).

@@ -16,7 +16,7 @@ from specscope.engine.speculative.dflash_context import KV
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.draft_vocab import DraftHead
 
-#: The served block's attention (dflash_model.ATTENTION; the trainer keeps SDPA's default):
+#: The served block's attention (engine.options.DRAFT_ATTENTION; the trainer keeps SDPA's default):
 #: grouped matmuls, 42 us less device time a drafting step than cuDNN's fused kernel on the
 #: H100 and the same commits (the sixth device session, docs/dflash.md).
 BLOCK_ATTENTION = "grouped"
@@ -44,7 +44,7 @@ def block_topk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One block forward for R requests: [anchor, MASK x (B-1)] at positions length.., over the
     context K/V `ctx` (per layer [R, rows, kv_heads, head_dim]) under `mask`, by `attention`
-    (dflash_model.ATTENTION); the LM head over the draft vocabulary (`head`) for slots
+    (engine.options.DRAFT_ATTENTION); the LM head over the draft vocabulary (`head`) for slots
     1..depth; top-k log-probs and target ids [R, depth, k]. Captured as is in a graph."""
     b, r = model.config.block_size, anchors.shape[0]
     dtype = model.fc.weight.dtype

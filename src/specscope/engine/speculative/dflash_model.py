@@ -144,9 +144,6 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + rotate_half(x) * sin
 
 
-ATTENTION = DRAFT_ATTENTION
-
-
 def grouped_attention(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
 ) -> torch.Tensor:
@@ -156,8 +153,7 @@ def grouped_attention(
 
     Why: a served block has 16 queries over a context of ~500 rows. cuDNN's fused kernel
     (what SDPA picks on the H100) spends 36 us a layer on that (the fifth device session's
-    profile: ~9 tiles of work for 132 SMs, each walking the keys alone), the math path's
-    float32 matmuls as long; stacked, each product is one small bf16 matmul (~3 us in the
+    profile), the math path's float32 matmuls as long; stacked, each product is one small bf16 matmul (~3 us in the
     same profile's projections), the mask and a float32 softmax one fused kernel when
     compiled. The scores are rounded to the inputs' dtype before the float32 softmax."""
     b, h, nq, d = q.shape
@@ -289,11 +285,11 @@ class DFlashDraftModel(nn.Module):
     ) -> torch.Tensor:
         """Block inputs x [B, Q, D] at positions [B, Q], attending to the context keys/values
         `ctx` and to the block under `mask` [B, 1, Q, C + Q] (bool; None = all visible), by
-        `attention` (one of ATTENTION: the trainer's long rows take SDPA's fused kernels, a
+        `attention` (one of DRAFT_ATTENTION: the trainer's long rows take SDPA's fused kernels, a
         served block of 16 queries the grouped matmuls); returns the final-normed hidden
         states for the target's LM head."""
-        if attention not in ATTENTION:
-            raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
+        if attention not in DRAFT_ATTENTION:
+            raise ValueError(f"attention must be one of {DRAFT_ATTENTION}, got {attention!r}")
         cos, sin = self.rope(positions, x.dtype)
         for layer, (k, v) in zip(self.layers, ctx, strict=True):
             x = layer(x, cos, sin, k, v, mask, attention)
