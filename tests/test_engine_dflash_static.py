@@ -121,6 +121,45 @@ def test_static_paths_draft_like_the_growing_store(models, window, path, monkeyp
     assert drafter.contexts.get("a").keys[0].shape[0] == capacity + 1  # + the scratch row
 
 
+def test_a_step_launched_at_observe_drafts_like_one_run_at_propose(models):
+    """One request (the graph path's serving case): a verify-sized update observed with the
+    next propose's anchor starts that step at once, and the propose reads it. The drafts equal
+    the growing store's, also where the propose's anchor is not the one launched (every third
+    step: the step runs again) and after a launched request is released and its store reused;
+    one replay a step where the anchor held, two where it did not."""
+    target, model = models
+    ref = DFlashDrafter(model, target.model, top_k=3, path="growing")
+    got = DFlashDrafter(model, target.model, top_k=3, path="static", verify_rows=2 * BLOCK + 1)
+    replays = []
+    run_step = got.graphs._replay_step
+    got.graphs._replay_step = lambda *a: replays.append(a) or run_step(*a)
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(300, model.fc.in_features, generator=g)
+    tokens = torch.randint(0, TINY_CONFIG.vocab_size, (301,), generator=g).tolist()
+    rng = np.random.default_rng(0)
+    for rid in ("a", "b"):  # "b" reuses "a"'s store after a launched step was left unread
+        for d in (ref, got):
+            d.observe(rid, hidden[:9])
+        seen, replays[:] = 9, []
+        for step in range(18):
+            n = int(rng.integers(1, BLOCK + 1))
+            verify_out, places = _among_others(hidden[seen : seen + n], g)
+            anchor = tokens[seen + n] + (step % 3 == 2)  # every third: not the next anchor
+            for d in (ref, got):
+                d.observe(rid, verify_out, places, anchor=anchor)
+            seen += n
+            req = [DraftRequest(rid, tokens[: seen + 1], BLOCK - 1)]
+            want, drafted = ref.propose(req)[0], got.propose(req)[0]
+            assert drafted.sequences == want.sequences
+            np.testing.assert_array_equal(drafted.topk_tokens, want.topk_tokens)
+            np.testing.assert_allclose(drafted.topk_logprobs, want.topk_logprobs, atol=1e-5)
+        assert len(replays) == 18 + 6
+        for d in (ref, got):
+            d.observe(rid, *_among_others(hidden[seen : seen + 2], g), anchor=tokens[seen + 2])
+            d.release(rid)
+        assert got.graphs.launched is None and got.graphs.staged is None
+
+
 def test_compiled_static_step_drafts_like_the_eager_one(models):
     """On CUDA the captured functions are fused by torch.compile first (whole, fullgraph: a
     graph break there would fail the capture on the GPU); here the same compiled functions run

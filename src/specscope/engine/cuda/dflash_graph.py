@@ -117,7 +117,8 @@ class _DeviceInts:
 
 class _HostCopy:
     """The step's packed top-k brought to the host: one pinned buffer (made at the first
-    fetch), one copy, one wait. The array is this buffer: read it before the next fetch."""
+    copy), one copy, one wait. `start` queues the copy, `wait` reads it: the array is this
+    buffer, so read it before the next copy."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -125,15 +126,20 @@ class _HostCopy:
         self.ready = torch.cuda.Event() if self.cuda else None
         self.host: torch.Tensor | None = None
 
-    def fetch(self, out: torch.Tensor) -> np.ndarray:
+    def start(self, out: torch.Tensor) -> None:
         if not self.cuda:
-            return out.numpy()
+            self.host = out
+            return
         if self.host is None or self.host.shape != out.shape:
             self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
         self.host.copy_(out, non_blocking=True)
         assert self.ready is not None
         self.ready.record(self.stream)
-        self.ready.synchronize()
+
+    def wait(self) -> np.ndarray:
+        if self.ready is not None:
+            self.ready.synchronize()
+        assert self.host is not None
         return self.host.numpy()
 
 
@@ -166,6 +172,10 @@ class DFlashGraphs:
         # The store whose new rows are staged (the verify's rows in `nodes`), where they start,
         # and which rows of `nodes` they are: one at a time (one buffer).
         self.staged: tuple[RingContext, int, list[int]] | None = None
+        # The store, anchor and context length of a step launched ahead of its propose (`stage`
+        # with an anchor), its top-k on its way to the host: one at a time (the replayed
+        # graphs' outputs share one pool, so any later replay voids it).
+        self.launched: tuple[RingContext, int, int] | None = None
         self._graphs: dict[tuple[int, str, int], tuple[Any, Any]] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         # What a graph captures: the two step functions, fused by torch.compile when asked (the
@@ -184,42 +194,65 @@ class DFlashGraphs:
         """Whether an update of `new_rows` rows out of `hidden` can be staged."""
         return new_rows <= self.block_size and hidden.shape[0] <= self.verify_rows
 
-    def stage(self, ctx: RingContext, hidden: torch.Tensor, rows: list[int] | None) -> None:
+    def stage(
+        self,
+        ctx: RingContext,
+        hidden: torch.Tensor,
+        rows: list[int] | None,
+        anchor: int | None = None,
+    ) -> None:
         """Take 1..B committed rows of tapped target features (`hidden` [n, taps x D], its
         `rows`, e.g. a verify's accepted path; None: all) for `ctx` (`stages` says whether they
         fit); the next `propose` on it gathers and writes them in the same replay as the block
         (`flush` writes them alone). `hidden` is copied now, whole (the verify's output is
-        valid until the next forward): one device copy, no sync, nothing crosses from the host
-        until the propose's one copy of its inputs."""
+        valid until the next forward): one device copy, no sync. With `anchor` (the token the
+        next propose will start from) that step is launched now: the device drafts while the
+        host finishes the verify's bookkeeping, and the propose only waits for the copy back."""
         self.flush()
         self.nodes[: hidden.shape[0]].copy_(hidden)
         rows = list(range(hidden.shape[0])) if rows is None else rows
         self.staged = (ctx, ctx.length, rows)
         ctx.length += len(rows)
+        if anchor is not None:
+            self.host.start(self._replay_step(ctx, anchor))
+            self.launched = (ctx, anchor, ctx.length)
 
     def flush(self) -> None:
         """Write the staged rows into their store now (before anything else reads it)."""
         if self.staged is not None:
             (ctx, start, rows), self.staged = self.staged, None
             self.inputs.set([0, 0, start, len(rows), *rows])
+            self.launched = None  # a replay may reuse the launched step's outputs
             self._run(ctx, "update", 0)
 
     def propose(self, ctx: RingContext, anchor: int) -> np.ndarray:
-        """The block after `anchor`, its store's staged rows written first in the same replay:
-        [B-1, 2k] int64 on the host, the top-k ids then their log-probs' float32 bits
+        """The block after `anchor`, its store's staged rows written first in the same replay
+        (or the step launched by `stage` for this store, anchor and length): [B-1, 2k] int64
+        on the host, the top-k ids then their log-probs' float32 bits
         (dflash_block.pack_topk)."""
+        launched, self.launched = self.launched, None
+        if launched is None or launched != (ctx, anchor, ctx.length):
+            self.host.start(self._replay_step(ctx, anchor))
+        return self.host.wait()
+
+    def release(self, ctx: RingContext) -> None:
+        """`ctx` goes back to the pool: its staged rows are not written, its launched step is
+        not read."""
+        if self.staged is not None and self.staged[0] is ctx:
+            self.staged = None
+        if self.launched is not None and self.launched[0] is ctx:
+            self.launched = None
+
+    def _replay_step(self, ctx: RingContext, anchor: int) -> torch.Tensor:
+        """One step on `ctx` from `anchor`: its staged rows (if any) written, then the block."""
         if self.staged is not None and self.staged[0] is ctx:
             (_, start, rows), self.staged = self.staged, None
         else:
             self.flush()
             start, rows = ctx.length, []  # nothing staged: the update writes no row
         self.inputs.set([anchor, ctx.length, start, len(rows), *rows])
-        return self.host.fetch(self._run(ctx, "step", width_for(ctx)))
-
-    def release(self, ctx: RingContext) -> None:
-        """`ctx` goes back to the pool: its staged rows are not written."""
-        if self.staged is not None and self.staged[0] is ctx:
-            self.staged = None
+        self.launched = None
+        return self._run(ctx, "step", width_for(ctx))
 
     def capture(self, ctx: RingContext) -> None:
         """Capture the graphs over `ctx` now (with the current inputs: an update of 0 rows

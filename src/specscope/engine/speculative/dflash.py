@@ -116,18 +116,25 @@ class DFlashDrafter:
 
     @torch.inference_mode()
     def observe(
-        self, request_id: str, hidden: torch.Tensor, rows: Sequence[int] | None = None
+        self,
+        request_id: str,
+        hidden: torch.Tensor,
+        rows: Sequence[int] | None = None,
+        anchor: int | None = None,
     ) -> None:
         """Append the committed positions' tapped features: `hidden`'s `rows` (a verify's
         accepted path), or all of it. On the graph paths an update of up to B rows is staged
-        and written by the next propose's replay (DFlashGraphs.stage); longer ones (prefill
-        chunks) are written now, eagerly."""
+        and written by the next propose's replay (DFlashGraphs.stage), which starts now when
+        the next propose's `anchor` is known; longer ones (prefill chunks) are written now,
+        eagerly."""
         ctx = self.contexts.get(request_id)
         n = hidden.shape[0] if rows is None else len(rows)
         if n == 0:
             return
         if self.graphs is not None and self.graphs.covers(ctx) and self.graphs.stages(hidden, n):
-            self.graphs.stage(ctx, hidden.to(self.model.fc.weight.device), _listed(rows))
+            # Ahead only alone: with several requests their proposes are batched, eagerly.
+            ahead = anchor if len(self.contexts) == 1 else None
+            self.graphs.stage(ctx, hidden.to(self.model.fc.weight.device), _listed(rows), ahead)
             return
         self._settle()
         param = self.model.fc.weight

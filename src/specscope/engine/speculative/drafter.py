@@ -83,8 +83,16 @@ class HiddenStateDrafter(Protocol):
 
     def release(self, request_id: str) -> None: ...
 
-    def observe(self, request_id: str, hidden: Any, rows: Sequence[int] | None = None) -> None:
-        """Append the tapped rows `rows` of `hidden` (a verify's accepted path; None: all)."""
+    def observe(
+        self,
+        request_id: str,
+        hidden: Any,
+        rows: Sequence[int] | None = None,
+        anchor: int | None = None,
+    ) -> None:
+        """Append the tapped rows `rows` of `hidden` (a verify's accepted path; None: all).
+        `anchor`, when given, is the token the request's next propose starts from (the last
+        committed one): the drafter may start that propose now."""
         ...
 
 

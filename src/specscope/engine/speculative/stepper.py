@@ -122,11 +122,15 @@ class SpeculativeStepper:
                 verdict = verify_greedy(tree, greedy[i])
             else:
                 verdict = self._sampled(r, d, tree, logits.tensor[i, : len(tree.tokens)])
-            self._commit_kv(runner.kv, r.seq, slots[i], verdict.path)
             if hidden:  # the accepted nodes are the next context rows: their features too
                 t = time.perf_counter()
-                self.drafter.observe(r.request_id, hidden[i], verdict.path)  # type: ignore[attr-defined]
+                # First, and with the next propose's anchor: the drafter may start that step
+                # now, while the host commits the KV and the engine takes the tokens.
+                self.drafter.observe(  # type: ignore[attr-defined]
+                    r.request_id, hidden[i], verdict.path, anchor=verdict.committed[-1]
+                )
                 observe_s += time.perf_counter() - t
+            self._commit_kv(runner.kv, r.seq, slots[i], verdict.path)
             proposals[r.request_id] = Proposal(
                 verdict.committed,
                 verdict.accepted_drafts,
