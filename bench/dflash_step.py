@@ -75,7 +75,6 @@ from specscope.engine.loader import SMOLLM2_CONFIG, TINY_CONFIG, load_model, ran
 from specscope.engine.options import DRAFT_ATTENTION
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash import DFlashDrafter
-from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION
 from specscope.engine.speculative.drafter import Draft, DraftRequest
 
 SHAPES = {"tiny": TINY_CONFIG, "smollm2": SMOLLM2_CONFIG}
@@ -403,10 +402,11 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument(
         "--attention",
-        default=BLOCK_ATTENTION,
+        default=None,
         choices=DRAFT_ATTENTION,
         help="the block's attention: SDPA's kernels (--sdpa) or grouped matmuls "
-        f"(dflash_model.grouped_attention); default the engine's ({BLOCK_ATTENTION})",
+        "(dflash_model.grouped_attention); default the engine's on the device "
+        "(dflash_block.block_attention: grouped on CUDA, SDPA on a CPU)",
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

@@ -14,6 +14,7 @@ import torch.nn.functional as F  # noqa: E402
 from specscope.engine.loader import TINY_CONFIG, random_model  # noqa: E402
 from specscope.engine.speculative.dflash import DFlashDrafter  # noqa: E402
 from specscope.engine.speculative.dflash_block import (  # noqa: E402
+    block_attention,
     pack_topk,
     top_logprobs,
     unpack_topk,
@@ -76,7 +77,7 @@ def test_grouped_attention_is_sdpas_grouped_query_attention(masked, dtype, tol):
 
 def test_a_drafter_on_grouped_attention_drafts_as_on_sdpa():
     """fp32: the same chains and top-k ids, log-probs within float error; an unknown attention
-    is refused when the drafter is built, not at its first step."""
+    is refused when the drafter is built, not at its first step; none named, the device's."""
     target = random_model(TINY_CONFIG, device="cpu", dtype=torch.float32, seed=3)
     model = tiny_dflash(target.config)
     g = torch.Generator().manual_seed(0)
@@ -96,3 +97,6 @@ def test_a_drafter_on_grouped_attention_drafts_as_on_sdpa():
         assert abs(got.topk_logprobs - want.topk_logprobs).max() < 1e-4
     with pytest.raises(ValueError, match="attention must be one of"):
         DFlashDrafter(model, target.model, attention="flash")
+    # Unsaid, the device's: grouped where it was measured faster (CUDA), SDPA on a CPU
+    assert DFlashDrafter(model, target.model).attention == "sdpa"
+    assert block_attention(torch.device("cuda")) == "grouped"

@@ -63,7 +63,6 @@ import torch
 from specscope.engine.cuda.tokenwise import allow_variants
 from specscope.engine.model import Transformer
 from specscope.engine.speculative.dflash_block import (
-    BLOCK_ATTENTION,
     block_mask,
     block_topk,
     pack_topk,
@@ -152,7 +151,7 @@ class DFlashGraphs:
         top_k: int,
         capture: bool,
         compile: bool = False,
-        attention: str = BLOCK_ATTENTION,
+        attention: str = "sdpa",
         verify_rows: int = 0,
     ):
         dev = model.fc.weight.device

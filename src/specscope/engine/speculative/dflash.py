@@ -33,7 +33,7 @@ from specscope.engine.cuda.dflash_graph import DFlashGraphs
 from specscope.engine.model import Transformer
 from specscope.engine.options import DRAFT_ATTENTION
 from specscope.engine.speculative.dflash_block import (
-    BLOCK_ATTENTION,
+    block_attention,
     block_mask,
     block_topk,
     pack_topk,
@@ -63,12 +63,13 @@ class DFlashDrafter:
         name: str = "dflash",
         path: str = "ring",
         compile: bool = False,
-        attention: str = BLOCK_ATTENTION,
+        attention: str | None = None,
         verify_rows: int = 0,
     ):
         model.config.check_target(target.cfg)
         if path not in PATHS:
             raise ValueError(f"DFlash drafter path must be one of {PATHS}, got {path!r}")
+        attention = attention or block_attention(model.fc.weight.device)
         if attention not in DRAFT_ATTENTION:
             raise ValueError(
                 f"DFlash attention must be one of {DRAFT_ATTENTION}, got {attention!r}"

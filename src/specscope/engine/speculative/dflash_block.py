@@ -16,10 +16,14 @@ from specscope.engine.speculative.dflash_context import KV
 from specscope.engine.speculative.dflash_model import DFlashDraftModel
 from specscope.engine.speculative.draft_vocab import DraftHead
 
-#: The served block's attention (engine.options.DRAFT_ATTENTION; the trainer keeps SDPA's default):
-#: grouped matmuls, 42 us less device time a drafting step than cuDNN's fused kernel on the
-#: H100 and the same commits (the sixth device session, docs/dflash.md).
-BLOCK_ATTENTION = "grouped"
+
+def block_attention(device: torch.device) -> str:
+    """The served block's attention on `device` (engine.options.DRAFT_ATTENTION; the trainer
+    keeps SDPA's): grouped matmuls on CUDA (0.042 ms less device time a drafting step than
+    cuDNN's fused kernel on the H100, the same commits: the sixth device session,
+    docs/dflash.md), SDPA's fused kernel on a CPU (the shipped drafter's CPU test ran 50 s with
+    it against 55-59 s grouped, 2026-12-06)."""
+    return "grouped" if device.type == "cuda" else "sdpa"
 
 
 def block_mask(visible: torch.Tensor, width: int, block: int) -> torch.Tensor:

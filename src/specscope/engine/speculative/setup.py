@@ -15,7 +15,6 @@ from specscope.engine.loader import LoadedModel, load_model
 from specscope.engine.options import SpeculationOptions
 from specscope.engine.speculative import dflash_model
 from specscope.engine.speculative.dflash import DFlashDrafter
-from specscope.engine.speculative.dflash_block import BLOCK_ATTENTION
 from specscope.engine.speculative.drafter import Drafter
 from specscope.engine.speculative.faults import with_faults
 from specscope.engine.speculative.model_drafter import EngineLM, ModelDrafter, early_exit_model
@@ -121,7 +120,7 @@ def make_dflash_drafter(
         name=f"dflash:{path.name}",
         path="graph" if cuda_graphs and target.device.type == "cuda" else "ring",
         compile=torch_compile,
-        attention=opts.draft_attention or BLOCK_ATTENTION,
+        attention=opts.draft_attention,  # None: the device's (dflash_block.block_attention)
         verify_rows=opts.max_nodes,  # a verify's rows an update is staged from
     )
     drafter.warmup()
