@@ -8,12 +8,14 @@ Per step, for every live request at once:
 3. verify: one batched target forward (`Runner.forward`) over every tree's nodes, with
    depth-based positions and the ancestor-only mask (chains use the plain causal mask), K/V
    written to fresh pending rows;
-4. commit: walk the accepted path (argmax at T = 0, rejection/target-only sampling at T > 0),
-   then make the accepted rows the next context rows — `compact` copies them to the front of
-   the pending rows (skipped when already there), `inplace` keeps them where they are and
-   reorders the page table over them instead (token-granular, so page_size 1 only: the SGLang
-   way, which leaves the request's KV physically scattered) — and free the rest; a drafter on
-   the target's hidden states observes the accepted rows (timed apart: "observe").
+4. commit: walk the accepted path (argmax at T = 0, rejection/target-only sampling at T > 0);
+   a drafter on the target's hidden states observes the accepted rows first, with the next
+   step's anchor (timed apart: "observe"; DFlash may start its next draft then, so the device
+   drafts while the host commits); then make the accepted rows the next context rows —
+   `compact` copies them to the front of the pending rows (skipped when already there),
+   `inplace` keeps them where they are and reorders the page table over them instead
+   (token-granular, so page_size 1 only: the SGLang way, which leaves the request's KV
+   physically scattered) — and free the rest.
 
 Invariant kept with the backend: the KV cache holds every committed token except the last one.
 """
