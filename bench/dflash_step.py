@@ -40,9 +40,9 @@ functions replay ~250 kernels a step (--count-ops), so fusing them is what item 
     python3 bench/dflash_step.py --device cuda --random-weights --layers-block 2,16 \
         --profile graph+compile --attention sdpa --sdpa math   # SDPA's math kernels
 
---attention: the block's attention, grouped bf16 matmuls (the engine's default since the sixth
-device session: 0.203 ms of device time a step against 0.267 with cuDNN's fused kernel and
-the earlier step, H100) or SDPA's kernels (then --sdpa picks them). On the staged paths the
+--attention: the block's attention, grouped bf16 matmuls (the engine's default on CUDA since the
+sixth device session: 0.203 ms of device time a step against 0.267 with cuDNN's fused kernel
+and the earlier step, H100) or SDPA's kernels (then --sdpa picks them; the CPU's default). On the staged paths the
 "update" part is the staging (a copy of the rows) and the propose writes them.
 
 --profile PATH: --steps steps of that path under torch.profiler (the GPU's kernels too, replayed

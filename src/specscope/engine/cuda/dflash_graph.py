@@ -197,7 +197,7 @@ class DFlashGraphs:
         self,
         ctx: RingContext,
         hidden: torch.Tensor,
-        rows: list[int] | None,
+        rows: Sequence[int] | None,
         anchor: int | None = None,
     ) -> None:
         """Take 1..B committed rows of tapped target features (`hidden` [n, taps x D], its
@@ -209,7 +209,7 @@ class DFlashGraphs:
         host finishes the verify's bookkeeping, and the propose only waits for the copy back."""
         self.flush()
         self.nodes[: hidden.shape[0]].copy_(hidden)
-        rows = list(range(hidden.shape[0])) if rows is None else rows
+        rows = list(range(hidden.shape[0]) if rows is None else rows)
         self.staged = (ctx, ctx.length, rows)
         ctx.length += len(rows)
         if anchor is not None:
@@ -221,7 +221,6 @@ class DFlashGraphs:
         if self.staged is not None:
             (ctx, start, rows), self.staged = self.staged, None
             self.inputs.set([0, 0, start, len(rows), *rows])
-            self.launched = None  # a replay may reuse the launched step's outputs
             self._run(ctx, "update", 0)
 
     def propose(self, ctx: RingContext, anchor: int) -> np.ndarray:
@@ -250,7 +249,6 @@ class DFlashGraphs:
             self.flush()
             start, rows = ctx.length, []  # nothing staged: the update writes no row
         self.inputs.set([anchor, ctx.length, start, len(rows), *rows])
-        self.launched = None
         return self._run(ctx, "step", width_for(ctx))
 
     def capture(self, ctx: RingContext) -> None:
@@ -297,6 +295,7 @@ class DFlashGraphs:
         return self._block(ctx, width)
 
     def _run(self, ctx: RingContext, kind: str, width: int) -> Any:
+        self.launched = None  # any replay may reuse the launched step's outputs (one pool)
         if not self.capturing:
             return self._steps[kind](ctx, width)
         graph, out = self._graph(ctx, kind, width)

@@ -135,7 +135,7 @@ class DFlashDrafter:
         if self.graphs is not None and self.graphs.covers(ctx) and self.graphs.stages(hidden, n):
             # Ahead only alone: with several requests their proposes are batched, eagerly.
             ahead = anchor if len(self.contexts) == 1 else None
-            self.graphs.stage(ctx, hidden.to(self.model.fc.weight.device), _listed(rows), ahead)
+            self.graphs.stage(ctx, hidden.to(self.model.fc.weight.device), rows, ahead)
             return
         self._settle()
         param = self.model.fc.weight
@@ -225,7 +225,3 @@ class DFlashDrafter:
         ctx = self.contexts.release(request_id)
         if ctx is not None and self.graphs is not None:
             self.graphs.release(ctx)  # its staged rows, if any, are dropped: no update for it
-
-
-def _listed(rows: Sequence[int] | None) -> list[int] | None:
-    return None if rows is None else [int(r) for r in rows]

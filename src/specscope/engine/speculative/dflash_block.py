@@ -21,8 +21,9 @@ def block_attention(device: torch.device) -> str:
     """The served block's attention on `device` (engine.options.DRAFT_ATTENTION; the trainer
     keeps SDPA's): grouped matmuls on CUDA (0.042 ms less device time a drafting step than
     cuDNN's fused kernel on the H100, the same commits: the sixth device session,
-    docs/dflash.md), SDPA's fused kernel on a CPU (the shipped drafter's CPU test ran 50 s with
-    it against 55-59 s grouped, 2026-12-06)."""
+    docs/dflash.md), SDPA's fused kernel on a CPU (no slower there: the shipped drafter's draft
+    31.0 ms a step against 31.4 grouped, bench/engine_spec.py --dflash-attention sdpa,grouped,
+    docs/dflash.md)."""
     return "grouped" if device.type == "cuda" else "sdpa"
 
 

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from specscope.engine.model import MLP, ModelConfig, RMSNorm, rope_inv_freq, rotate_half
-from specscope.engine.options import DRAFT_ATTENTION
 from specscope.engine.speculative.draft_vocab import DraftHead
 
 FORMAT = "specscope-dflash/1"
@@ -153,9 +152,10 @@ def grouped_attention(
 
     Why: a served block has 16 queries over a context of ~500 rows. cuDNN's fused kernel
     (what SDPA picks on the H100) spends 36 us a layer on that (the fifth device session's
-    profile), the math path's float32 matmuls as long; stacked, each product is one small bf16 matmul (~3 us in the
-    same profile's projections), the mask and a float32 softmax one fused kernel when
-    compiled. The scores are rounded to the inputs' dtype before the float32 softmax."""
+    profile), the math path's float32 matmuls as long; stacked, each product is one small
+    bf16 matmul (~3 us in the same profile's projections), the mask and a float32 softmax one
+    fused kernel when compiled. The scores are rounded to the inputs' dtype before the float32
+    softmax."""
     b, h, nq, d = q.shape
     kvh, width = keys.shape[1], keys.shape[2]
     group = h // kvh
@@ -285,11 +285,10 @@ class DFlashDraftModel(nn.Module):
     ) -> torch.Tensor:
         """Block inputs x [B, Q, D] at positions [B, Q], attending to the context keys/values
         `ctx` and to the block under `mask` [B, 1, Q, C + Q] (bool; None = all visible), by
-        `attention` (one of DRAFT_ATTENTION: the trainer's long rows take SDPA's fused kernels, a
-        served block of 16 queries the grouped matmuls); returns the final-normed hidden
-        states for the target's LM head."""
-        if attention not in DRAFT_ATTENTION:
-            raise ValueError(f"attention must be one of {DRAFT_ATTENTION}, got {attention!r}")
+        `attention` (one of DRAFT_ATTENTION, checked by the drafter and the options that name
+        it: the trainer's long rows take SDPA's fused kernels, a served block on CUDA the
+        grouped matmuls, dflash_block.block_attention); returns the final-normed hidden states
+        for the target's LM head."""
         cos, sin = self.rope(positions, x.dtype)
         for layer, (k, v) in zip(self.layers, ctx, strict=True):
             x = layer(x, cos, sin, k, v, mask, attention)
