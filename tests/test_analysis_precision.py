@@ -108,9 +108,19 @@ def test_token_budget_and_request_cap():
     assert _decide(_reading(3, 0.10), budget=cap, attempted=12).stopped_by == pr.MAX_REQUESTS
 
 
-def test_no_data_stops():
-    d = _decide(pr.Reading(0, None, None, False, None))
-    assert d.stopped_by == pr.NO_DATA
+def test_no_window_tries_again_then_stops():
+    """A request whose reads held its whole generation has no decode window (a server that
+    merged its events for a moment): one more request at a time, up to NO_WINDOW_TRIES, and
+    never past the budget."""
+    nothing = pr.Reading(0, None, None, False, None)
+    for tried in range(1, pr.NO_WINDOW_TRIES):
+        d = _decide(nothing, attempted=tried)
+        assert (d.more, d.stopped_by) == (1, None), d
+    d = _decide(nothing, attempted=pr.NO_WINDOW_TRIES)
+    assert (d.more, d.stopped_by) == (0, pr.NO_DATA) and f"{pr.NO_WINDOW_TRIES} tried" in d.reason
+    spent = pr.Budget(seconds=15.0, tokens=None, max_requests=1000)
+    d = _decide(nothing, budget=spent, attempted=1, spent_s=10.0)  # 5 s left, 10 s a request
+    assert (d.more, d.stopped_by) == (0, pr.NO_DATA) and "the budget allows no more" in d.reason
 
 
 def test_noisier_requests_need_more():

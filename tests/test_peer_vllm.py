@@ -190,6 +190,15 @@ class Diagnosed(NamedTuple):
     out: dict[str, Any]  # the `diagnose --json` object
     prefix_cache_hits: float  # prompt tokens vLLM served from its prefix cache during the run
 
+    def evidence(self) -> str:
+        """For a failure message: the verdict, the repeats' record, and each request's reads and
+        tokens (a run with no decode rate: where did the stream's events go?)."""
+        reads = [
+            (t.spec.tag, len(t.reads()), t.tokens_received, t.error and t.error.kind)
+            for t in load_run(self.run_dir).requests
+        ]
+        return f"verdict={self.out['verdict']} precision={self.out.get('precision')} reads={reads}"
+
 
 @pytest.fixture(scope="module")
 def diagnosed(server: VllmServer, tmp_path_factory) -> Diagnosed:
@@ -359,7 +368,7 @@ def test_without_speculation_commit_length_is_one_and_no_speculation_finding(
     server: VllmServer, diagnosed: Diagnosed
 ) -> None:
     out = diagnosed.out
-    assert out["mean_commit_len"] is not None
+    assert out["mean_commit_len"] is not None, diagnosed.evidence()
     if server.spec == "ngram":  # the contrast: with speculation on, steps commit more than one
         assert out["mean_commit_len"] > 1.05
         return
@@ -405,6 +414,7 @@ def test_probe_report_compare_and_diagnose_agree_on_decode_tps(
     _show(f"vllm {server.spec} one run, every command", figures)
     for name in ("report(probe run)", "compare a"):
         assert _rel(figures[name], probe_tps) <= SAME_RUN_TOLERANCE, figures
+    assert diag["decode_tps"] is not None, diagnosed.evidence()
     for name in ("report(diagnose run)", "compare b"):
         assert _rel(figures[name], diag["decode_tps"]) <= SAME_RUN_TOLERANCE, figures
     assert f"{stored['probe']:.1f}" in report_probe.stdout  # the terminal shows that number

@@ -169,3 +169,15 @@ def test_ctrl_c_mid_loop_keeps_every_request(twin_server, tmp_path):
 def _recorded(writer: RunDirWriter) -> int:
     path = writer.path / "requests.jsonl"
     return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def test_a_measurement_without_a_decode_window_is_tried_again_then_given_up(twin_server):
+    """A server that sends each generation whole (one SSE event at the end) leaves no request a
+    decode window: the loop tries NO_WINDOW_TRIES requests in all (a merge of a moment passes),
+    then stops on NO_DATA, well inside its budget and cap."""
+    srv = twin_server(_scenario(0.0), stream_interval=10 * TOKENS)
+    out, result = asyncio.run(_loop(srv.url, _plan(0.25)))
+    assert all(t.ok and len(t.reads()) == 1 for t in result.traces), result.traces
+    assert out.stopped_by == pr.NO_DATA, out
+    assert len(result.traces) == pr.NO_WINDOW_TRIES and out.added_requests == pr.NO_WINDOW_TRIES - 1
+    assert out.requests == 0 and f"{pr.NO_WINDOW_TRIES} tried" in out.reason

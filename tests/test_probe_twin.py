@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from specscope.analysis.steps.reconstruct import reconstruct_steps
 from specscope.cli import app
-from specscope.trace import load_run
+from specscope.trace import RequestTrace, load_run
+from specscope.twin.scenario import Scenario
+from support.cli import run_specscope
+from support.twin_process import twin_process
 
 
 def _truth(url: str, request_id: str) -> dict:
@@ -18,33 +22,26 @@ def _truth(url: str, request_id: str) -> dict:
         return json.loads(r.read())
 
 
+def _probe_process(sc: Scenario, tmp_path: Path, *args: str) -> tuple[dict, RequestTrace, dict]:
+    """`specscope probe ARGS` against the twin of `sc`, each a process of its own (as a user runs
+    them: support.twin_process says why): the probe's JSON, its first request and its truth."""
+    with twin_process(sc, tmp_path) as srv:
+        proc = run_specscope("probe", srv.url, "--json", "--out", str(tmp_path / "run"), *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        trace = load_run(tmp_path / "run").requests[0]
+        truth = srv.truth(trace.request_id or "")
+    assert truth is not None, trace.request_id
+    return json.loads(proc.stdout), trace, truth
+
+
 @pytest.mark.parametrize("api", ["native", "completions"])
-def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, api):
-    srv = twin_server(fast_scenario)
-    res = CliRunner().invoke(
-        app,
-        [
-            "probe",
-            srv.url,
-            "--json",
-            "--out",
-            str(tmp_path / "run"),
-            "--prompt-tokens",
-            "16",
-            "--max-tokens",
-            "48",
-            "--api",
-            api,
-        ],
+def test_probe_twin_matches_ground_truth(fast_scenario, tmp_path, api):
+    out, trace, truth = _probe_process(
+        fast_scenario, tmp_path, "--prompt-tokens", "16", "--max-tokens", "48", "--api", api
     )
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
     s = out["summary"]
     assert out["flavor"] == "sglang" and s["requests"] == 1 and s["errors"] == 0
-    run = load_run(tmp_path / "run")
-    trace = run.requests[0]
     assert trace.spec.prompt_tokens == 16 and trace.completion_tokens == 48
-    truth = _truth(srv.url, trace.request_id)
     assert truth["prompt_tokens"] == 16
     commits = [st["commit_len"] for st in truth["steps"]]
     # Our steps start after the first token-bearing read (the prefill chunk); when the client
@@ -84,36 +81,22 @@ def test_probe_twin_matches_ground_truth(twin_server, fast_scenario, tmp_path, a
         ), (truth, with_prefill)
 
 
-def test_probe_twin_stream_interval_is_flagged_as_coalescing(twin_server, fast_scenario, tmp_path):
+def test_probe_twin_stream_interval_is_flagged_as_coalescing(fast_scenario, tmp_path):
     # SGLang --stream-interval 4: chunks merge steps; client steps must not be trusted, and the
     # server's own fields still give the right commit length.
-    srv = twin_server(fast_scenario, stream_interval=4)
+    data = fast_scenario.model_dump()
+    data["streaming"]["stream_interval"] = 4
     # No --max-commit-len: it comes from the server's info (speculative_num_draft_tokens).
-    res = CliRunner().invoke(
-        app,
-        [
-            "probe",
-            srv.url,
-            "--json",
-            "--out",
-            str(tmp_path / "run"),
-            "--prompt-tokens",
-            "16",
-            "--max-tokens",
-            "96",
-        ],
+    out, trace, truth = _probe_process(
+        Scenario.model_validate(data), tmp_path, "--prompt-tokens", "16", "--max-tokens", "96"
     )
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
     assert any(n.startswith("max commit length") for n in out["notes"])
     s = out["summary"]
     assert s["steps"]["reliable_requests"] == 0
     assert s["steps"]["unreliable_reasons"]
-    trace = load_run(tmp_path / "run").requests[0]
-    truth = _truth(srv.url, trace.request_id)
-    # Once, on a fresh clone beside a busy loop (2026-12-06), the source was None: not
-    # reproduced alone or beside three busy loops. The evidence, if it comes back: the
-    # summary's notes, the server's fields and the stream's chunks.
+    # Once, on a fresh clone beside a busy loop (2026-12-06), the source was None, with the twin
+    # in the test's process (since then a process of its own). The evidence, if it comes back:
+    # the summary's notes, the server's fields and the stream's chunks.
     evidence = (out["notes"], trace.server_spec, [(c.t_ns, c.n_tokens) for c in trace.chunks])
     assert s["mean_commit_len_source"] == "server", evidence
     assert s["mean_commit_len"] == pytest.approx(truth["mean_commit_len"], rel=1e-6)

@@ -57,6 +57,13 @@ NO_DATA = "no_data"  # no request with a decode window: nothing to judge
 ERRORS = "errors"  # the server stopped answering during the repeats
 INTERRUPTED = "interrupted"  # Ctrl-C during the repeats
 OFF = "off"  # --precision 0: only the plan's repeats
+# Requests of the measurement (failed ones included) tried before a reading with no decode window
+# stops the loop. A window needs two token-bearing reads, and a request can end with one: its
+# server merged every event of the generation into one (vLLM's front end does when its loop
+# falls behind its engine; CI saw a 64-token n-gram generation arrive whole) or this client read
+# late. That is a moment's state, not the server's; a server that always sends whole answers
+# costs two requests more.
+NO_WINDOW_TRIES = 3
 STOPPED_BY = (PRECISION, BUDGET, MAX_REQUESTS, NO_DATA, ERRORS, INTERRUPTED, OFF)
 
 
@@ -204,8 +211,11 @@ def decide(
     request cap counts them; default the reading's); `seconds_per_request`: the measured mean
     wall time of one; `committed`: the most requests an earlier reading said were needed (the
     loop does not stop on precision before it has them)."""
+    done = r.requests if attempted is None else attempted
     if r.decode_tps is None:
-        return Decision(0, NO_DATA, None, "no request with a decode window: nothing to judge")
+        return _without_window(
+            budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
+        )
     hw, hw_t = r.relative_half_width, r.t_half_width
     if (
         r.over_requests
@@ -221,7 +231,6 @@ def decide(
     more = max(1, needed - r.requests)
     if r.requests >= MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP:
         more = min(more, r.requests)  # at most double per round: re-read the spread first
-    done = r.requests if attempted is None else attempted
     fit, limit = affordable(
         budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
     )
@@ -240,6 +249,33 @@ def decide(
         None,
         needed,
         f"{needed} requests needed for +-{target:.1%}; {r.requests} so far, {more} more",
+    )
+
+
+def _without_window(
+    budget: Budget,
+    done: int,
+    spent_s: float,
+    spent_tokens: int,
+    seconds_per_request: float,
+    tokens_per_request: int,
+) -> Decision:
+    """No request of the measurement has a decode window yet: one more, while fewer than
+    NO_WINDOW_TRIES were tried and the budget has room for it; else stop, nothing to judge."""
+    fit, limit = affordable(
+        budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
+    )
+    if done < NO_WINDOW_TRIES and fit > 0:
+        return Decision(
+            1,
+            None,
+            None,
+            f"no request with a decode window in {done}: one more, up to {NO_WINDOW_TRIES}",
+        )
+    what = "the request cap" if limit == MAX_REQUESTS else "the budget"
+    why = f"{NO_WINDOW_TRIES} tried" if done >= NO_WINDOW_TRIES else f"{what} allows no more"
+    return Decision(
+        0, NO_DATA, None, f"no request with a decode window in {done} ({why}): nothing to judge"
     )
 
 
