@@ -421,3 +421,21 @@ def test_coalesced_stream_with_server_per_step_logs_still_finds_the_decay(scenar
     decay = next(f for f in an.findings if f.id == "acceptance_decay")
     assert any("ddtree" in e.source for e in decay.evidence)
     assert "ddtree" in an.series["commit_len_histogram"]["source"]
+
+
+def test_a_stream_sent_whole_is_said_and_its_ttft_is_not_called_prefill(scenarios):
+    """Every generation in one read (a proxy that buffers the stream, a stream interval past
+    max_tokens): no decode rate, and the verdict says why in those terms; TTFT then holds the
+    whole generation, so no prefill_bound claim (it was made: "TTFT 100% of end-to-end")."""
+    sc = scenarios["healthy"]
+    vr = virtual.virtual_run(
+        lambda p, n, s: tw.simulate_request(sc, p, n, s),
+        virtual.story_plan(),
+        seed=3,
+        stream_interval=100_000,
+    )
+    an = analyze(vr.run)
+    assert an.decode_tps is None
+    assert "came in one read, every token at once" in an.verdict[0], an.verdict
+    ids = _ids(an)
+    assert "chunk_coalescing" in ids and "prefill_bound" not in ids, ids

@@ -23,6 +23,7 @@ import numpy as np
 from specscope.analysis.diagnosis.cards import BY_ID, MECHANISM, Cause
 from specscope.analysis.diagnosis.facts import HONEYMOON_DEFAULT_WINDOW, Facts
 from specscope.analysis.diagnosis.findings import COST_LABEL, INTERVAL_INCLUDES_ZERO, is_expected
+from specscope.analysis.headline.measure import NO_WINDOW
 from specscope.analysis.result import Analysis, Finding, FindingTest
 
 MIN_REFERENCE_STEPS = 8  # steps a reference window needs before its means say anything
@@ -77,7 +78,8 @@ def verdict(
     next step (or that nothing is wrong)."""
     out = [PARTIAL] if a.partial else []
     if a.decode_tps is None:
-        why = a.no_finding_reason or "no request streamed enough tokens for a decode rate"
+        no_window = next((n for n in a.notes if n.startswith(NO_WINDOW)), None)
+        why = a.no_finding_reason or no_window or "no request streamed tokens for a decode rate"
         return [*out, f"Nothing to diagnose: {_clause(why)}."]
     out.append(_rate(a))
     if (moved := _moved(a, ref)) is not None:

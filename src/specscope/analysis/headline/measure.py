@@ -195,6 +195,32 @@ def _cut_short_note(main: tuple[RequestTrace, ...]) -> str | None:
     )
 
 
+# How the note on a run without a decode window begins (the verdict's reason reads it).
+NO_WINDOW = "no decode window"
+
+
+def delivered_whole(trace: RequestTrace) -> bool:
+    """Every token of the request came in its first token-bearing read: its stream holds no
+    decode time (TTFT is then the whole generation's time, not prefill's)."""
+    reads = trace.reads()
+    return len(reads) == 1 and trace.tokens_received > 1
+
+
+def no_window_note(main: Sequence[RequestTrace]) -> str:
+    """Why the main requests give no decode rate: delivered whole (a server or proxy that
+    buffers the stream, a stream interval past max_tokens, or this client reading late), or
+    too few tokens."""
+    whole = sum(1 for t in main if delivered_whole(t))
+    if whole:
+        which = f"each of the {whole}" if whole == len(main) else f"{whole} of the {len(main)}"
+        return (
+            f"{NO_WINDOW}: {which} main request(s) came in one read, every token at once (the "
+            "server or a proxy in front of it sent the generation whole, or this client read "
+            "late), so the stream holds no decode time to measure"
+        )
+    return f"{NO_WINDOW}: fewer than two token-bearing reads in the main requests"
+
+
 def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Measured:
     ok = _measured(run)
     mcl = max_commit_len_from(run.info.server_info)
@@ -214,7 +240,7 @@ def measure(run: Run, telemetry: list[SpecRecord] | None, seed: int = 0) -> Meas
     if (cut := _cut_short_note(main)) is not None:
         notes.append(cut)
     if head.decode_tps is None:
-        notes.append("no decode window: fewer than two token-bearing chunks in the main requests")
+        notes.append(no_window_note(main))
     elif head.mean_commit_len is None:
         notes.append("steps unreliable and no server telemetry: commit length unknown")
     elif head.mean_step_s_source == "derived":
