@@ -439,3 +439,6 @@ def test_a_stream_sent_whole_is_said_and_its_ttft_is_not_called_prefill(scenario
     assert "came in one read, every token at once" in an.verdict[0], an.verdict
     ids = _ids(an)
     assert "chunk_coalescing" in ids and "prefill_bound" not in ids, ids
+    whole = next(f for f in an.findings if f.id == "chunk_coalescing")
+    assert "arrived in one read, every token at once" in whole.summary, whole.summary
+    assert "proxy_buffering off" in whole.next, whole.next

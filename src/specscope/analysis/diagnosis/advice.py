@@ -93,6 +93,16 @@ def chunk_coalescing(flavor: str | None) -> str:
     )
 
 
+def whole_stream(flavor: str | None) -> str:
+    """The stream arrives whole: a buffering proxy (nginx buffers responses unless told not to)
+    or a stream interval as long as the answer."""
+    return (
+        "measure the server directly, without the proxy in front of it; where a proxy must stay, "
+        "turn its response buffering off for the stream (nginx: proxy_buffering off, or the "
+        "response header X-Accel-Buffering: no); then " + chunk_coalescing(flavor)
+    )
+
+
 # The next steps that name no server flag: one text per finding (and variant), the same for
 # every flavor; kept here so every `next` of the rule cards (analysis/diagnosis/cards.py) has one home.
 

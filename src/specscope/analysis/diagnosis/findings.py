@@ -235,15 +235,40 @@ def _plain_coalescing(f: Facts, per_chunk: float) -> Claim:
     )
 
 
+def _whole_stream(f: Facts) -> Claim:
+    """Every main request in one read: not a stream interval's merge of a few steps but a
+    generation held back whole (a proxy buffering the SSE stream, an interval past max_tokens)."""
+    n = len(f.measured.main)
+    return Claim(
+        id="chunk_coalescing",
+        summary=f"Each of the {n} main request(s) arrived in one read, every token at once: the "
+        "stream is held back until the generation ends, so its users wait for the whole answer "
+        "and no step, commit length or decode rate can be read from it.",
+        evidence=[
+            _ev("requests delivered whole", float(n), "requests", "client reads"),
+            _ev(
+                "tokens per request",
+                float(np.median([r.tokens_received for r in f.measured.main])),
+                "tokens",
+                "client reads",
+            ),
+        ],
+        next=advice.whole_stream(f.flavor),
+        test=None,
+    )
+
+
 def chunk_coalescing(f: Facts) -> Claim | None:
+    if f.measured.main and all(delivered_whole(r) for r in f.measured.main):
+        return _whole_stream(f)
     if f.measured.reliable is not False:
         per_chunk = _plain_merged_chunks(f)
         return _plain_coalescing(f, per_chunk) if per_chunk is not None else None
+    source = f.measured.commit_len_source or "nowhere: no server telemetry (--logs, --metrics-url)"
     return Claim(
         id="chunk_coalescing",
         summary="Streamed chunks merge several verify steps, so client-side step times and "
-        "commit lengths are unreliable; commit length comes from "
-        f"{f.measured.commit_len_source or 'nowhere (no server telemetry)'}.",
+        f"commit lengths are unreliable; commit length comes from {source}.",
         evidence=[_ev("reason", r, "", "client chunks") for r in f.measured.reasons]
         + [
             _ev(
