@@ -427,14 +427,9 @@ def test_a_stream_sent_whole_is_said_and_its_ttft_is_not_called_prefill(scenario
     """Every generation in one read (a proxy that buffers the stream, a stream interval past
     max_tokens): no decode rate, and the verdict says why in those terms; TTFT then holds the
     whole generation, so no prefill_bound claim (it was made: "TTFT 100% of end-to-end")."""
-    sc = scenarios["healthy"]
-    vr = virtual.virtual_run(
-        lambda p, n, s: tw.simulate_request(sc, p, n, s),
-        virtual.story_plan(),
-        seed=3,
-        stream_interval=100_000,
-    )
-    an = analyze(vr.run)
+    data = scenarios["healthy"].model_dump()
+    data["streaming"]["stream_interval"] = 100_000
+    an = analyze(_vrun(tw.Scenario.model_validate(data), seed=3).run)
     assert an.decode_tps is None
     assert "came in one read, every token at once" in an.verdict[0], an.verdict
     ids = _ids(an)

@@ -212,10 +212,11 @@ def decide(
     wall time of one; `committed`: the most requests an earlier reading said were needed (the
     loop does not stop on precision before it has them)."""
     done = r.requests if attempted is None else attempted
+    fit, limit = affordable(
+        budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
+    )
     if r.decode_tps is None:
-        return _without_window(
-            budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
-        )
+        return _without_window(done, fit, limit)
     hw, hw_t = r.relative_half_width, r.t_half_width
     if (
         r.over_requests
@@ -231,9 +232,6 @@ def decide(
     more = max(1, needed - r.requests)
     if r.requests >= MIN_REQUESTS_FOR_REQUEST_BOOTSTRAP:
         more = min(more, r.requests)  # at most double per round: re-read the spread first
-    fit, limit = affordable(
-        budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
-    )
     if fit <= 0:
         what = "the request cap" if limit == MAX_REQUESTS else "the budget"
         return Decision(
@@ -252,19 +250,10 @@ def decide(
     )
 
 
-def _without_window(
-    budget: Budget,
-    done: int,
-    spent_s: float,
-    spent_tokens: int,
-    seconds_per_request: float,
-    tokens_per_request: int,
-) -> Decision:
-    """No request of the measurement has a decode window yet: one more, while fewer than
-    NO_WINDOW_TRIES were tried and the budget has room for it; else stop, nothing to judge."""
-    fit, limit = affordable(
-        budget, done, spent_s, spent_tokens, seconds_per_request, tokens_per_request
-    )
+def _without_window(done: int, fit: int, limit: str) -> Decision:
+    """No request of the measurement has a decode window yet (`done` tried; `fit` more
+    affordable, `limit` the binding one): one more while fewer than NO_WINDOW_TRIES were
+    tried and the budget has room for it; else stop, nothing to judge."""
     if done < NO_WINDOW_TRIES and fit > 0:
         return Decision(
             1,
