@@ -94,6 +94,18 @@ def test_the_wake_up_every_read_pays_does_not_limit():
     assert h.lag_excess_s < LIMIT_SHARE * 0.0015 and not h.limits_step_time
 
 
+def test_a_median_longer_than_a_wake_up_is_not_called_one():
+    """Beside three threads spinning in the client's own interpreter its median lag was 7.7 ms:
+    every read pays it, so it moves no gap, but it is not the OS's wake-up."""
+    traces = [_trace(0, 100, 50, 30)]
+    t = list(np.arange(100, 1600, 5.0))
+    h = client_health([_record(t, [7.7] * len(t))], traces, median_step_s=0.030)
+    assert not h.limits_step_time
+    assert "longer than a wake-up" in h.reason and "the wake-up every read pays" not in h.reason
+    quiet = client_health([_record(t, [0.2] * len(t))], traces, median_step_s=0.030)
+    assert "0.20 ms at the median, the wake-up every read pays" in quiet.reason
+
+
 def test_a_rare_scheduling_tail_does_not_limit():
     """One late answer in fifty (the OS's tail on a shared machine) is not a late client."""
     traces = [_trace(0, 100, 50, 10)]
