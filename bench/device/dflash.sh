@@ -39,7 +39,8 @@
 # SDPA (profile: the block's attention kernels, auto/math/cudnn: dflash_step --sdpa),
 # SPEC_EXTRA (more eval flags, e.g. --no-torch-compile), EVAL_TIMEOUT (the eval's limit, 420 s),
 # DRAFTER (eval: this drafter folder instead of the one trained under /tmp/dflash, e.g. the shipped
-# src/specscope/engine/weights/dflash-smollm2-135m; nothing is brought back then). A call stops
+# src/specscope/engine/weights/dflash-smollm2-135m, or a comma list of folders measured in one run;
+# nothing is brought back then). A call stops
 # training after 7 minutes by default (the held-out evaluation after the last step must fit the
 # 10-minute call too).
 set -u
@@ -153,7 +154,9 @@ case "${1:-}" in
     [ $rc = 0 ] && bring_back  # the drafter comes back with the call that made it
     ;;
   eval)
-    [ -f $D/model.safetensors ] || { echo "no trained drafter in $D: run train until rc=0"; exit 1; }
+    for d in ${D//,/ }; do  # DRAFTER may list several (engine_spec --dflash A,B: one run, both)
+      [ -f $d/model.safetensors ] || { echo "no trained drafter in $d: run train until rc=0"; exit 1; }
+    done
     timeout ${EVAL_TIMEOUT:-420} $PY bench/engine_spec.py --model smollm2 --dflash $D --configs ngram,dflash \
       --skip-hf --skip-self --stop-at-eos --budgets ${BUDGETS:-16,32} --num-draft-tokens 8 \
       --ngram-min 1 --sets file:${HELD/,/,file:} $SPEC_FLAGS ${SPEC_EXTRA:-} --json $OUT/engine_spec.json \
