@@ -79,8 +79,10 @@ browser:
 	  else echo "note: /usr/bin/chromium missing and not root; the browser test will skip"; fi; \
 	fi
 
+# What this machine can run of bench/, then a table of what ran and what was left out and why
+# (bench/suite.py --list: every script, what it needs, its command).
 bench: setup
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) bench/suite.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -35,7 +35,7 @@ from specscope.validation import virtual
 
 def _requests(sc: tw.Scenario, prompt: int, tokens: int, n: int, seed: int) -> list[RequestTrace]:
     plan = [virtual.PlanItem(tags.FULL_GENERATION, prompt, tokens, n)]
-    return pw._virtual(sc, plan, seed, f"precision-{seed}").run.requests
+    return virtual.scenario_run(sc, plan, seed=seed, run_id=f"precision-{seed}").run.requests
 
 
 def _truth(sc: tw.Scenario, prompt: int, tokens: int, n: int) -> float:
