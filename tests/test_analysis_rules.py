@@ -90,7 +90,11 @@ def test_prefill_bound_around_its_minimum(share, reported):
     threshold = card.thresholds["ttft share of e2e"]
     rng = np.random.default_rng(RNG_SEED)
     shares = share + rng.normal(0, 0.005, 24)
-    main = [SimpleNamespace(ttft_s=s * 10.0, e2e_s=10.0) for s in shares]
+    streamed = [[(0, 1)], [(1, 63)]]  # two reads: not a generation sent whole
+    main = [
+        SimpleNamespace(ttft_s=s * 10.0, e2e_s=10.0, tokens_received=64, reads=lambda: streamed)
+        for s in shares
+    ]
     head = SimpleNamespace(ttft_s=share * 10.0)
     f = _facts(_measured(main=main, head=head), e2e_s=10.0)
     claim = findings.prefill_bound(f)

@@ -13,7 +13,6 @@ import pytest
 from conftest import import_peer_module
 from specscope.trace import load_run
 from support.diagnose import cli
-from support.twin_process import twin_process
 from support.twin_truth import timed_truth, truth_rows
 
 # 240 tokens: ~50 steps of ~45 ms at batch 8, a decode window of ~2 s per request (a window of
@@ -29,24 +28,23 @@ def ray_cluster() -> Iterator[None]:
     ray.shutdown()
 
 
-def test_two_ray_workers_merge_into_a_single_process_run(ray_cluster, fast_scenario, tmp_path):
-    # the twin a process of its own: its truth is then the time its client can see
-    # (support.twin_process says why)
-    with twin_process(fast_scenario, tmp_path) as srv:
-        runs = {}
-        for name, flags in {"one": (), "ray": ("--workers", "2", "--ray-address", "local")}.items():
-            out = tmp_path / name
-            res = cli("probe", srv.url, *SHAPE, *flags, "--json", "--out", str(out), home=tmp_path)
-            assert res.exit_code == 0, res.output
-            run = load_run(out)
-            truth = timed_truth(run.requests, srv.truth), truth_rows(run.requests, srv.truth)
-            runs[name] = (json.loads(res.stdout)["summary"], run, *truth)
-    for name, (summary, _, (commit, step), rows) in runs.items():
+def test_two_ray_workers_merge_into_a_single_process_run(
+    ray_cluster, twin_server, fast_scenario, tmp_path
+):
+    srv = twin_server(fast_scenario)
+    runs = {}
+    for name, flags in {"one": (), "ray": ("--workers", "2", "--ray-address", "local")}.items():
+        out = tmp_path / name
+        res = cli("probe", srv.url, *SHAPE, *flags, "--json", "--out", str(out), home=tmp_path)
+        assert res.exit_code == 0, res.output
+        runs[name] = (json.loads(res.stdout)["summary"], load_run(out))
+    for name, (summary, run) in runs.items():
         assert summary["requests"] == 16 and summary["errors"] == 0, name
-        said = f"{name}: {summary}\n{rows}"
+        commit, step = timed_truth(run.requests, srv.backend.truth)
+        said = f"{name}: {summary}\n{truth_rows(run.requests, srv.backend.truth)}"
         assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01), said
         assert summary["mean_step_s"] == pytest.approx(step, rel=0.01), said
-    (one, one_run, *_), (merged, ray_run, *_) = runs["one"], runs["ray"]
+    (one, one_run), (merged, ray_run) = runs["one"], runs["ray"]
     # the same requests: indices, prompts (by reference number), tokens, the slots' split
     assert [t.index for t in ray_run.requests] == [t.index for t in one_run.requests]
     assert all(f".{t.index:04d}]" in str(t.spec.prompt) for t in ray_run.requests)

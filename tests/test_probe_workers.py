@@ -31,7 +31,6 @@ from specscope.trace import load_run
 from specscope.trace.model import Chunk, RequestSpec, RequestTrace
 from specscope.trace.rundir import trace_line
 from support.diagnose import cli
-from support.twin_process import twin_process
 from support.twin_truth import timed_truth, truth_rows
 
 # 384 tokens at concurrency 32: ~110 steps of ~0.09 s, a decode window of ~10 s. A stream's
@@ -100,29 +99,26 @@ def test_a_clock_fit_takes_the_least_delayed_ping():
     assert (fit.offset_ns, fit.uncertainty_ns) == (1000, 20)
 
 
-def test_two_local_workers_hold_the_twins_truth(fast_scenario, tmp_path):
+def test_two_local_workers_hold_the_twins_truth(twin_server, fast_scenario, tmp_path):
+    srv = twin_server(fast_scenario)
     out = tmp_path / "run"
     args = ("--workers", "2", "--concurrency", "32", "--repeat", "2", "--json")
-    # the twin a process of its own: its truth is then the time its client can see
-    # (support.twin_process says why)
-    with twin_process(fast_scenario, tmp_path) as srv:
-        res = cli("probe", srv.url, *SHAPE, *args, "--out", str(out), home=tmp_path)
-        assert res.exit_code == 0, res.output
-        run = load_run(out)
-        commit, step = timed_truth(run.requests, srv.truth)
-        rows = truth_rows(run.requests, srv.truth)
+    res = cli("probe", srv.url, *SHAPE, *args, "--out", str(out), home=tmp_path)
+    assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)["summary"]
     assert summary["requests"] == 64 and summary["errors"] == 0
+    run = load_run(out)
     assert [t.index for t in run.requests] == list(range(64))
     # request i ran on a slot of the worker owning slot i mod 32 (worker 0: slots 0-15), and
     # carries its own index' prompt (its reference number), as in a single process
     assert all(t.concurrency_slot // 16 == t.index % 32 // 16 for t in run.requests)
     assert {t.concurrency_slot for t in run.requests} == set(range(32))
     assert all(f".{t.index:04d}]" in str(t.spec.prompt) for t in run.requests)
+    commit, step = timed_truth(run.requests, srv.backend.truth)
     # under load a stream's steps may merge in a read; the headline then takes the twin's own
     # per-request fields, which hold the same truth
     assert summary["mean_commit_len_source"] in ("client", "server")
-    said = f"{summary}\n{rows}"
+    said = f"{summary}\n{truth_rows(run.requests, srv.backend.truth)}"
     assert summary["mean_commit_len"] == pytest.approx(commit, rel=0.01), said
     assert summary["mean_step_s"] == pytest.approx(step, rel=0.01), said
     client = summary["client"]
