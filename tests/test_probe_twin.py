@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,6 @@ from specscope.trace import RequestTrace, load_run
 from specscope.twin.scenario import Scenario
 from support.cli import run_specscope
 from support.twin_process import twin_process
-
-
-def _truth(url: str, request_id: str) -> dict:
-    with urllib.request.urlopen(f"{url}/twin/truth/{request_id}", timeout=10) as r:
-        return json.loads(r.read())
 
 
 def _probe_process(sc: Scenario, tmp_path: Path, *args: str) -> tuple[dict, RequestTrace, dict]:

@@ -1,10 +1,12 @@
 """The twin as a server of its own: `specscope serve` in a child process, as a real server runs.
 
 A twin in the test's own process shares its interpreter lock with whatever else runs there (the
-client, a worker's leftover threads); under load its first chunk then left 0.8 s after its step
-ended (1.5 ms idle), time a client never sees but the twin's step-end truth counts. Tests that
-hold the probe's timing to the twin's truth start it here instead, and read the truth over HTTP
-(`GET /twin/truth/ID`).
+client, a worker's leftover threads); beside three spinning threads its first chunk left 0.8 s
+after its step ended (12.8 ms idle; measured by a script outside bench/, not kept), time a client
+never sees but the twin's step-end truth counts. The single-stream tests that hold the probe's
+timing to the twin's truth start it here instead and read the truth over HTTP (`GET
+/twin/truth/ID`); the multi-worker ones (probe_workers, probe_ray) keep the in-process twin: eight
+first requests at once on a fresh process were delivered late under the suite's load.
 """
 
 from __future__ import annotations
