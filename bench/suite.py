@@ -17,6 +17,7 @@ interpreter; the suite exits 1 when one failed or ran out of time.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -167,7 +168,10 @@ def main() -> int:
     args = ap.parse_args()
     benches = _selected(args.only)
     if args.list:
-        _listing(benches)
+        try:
+            _listing(benches)
+        except BrokenPipeError:  # `--list | head` closed the pipe: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     (REPO / ".cache" / "bench").mkdir(parents=True, exist_ok=True)
     rows = []

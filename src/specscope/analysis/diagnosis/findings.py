@@ -38,7 +38,7 @@ from specscope.analysis.fits.acceptance import (
 )
 from specscope.analysis.fits.steptime import DRIFT_MIN_SHARE, HUBER_K, KTOK, DriftTest, StepTimeFit
 from specscope.analysis.headline.decompose import Decomposition, Split, SplitCI
-from specscope.analysis.headline.measure import delivered_whole
+from specscope.analysis.headline.measure import all_delivered_whole
 from specscope.analysis.result import Evidence, Finding, FindingTest
 from specscope.analysis.steps.speculation import plain_decoding, stated_draft_window
 
@@ -259,7 +259,7 @@ def _whole_stream(f: Facts) -> Claim:
 
 
 def chunk_coalescing(f: Facts) -> Claim | None:
-    if f.measured.main and all(delivered_whole(r) for r in f.measured.main):
+    if all_delivered_whole(f.measured.main):
         return _whole_stream(f)
     if f.measured.reliable is not False:
         per_chunk = _plain_merged_chunks(f)
@@ -1215,7 +1215,7 @@ def _prefill_test(f: Facts, share: float) -> sig.Test:
 def prefill_bound(f: Facts) -> Claim | None:
     """TTFT over half of end-to-end time. Not where every main request came whole in one read:
     its first token then waited for the generation behind it, and TTFT is not prefill's."""
-    if f.measured.main and all(delivered_whole(r) for r in f.measured.main):
+    if all_delivered_whole(f.measured.main):
         return None
     ttft = f.measured.headline.ttft_s if f.measured.headline is not None else None
     if not (ttft and f.e2e_s and f.e2e_s > 0 and ttft / f.e2e_s > PREFILL_SHARE):

@@ -206,6 +206,12 @@ def delivered_whole(trace: RequestTrace) -> bool:
     return len(reads) == 1 and trace.tokens_received > 1
 
 
+def all_delivered_whole(main: Sequence[RequestTrace]) -> bool:
+    """Every main request came in one read (a buffered stream): TTFT is then the whole
+    generation's time and no stream holds decode time, which prefill and coalescing both read."""
+    return bool(main) and all(delivered_whole(t) for t in main)
+
+
 def no_window_note(main: Sequence[RequestTrace]) -> str:
     """Why the main requests give no decode rate: delivered whole (a server or proxy that
     buffers the stream, a stream interval past max_tokens, or this client reading late), or
