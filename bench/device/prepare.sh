@@ -12,8 +12,12 @@
 #   .dflash_init/  with `init DIR`: the drafter the next training goes on from (dflash.sh train
 #             --init-from), from DIR: a drafter folder, or what `dflash.sh eval` brought back
 #             (model.safetensors.part*, drafter_meta.tgz)
-# Usage: bash bench/device/prepare.sh [dflash | init DIR]   (needs `make setup` and the package
-#        registries; `init` needs neither and does only that)
+#   .devdv/dvN/  with `vocab N` (after `dflash`: it counts the corpus): the shipped drafter
+#             restricted to its N most frequent tokens, carried as its config, cards and the
+#             token index alone (draft_vocab.safetensors, N int64s; the weights are the shipped
+#             ones): setup.sh joins them into a drafter folder there
+# Usage: bash bench/device/prepare.sh [dflash | init DIR | vocab N]   (needs `make setup` and the
+#        package registries; `init` and `vocab` do only that)
 set -eu
 if [ "${1:-}" = init ]; then  # before the cd: DIR may be relative to where this was called
   from=$(cd "${2:?usage: prepare.sh init DIR}" && pwd)
@@ -30,6 +34,16 @@ if [ "${1:-}" = init ]; then  # before the cd: DIR may be relative to where this
 fi
 cd "$(dirname "$(readlink -f "$0")")/../.."
 PY=.venv/bin/python
+if [ "${1:-}" = vocab ]; then
+  n=${2:?usage: prepare.sh vocab N}; d=.devdv/dv$n
+  [ -f .dflash/corpus.jsonl.gz ] || { echo "no .dflash/corpus.jsonl.gz: bash bench/device/prepare.sh dflash"; exit 1; }
+  rm -rf "$d" && mkdir -p .devdv && cp -r src/specscope/engine/weights/dflash-smollm2-135m "$d"
+  $PY -m specscope.engine.train_dflash --out "$d" --corpus .dflash/corpus.jsonl.gz \
+    --draft-vocab "$n" --draft-vocab-only
+  $PY -c 'import sys; from safetensors.torch import load_file, save_file; d = sys.argv[1]; save_file({"draft_vocab": load_file(d + "/model.safetensors")["draft_vocab"]}, d + "/draft_vocab.safetensors")' "$d"
+  rm "$d/model.safetensors" && du -sh "$d"
+  exit 0
+fi
 pin() { grep -i "^$1==" constraints.txt | head -1; }
 fetch() {  # a 3.12 manylinux (or pure-Python) wheel, without its dependencies
   $PY -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \

@@ -24,4 +24,10 @@ if [ ! -f $G ] && [ "$(ls /tmp/gguf | grep -c '^part0[0-3]$')" = 4 ]; then
   cat /tmp/gguf/part00 /tmp/gguf/part01 /tmp/gguf/part02 /tmp/gguf/part03 > $G
 fi
 [ -f $G ] && echo "gguf $(sha256sum $G | cut -c1-64)"
+# a restricted drafter carried as its token index (bench/device/prepare.sh vocab N): the shipped
+# weights with that index, joined into the carried folder
+for d in .devdv/*/; do
+  [ -f "$d/draft_vocab.safetensors" ] && [ ! -f "$d/model.safetensors" ] || continue
+  PYTHONPATH=/tmp/site python3 -c 'import sys; from safetensors.torch import load_file, save_file; d = sys.argv[1]; w = load_file("src/specscope/engine/weights/dflash-smollm2-135m/model.safetensors"); w.update(load_file(d + "/draft_vocab.safetensors")); save_file(w, d + "/model.safetensors")' "$d" && echo "drafter $d joined"
+done
 exit 0
