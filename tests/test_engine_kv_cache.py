@@ -83,7 +83,7 @@ def test_truncate_frees_pages_and_move_rows_copies_all_layers():
     seq = kv.admit("a", 16)
     slots = kv.alloc_slots(seq, 7)
     kv.k[:, slots] = torch.arange(7, dtype=torch.float32)[None, :, None, None]
-    kv.move_rows(slots[[4, 6]], slots[[1, 2]])
+    kv.move_rows(slots[[4, 6]].tolist(), slots[[1, 2]].tolist())
     assert kv.k[1, slots[[1, 2]], 0, 0].tolist() == [4.0, 6.0]
     kv.truncate(seq, 3)
     assert len(seq.pages) == 2 and seq.num_rows == 3 and kv.free_pages == 6

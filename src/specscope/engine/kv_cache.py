@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,9 +259,14 @@ class KVCache:
         ]
         seq.table_synced = min(seq.table_synced, start)
 
-    def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
-        """Copy K/V rows (all layers) from src to dst slots: compaction of accepted drafts."""
-        src, dst = src_slots.to(self.device), dst_slots.to(self.device)
+    def move_rows(self, src_slots: Sequence[int], dst_slots: Sequence[int]) -> None:
+        """Copy K/V rows (all layers) from src to dst slots: compaction of accepted drafts.
+        The slots cross in one non-blocking copy from pinned memory: a blocking copy waits
+        for all the device work queued before it, e.g. the DFlash drafting step launched at
+        observe (a tree step's "commit" read 0.21-0.28 ms a step with it, 0.11-0.18 before)."""
+        cuda = self.device.type == "cuda"
+        host = torch.tensor([list(src_slots), list(dst_slots)], dtype=torch.long, pin_memory=cuda)
+        src, dst = host.to(self.device, non_blocking=cuda)
         self.k[:, dst] = self.k[:, src]
         self.v[:, dst] = self.v[:, src]
 

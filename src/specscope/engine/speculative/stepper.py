@@ -198,6 +198,6 @@ class SpeculativeStepper:
                 # Page size 1: point the next rows at the accepted slots (no copy).
                 kv.reorder_rows(seq, start, path)
             else:
-                kv.move_rows(torch.tensor([slots[j] for j in path]), torch.tensor(slots[:kept]))
+                kv.move_rows([slots[j] for j in path], slots[:kept])
         kv.commit(seq, kept)
         kv.truncate(seq, start + kept)
