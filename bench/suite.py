@@ -77,6 +77,7 @@ BENCHES = (
         (),
         2.2,
     ),
+    Bench("engine_spec_table", ("bench/results/dflash_h100_7_runs.tar.xz",), minutes=0.1),
     Bench("engine_step_python", minutes=0.2),
     Bench("engine_prefill_profile", ("--random",), minutes=0.5),
     Bench("serve_throughput", ("--device", "cpu", "--concurrency", "1,4"), minutes=2.1),

