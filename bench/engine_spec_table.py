@@ -9,7 +9,7 @@ plain step of the same run beside it, so runs from different calls are compared 
     .venv/bin/python bench/engine_spec_table.py bench/results/dflash_engine_spec_h100_7.json
     .venv/bin/python bench/engine_spec_table.py bench/results/dflash_h100_7_runs.tar.xz
 
-A `.tar*` argument reads every engine_spec.json inside it (a device session's runs).
+A tarball (`.tar.xz`, `.tgz`, ...) reads every engine_spec.json inside it (a device session's runs).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ SHIPPED = "src/specscope/engine/weights/dflash-smollm2-135m"
 
 def runs(path: Path) -> Iterator[tuple[str, dict]]:
     """(name, engine_spec JSON) for a JSON file, or for each engine_spec.json in a tarball."""
-    if ".tar" not in path.name:
+    if not tarfile.is_tarfile(path):
         yield str(path), json.loads(path.read_text())
         return
     with tarfile.open(path) as tar:
@@ -66,7 +66,12 @@ def main() -> int:
         if not path.is_file():
             print(f"engine_spec_table: no such file: {path}", file=sys.stderr)
             return 2
-        for name, data in runs(path):
+        try:
+            found = list(runs(path))
+        except (ValueError, tarfile.TarError) as e:  # JSONDecodeError, UnicodeDecodeError
+            print(f"engine_spec_table: {path} is not engine_spec JSON: {e}", file=sys.stderr)
+            return 2
+        for name, data in found:
             a = data.get("args", {})
             print(
                 f"== {name}  (dtype {a.get('dtype') or 'default'}, {a.get('file_prompts')} prompts a set)"

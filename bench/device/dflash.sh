@@ -24,6 +24,12 @@
 #                                           --no-ignore-eos on long free-form generations
 #                                           (WORKLOAD, long-writing; MAX_TOKENS, 1500; DIAG_FLAGS;
 #                                           DIAG_TIMEOUT, 420 s)
+#   bench/device/dflash.sh compare          an earlier tree against this one on the same machine
+#                                           (bench/device/anchor.sh build first): ROUNDS (2)
+#                                           rounds of the anchor's eval, then this tree's, each
+#                                           its own process (DRAFTER: the shipped one by
+#                                           default), into $OUT/compare.tgz and the table of
+#                                           bench/engine_spec_table.py ($OUT/compare.txt)
 #   bench/device/dflash.sh eval             the trained drafter exported (bf16, in two parts),
 #                                           its card, and bench/engine_spec.py on the shipped
 #                                           held-out sets: plain, n-gram, DFlash chain and DDTree
@@ -164,10 +170,27 @@ case "${1:-}" in
     echo "engine_spec rc=$?"; tail -24 $OUT/engine_spec.txt
     [ -n "${DRAFTER:-}" ] || bring_back  # a drafter trained here comes back with its figures
     ;;
+  compare)  # ROUNDS rounds of the anchor's eval then this tree's, one process each, interleaved
+    [ -d /tmp/anchor ] || { echo "no /tmp/anchor: bash bench/device/anchor.sh build"; exit 1; }
+    here=$PWD
+    for i in $(seq ${ROUNDS:-2}); do
+      for tree in anchor new; do
+        mkdir -p $OUT/${tree}_$i
+        if [ $tree = anchor ]; then cd /tmp/anchor; else cd $here; fi
+        OUT=$OUT/${tree}_$i DRAFTER=${DRAFTER:-$SHIPPED} bash bench/device/dflash.sh eval \
+          > $OUT/${tree}_$i/eval.log 2>&1
+        echo "$tree round $i: $(grep 'engine_spec rc' $OUT/${tree}_$i/eval.log)"
+      done
+    done
+    cd $here
+    runs=$(cd $OUT && ls -d anchor_* new_*)
+    tar czf $OUT/compare.tgz -C $OUT $runs && (cd $OUT && rm -rf $runs)
+    $PY bench/engine_spec_table.py $OUT/compare.tgz | tee $OUT/compare.txt
+    ;;
   decay)
     shift
     for name in "$@"; do decay "$name"; done
     tar czf $OUT/decay.tgz -C $OUT $(cd $OUT && ls -d decay_*) && ls -la $OUT
     ;;
-  *) echo "usage: bench/device/dflash.sh check|profile|train [MINUTES]|eval|decay NAME..."; exit 2 ;;
+  *) echo "usage: bench/device/dflash.sh check|profile|train [MINUTES]|eval|compare|decay NAME..."; exit 2 ;;
 esac
