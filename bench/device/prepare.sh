@@ -5,9 +5,9 @@
 #   .whl/     the Python 3.12 wheels the H200 lacks (reference/gpu-notes.md), at constraints.txt's
 #             pins (importlib-metadata and zipp, unpinned here, at the newest)
 #   .h200p0/ .h200p1/ .h200p2/ .h200p3/   the SmolLM2 GGUF in four parts of 24.6 MB
-#             (setup.sh joins them once all four came): the repo's tracked files are 34 MB since
-#             the shipped drafter grew to 17.5 MB, so a call's 64 MiB leaves ~32.7 MB to carry:
-#             .whl (14 MB) rides with the first part, .dflash (13 MB) with the last
+#             (setup.sh joins them once all four came): the repo's tracked files are 35.8 MB,
+#             so a call's 64 MiB leaves ~31 MB to carry: .whl (14 MB), each part and .dflash
+#             (13 MB) ride one a call; .devcarry and .devdv (under 1 MB) beside any of them
 #   .dflash/  with `dflash`: the drafter's training corpus (corpus_build, every source; 13 MB)
 #   .dflash_init/  with `init DIR`: the drafter the next training goes on from (dflash.sh train
 #             --init-from), from DIR: a drafter folder, or what `dflash.sh eval` brought back
