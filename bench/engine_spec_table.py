@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-
-SHIPPED = "src/specscope/engine/weights/dflash-smollm2-135m"
 
 
 def runs(path: Path) -> Iterator[tuple[str, dict]]:
@@ -51,7 +50,8 @@ def rows(results: dict) -> Iterator[str]:
             split = r.get("split", {})
             drafting = split.get("draft", 0.0) + split.get("observe", 0.0)
             parts = " ".join(f"{k} {v:.2f}" for k, v in sorted(split.items()))
-            label = name.replace(SHIPPED, "shipped").replace("engine ", "")
+            # a drafter named by its folder alone: dflash[.../dflash-smollm2-135m] -> its last part
+            label = re.sub(r"\[[^\]]*/([^/\]]+)\]", r"[\1]", name).replace("engine ", "")
             yield (
                 f"    {label:40} {r['tok_s'] / plain['tok_s']:5.2f}x  commit {r['commit']:.2f}  "
                 f"step {1e3 * r['secs'] / r['steps']:.2f} ms  drafting {drafting:.2f}  ({parts})"

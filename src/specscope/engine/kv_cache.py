@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from specscope.backend import BackendError
+from specscope.engine.model import host_to_device
 
 POLICIES = ("contiguous", "scattered")
 
@@ -265,9 +266,7 @@ class KVCache:
         for all the device work queued before it, e.g. the DFlash drafting step launched at
         observe (on the H100 a tree step's "commit" read 0.21-0.28 ms a step with that step
         launched before it, 0.11-0.18 without: docs/dflash.md, "Seventh device session")."""
-        cuda = self.device.type == "cuda"
-        host = torch.tensor([list(src_slots), list(dst_slots)], dtype=torch.long, pin_memory=cuda)
-        src, dst = host.to(self.device, non_blocking=cuda)
+        src, dst = host_to_device(np.array([src_slots, dst_slots], dtype=np.int64), self.device)
         self.k[:, dst] = self.k[:, src]
         self.v[:, dst] = self.v[:, src]
 
@@ -320,9 +319,7 @@ class KVCache:
                 )
             # One non-blocking copy from pinned memory: a blocking one waits for the device to
             # finish every step queued before it (an overlapped step's, engine/overlap.py).
-            cuda = self.device.type == "cuda"
-            host = torch.tensor([rows, cols, vals], dtype=torch.long, pin_memory=cuda)
-            new = host.to(self.device, non_blocking=cuda)
+            new = host_to_device(np.array([rows, cols, vals], dtype=np.int64), self.device)
             table.table[new[0], new[1]] = new[2].to(torch.int32)
 
 
