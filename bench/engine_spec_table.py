@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tarfile
@@ -71,14 +72,23 @@ def main() -> int:
         except (ValueError, tarfile.TarError) as e:  # JSONDecodeError, UnicodeDecodeError
             print(f"engine_spec_table: {path} is not engine_spec JSON: {e}", file=sys.stderr)
             return 2
-        for name, data in found:
-            a = data.get("args", {})
-            print(
-                f"== {name}  (dtype {a.get('dtype') or 'default'}, {a.get('file_prompts')} prompts a set)"
-            )
-            for line in rows(data.get("results", {})):
-                print(line)
+        try:
+            _print_tables(found)
+        except BrokenPipeError:  # `... | head` closed the pipe: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     return 0
+
+
+def _print_tables(found: list[tuple[str, dict]]) -> None:
+    """One table a run: its name and settings, then a line per configuration and set."""
+    for name, data in found:
+        a = data.get("args", {})
+        print(
+            f"== {name}  (dtype {a.get('dtype') or 'default'}, {a.get('file_prompts')} prompts a set)"
+        )
+        for line in rows(data.get("results", {})):
+            print(line)
 
 
 if __name__ == "__main__":

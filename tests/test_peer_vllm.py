@@ -145,6 +145,11 @@ def _rel(a: float | None, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
+def _ms(seconds: float | None) -> float | None:
+    """Milliseconds for the figures shown, None kept (a figure the run could not time)."""
+    return None if seconds is None else seconds * 1e3
+
+
 def _show(label: str, figures: dict[str, Any]) -> None:
     """The figures beside the truth, for `pytest -s` and the failure message alike."""
     print(f"\n[{label}] " + ", ".join(f"{k}={v}" for k, v in figures.items()))
@@ -444,7 +449,7 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
             {
                 "tpot_ms": run["tpot_s"]["mean"] * 1e3,
                 "vllm_tpot_ms": vllm_tpot * 1e3,
-                "step_ms": run["inter_step_latency_s"]["mean"] * 1e3,
+                "step_ms": _ms(run["inter_step_latency_s"]["mean"]),
                 "vllm_step_ms": vllm_step_s * 1e3,
                 "steps": run["inter_step_latency_s"]["n"],
                 "vllm_steps": t.steps,
@@ -468,7 +473,11 @@ def test_serving_tpot_and_step_latency_agree_with_vllm_histograms(probes) -> Non
             untrusted = [r for r in map(reconstruct_steps, traces) if not r.reliable]
             assert untrusted and all(r.reason for r in untrusted), untrusted
             timed, mean = run["inter_step_latency_s"]["n"], run["inter_step_latency_s"]["mean"]
-            if timed >= MEAN_COVERAGE * t.steps:
+            if timed == 0:
+                # no request's events could be trusted as its steps (seen once in a suite run
+                # here, the n-gram probe): nothing is timed, and nothing is made up
+                assert mean is None and len(untrusted) == PROBE_REPEAT, (timed, mean, untrusted)
+            elif timed >= MEAN_COVERAGE * t.steps:
                 assert _rel(mean, vllm_step_s) <= SERVING_TOLERANCE
             else:
                 # the timed requests' steps are a part of vLLM's, and the request left out is the
