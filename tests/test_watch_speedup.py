@@ -23,6 +23,7 @@ from specscope.analysis.watch.speedup import PlainReferenceError, plain_referenc
 from specscope.analysis.watch.window import Z95, window_figures
 from specscope.twin.scenario import Scenario, load_scenario, per_request_rate, simulate_request
 from specscope.watch.baseline import BaselineError, plain_from_run, references
+from support.twin_truth import delivered_slowdown
 from test_watch_report import report, timeline_of
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -120,22 +121,6 @@ def _probe(url: str, out: Path) -> None:
     assert done.returncode == 0, done.stderr[-1000:]
 
 
-def _delivered_slowdown(backend, since: float = -math.inf, until: float = math.inf) -> float:
-    """The twin's steps' time as its client could see it (each step's wall time since the
-    request's previous step ended) over the scenario's (steps ended in [since, until], unix): a
-    loaded machine wakes the twin late, and once it falls a step behind its clock the steps run
-    longer than the scenario says, the short plain steps by more (a suite run here read x0.83
-    against the implied x0.59: 1.40 times it)."""
-    steps = [
-        step
-        for rid in backend.truth_ids()
-        for step in backend.truth(rid)["steps"]
-        if since <= step["t_end_unix"] <= until
-    ]
-    assert steps, (since, until)
-    return sum(s["wall_s"] for s in steps) / sum(s["step_s"] for s in steps)
-
-
 @pytest.mark.timeout(420)
 def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, twin_server):
     """speculation-overhead at half its time: the recorded plain run, then a 30 s watch. Not
@@ -146,7 +131,8 @@ def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, t
     sc = load_scenario("speculation-overhead")
     plain_twin = twin_server("speculation-overhead:baseline", time_scale=0.5)
     _probe(plain_twin.url, tmp_path / "plain")
-    plain_slowdown = _delivered_slowdown(plain_twin.backend)
+    plain_slowdown = delivered_slowdown(plain_twin.backend, -math.inf, math.inf)
+    assert plain_slowdown is not None, "the plain twin kept no finished request"
     spec_twin = twin_server("speculation-overhead", time_scale=0.5)
     url = spec_twin.url
     done = subprocess.run(
@@ -163,7 +149,8 @@ def test_a_live_watch_reads_the_speedup_against_a_recorded_plain_run(tmp_path, t
     assert len(measured) >= 2
     implied = _implied(sc)
     for w in measured:
-        spec_slowdown = _delivered_slowdown(spec_twin.backend, w["start"] - 6, w["end"])
+        spec_slowdown = delivered_slowdown(spec_twin.backend, w["start"] - 6, w["end"])
+        assert spec_slowdown is not None, w  # a window with a speedup had canaries, so steps
         delivered = implied * plain_slowdown / spec_slowdown
         figures = (w["speedup"], implied, plain_slowdown, spec_slowdown)
         print(f"\nspeedup read, implied, plain and speculative twin slowdowns: {figures}")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from specscope.twin.server import start_twin_server
+from support.twin_truth import delivered_slowdown
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 EVENTS = {"start", "window", "alert", "recovered", "error", "diagnosis", "summary"}
@@ -63,7 +64,7 @@ def test_watch_alerts_step_time_after_the_switch_and_not_before(tmp_path: Path) 
     windows = [e for e in events if e["event"] == "window"]
     early = [a for a in alerts if a["t"] < switch]
     for a in early:  # only where the twin itself ran slow then (a starved host), never else
-        slowdown = _twin_slowdown(handle.backend.step_log, a["since"], a["t"])
+        slowdown = delivered_slowdown(handle.backend, a["since"] - CANARY_RESOLUTION_S, a["t"])
         assert slowdown is not None and slowdown >= MIN_SHIFT, (a, slowdown)
     late = [a for a in alerts if a["t"] >= switch]
     if late:
@@ -94,13 +95,3 @@ def _is_the_switch(alert: dict, switch: float) -> None:
 
 def _step_statistic(window: dict) -> float:
     return window["cusum"]["step_time"]["statistic"]
-
-
-def _twin_slowdown(step_log, since: float, until: float) -> float | None:
-    """The twin's own steps' actual / scheduled time over [since - a canary, until]: a
-    starved host wakes the twin late, and its steps then run slower than scheduled (seen beside
-    a busy loop: two canaries 16% slower, an alert 5 s before the switch, correctly)."""
-    steps = [(s, a) for s, a, _, end in step_log if since - CANARY_RESOLUTION_S <= end <= until]
-    if not steps:
-        return None
-    return sum(a for _, a in steps) / sum(s for s, _ in steps)
