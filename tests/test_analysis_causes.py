@@ -96,19 +96,24 @@ def test_a_drift_that_a_fresh_request_shows_is_the_kv_layout():
     assert {r.id for r in drift.ruled_out} == {"client", "host_per_token"}
 
 
-@pytest.mark.parametrize(
-    ("server_info", "separation"),
-    [
-        (ENGINE_CPU, _sep(0.5)),  # halfway: the experiment does not decide
-        (ENGINE_CPU, None),  # no fresh request at the reached context
-    ],
-)
-def test_a_drift_the_evidence_cannot_separate_names_no_cause(server_info, separation):
-    drift = _one("step_time_drift", _facts(server_info, spec_on=False, separation=separation))
+def test_a_drift_without_the_separating_experiment_names_no_cause_and_asks_for_it():
+    drift = _one("step_time_drift", _facts(ENGINE_CPU, spec_on=False, separation=None))
     assert drift.cause is None
     assert drift.candidates == ["host_per_token", "kv_layout"]
     assert drift.next.startswith("to tell host_per_token, kv_layout apart: ")
     assert BY_ID["step_time_drift"].separates in drift.next
+
+
+def test_a_drift_the_experiment_read_halfway_names_no_cause_and_says_what_it_read():
+    """Halfway between the sides the experiment does not decide: the next step says what it
+    read and asks for more fresh requests, not for the experiment as if it had not run."""
+    drift = _one("step_time_drift", _facts(ENGINE_CPU, spec_on=False, separation=_sep(0.5)))
+    assert drift.cause is None
+    assert drift.candidates == ["host_per_token", "kv_layout"]
+    assert "showed 50% of the generation's growth" in drift.next
+    assert "--repeat 3" in drift.next and "the fastest decides" in drift.next
+    assert BY_ID["step_time_drift"].separates not in drift.next
+    assert drift.next.endswith("step_time_drift's own advice")
 
 
 @pytest.mark.parametrize(
@@ -250,6 +255,32 @@ def test_drift_separation_pairs_the_fresh_requests_at_one_moment_of_the_load():
     assert sep.share < causes.HOST_SHARE
     unpaired = drift_separation(_stack(main, at_reached), main)
     assert unpaired is not None and unpaired.base_s is None and unpaired.share > causes.DEVICE_SHARE
+
+
+def test_drift_separation_reads_the_fastest_fresh_request_at_the_reached_context():
+    """Two fresh requests at the reached context, one of them slowed 2x by a burst of load (a
+    fresh clone's suite: 88 and 171 ms a step, the pooled median anywhere between, the drift left
+    undecided): device-bound cost would slow both, so the faster one decides, host side."""
+    pos = np.arange(256.0)
+    main = _table(0.080 + 0.040 * pos / 255, 256 + pos, pos, np.zeros(256, dtype=int))
+    fpos = np.arange(64.0)
+    quiet = _table(np.full(64, 0.082), 512 + fpos, fpos, np.ones(64, dtype=int))
+    burst = _table(np.full(64, 0.164), 512 + fpos, fpos, np.full(64, 2))
+    at_prompt = _table(np.full(64, 0.081), 256 + fpos, fpos, np.full(64, 3))
+    sep = drift_separation(_stack(main, quiet, burst, at_prompt), main)
+    assert sep is not None and sep.fresh_requests == 2
+    assert sep.fresh_s == pytest.approx(0.082)
+    assert sep.share < causes.HOST_SHARE
+    drift = _one("step_time_drift", _facts(ENGINE_CPU, spec_on=False, separation=sep))
+    assert drift.cause == "host_per_token"
+    assert "82.0 ms (the fastest)" in next(r.reason for r in drift.ruled_out if r.id == "kv_layout")
+    # both slowed, as device-bound cost would: device side
+    both = _stack(main, burst, _table(np.full(64, 0.170), 512 + fpos, fpos, np.full(64, 4)))
+    slowed = drift_separation(_stack(both, at_prompt), main)
+    assert slowed is not None and slowed.share > causes.DEVICE_SHARE
+    # a fresh request with fewer steps than an edge needs says nothing
+    stub = _table(np.full(4, 0.060), 512 + np.arange(4.0), np.arange(4.0), np.full(4, 5))
+    assert drift_separation(_stack(main, burst, stub, at_prompt), main).fresh_s == 0.164
 
 
 def _twin_drift_run(page_size: int, seed: int):

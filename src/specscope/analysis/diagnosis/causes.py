@@ -59,7 +59,7 @@ def _drift(f: Facts, _: Mapping[str, Finding], __: str) -> Excluded:
     fresh = (
         f"{sep.fresh_requests} fresh request(s) with a {sep.fresh_prompt}-token prompt (the "
         f"generation reached {sep.reached_context} tokens of context) step at "
-        f"{_ms(sep.fresh_s)}, "
+        f"{_ms(sep.fresh_s)}{' (the fastest)' if sep.fresh_requests > 1 else ''}, "
     )
     ends = f"the generation's first steps at {_ms(sep.early_s)}, its last at {_ms(sep.late_s)}"
     low, high = "near the first steps", "near the last steps"
@@ -385,6 +385,26 @@ def _host_side_unstated_kv(finding: Finding, candidates: list[Cause], f: Facts) 
     )
 
 
+def _drift_between(finding: Finding, candidates: list[Cause], f: Facts) -> str | None:
+    """The next step of a drift whose separating experiment ran and read between the two sides:
+    what it read, and more fresh requests (each one another reading; the fastest decides), not
+    the same experiment named as if it had not run."""
+    sep = f.drift_separation
+    if finding.id != "step_time_drift" or C.host_per_token not in candidates:
+        return None
+    if sep is None or sep.share is None or not HOST_SHARE < sep.share < DEVICE_SHARE:
+        return None
+    return (
+        f"the fresh request(s) at the reached context ({sep.fresh_requests}, "
+        f"{sep.fresh_prompt}-token prompt) showed {sep.share:.0%} of the generation's growth "
+        f"({_ms(sep.early_s)} -> {_ms(sep.late_s)}; fresh {_ms(sep.fresh_s)}): between host "
+        f"work per output token (below {HOST_SHARE:.0%}) and cost that comes with the context "
+        f"(above {DEVICE_SHARE:.0%}), as a burst of load on the machine reads; run the diagnosis "
+        "again with --repeat 3 (three fresh requests, the fastest decides) at a quiet moment; "
+        f"{finding.next}"
+    )
+
+
 def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], f: Facts) -> str:
     """The next step for the cause found; without one, the experiment that separates the
     candidates left (the card's, unless it already ran), then the finding's own advice."""
@@ -395,6 +415,8 @@ def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], f: Fac
         return advice.for_cause(cause, flavor) or finding.next
     if (checks := _host_side_unstated_kv(finding, candidates, f)) is not None:
         return checks
+    if (between := _drift_between(finding, candidates, f)) is not None:
+        return between
     if len(candidates) > 1:
         names = ", ".join(c.value for c in candidates)
         separating = BY_ID[finding.id].separating([c.value for c in candidates])

@@ -124,6 +124,11 @@ def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpa
 # the main prompt), run beside the long one. The generation's first steps ran minutes earlier,
 # and on a shared machine its load then is not the load now (a fresh clone's suite once left a
 # host-side drift undecided that way); two fresh requests a few seconds apart share it.
+# Where several fresh requests ran at the reached context, the one that stepped fastest decides:
+# device-bound cost reappears in every one of them, so one that steps near the base shows the
+# growth does not come with the context, and load only adds time (a fresh clone's suite read a
+# host-side drift as undecided when a burst of load slowed one of two such requests 2x and the
+# median of their pooled steps fell between the two).
 FRESH_PROMPT_SHARE = 0.85  # a fresh prompt "as long as" the context reached: this share of it
 BASE_PROMPT_RANGE = (0.8, 1.25)  # a fresh prompt "as long as" the generation's: this range of it
 EDGE_TOKENS = 64  # the first / last output tokens compared, and the fresh request's first ones
@@ -138,7 +143,7 @@ class DriftSeparation:
 
     early_s: float
     late_s: float
-    fresh_s: float
+    fresh_s: float  # the fastest fresh request's median (the comment above FRESH_PROMPT_SHARE)
     reached_context: int
     fresh_prompt: int  # the shortest fresh prompt used
     fresh_requests: int
@@ -165,6 +170,16 @@ def _fresh_steps(table: StepTable, main_ids: np.ndarray, lo: float, hi: float) -
     )
 
 
+def _request_medians(table: StepTable, rows: np.ndarray) -> dict[int, float]:
+    """Each request's median step over `rows`, for the requests with enough steps there."""
+    out = {}
+    for rid in np.unique(table.rid[rows]):
+        steps = table.step_s[rows & (table.rid == rid)]
+        if steps.size >= MIN_EDGE_STEPS:
+            out[int(rid)] = float(np.median(steps))
+    return out
+
+
 def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSeparation | None:
     """The fresh requests at the reached context against the main requests' two ends (None
     without enough steps on each side: the experiment was not run or did not fit)."""
@@ -175,8 +190,8 @@ def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSepa
     late = mt.step_s[mt.context > reached - EDGE_TOKENS]
     main_ids = np.unique(mt.rid)
     fresh_rows = _fresh_steps(table, main_ids, FRESH_PROMPT_SHARE * reached, np.inf)
-    fresh = table.step_s[fresh_rows]
-    if min(early.size, late.size, fresh.size) < MIN_EDGE_STEPS:
+    fresh = _request_medians(table, fresh_rows)
+    if min(early.size, late.size) < MIN_EDGE_STEPS or not fresh:
         return None
     main_prompt = float(np.median(mt.context - mt.pos))
     lo, hi = (share * main_prompt for share in BASE_PROMPT_RANGE)
@@ -186,10 +201,10 @@ def drift_separation(table: StepTable | None, mt: StepTable | None) -> DriftSepa
     return DriftSeparation(
         early_s=float(np.median(early)),
         late_s=float(np.median(late)),
-        fresh_s=float(np.median(fresh)),
+        fresh_s=min(fresh.values()),
         reached_context=int(reached),
         fresh_prompt=int(prompt[fresh_rows].min()),
-        fresh_requests=int(np.unique(table.rid[fresh_rows]).size),
+        fresh_requests=len(fresh),
         base_s=float(np.median(table.step_s[base_rows])) if paired else None,
         base_prompt=int(np.median(prompt[base_rows])) if paired else None,
     )
