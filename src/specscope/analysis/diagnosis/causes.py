@@ -399,8 +399,9 @@ def _drift_between(finding: Finding, candidates: list[Cause], f: Facts) -> str |
         f"{sep.fresh_prompt}-token prompt) showed {sep.share:.0%} of the generation's growth "
         f"({_ms(sep.early_s)} -> {_ms(sep.late_s)}; fresh {_ms(sep.fresh_s)}): between host "
         f"work per output token (below {HOST_SHARE:.0%}) and cost that comes with the context "
-        f"(above {DEVICE_SHARE:.0%}), as a burst of load on the machine reads; run the diagnosis "
-        "again with --repeat 3 (three fresh requests, the fastest decides) at a quiet moment; "
+        f"(above {DEVICE_SHARE:.0%}); a burst of load during the fresh requests reads so too: "
+        "run the diagnosis again with --repeat 3 (three fresh requests, the fastest decides) at "
+        "a quiet moment; "
         f"{finding.next}"
     )
 
