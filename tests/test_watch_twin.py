@@ -25,6 +25,8 @@ SWITCH_AFTER = 22.0
 DURATION = 40.0
 CANARY_RESOLUTION_S = 2.0  # two canaries at --probe-every 1
 MIN_SHIFT = 1.10  # the watch's smallest change of interest (its default --min-change)
+# The twin's delivered slowdown on an idle machine reads 0.9997-1.003: above this it ran slow.
+TWIN_RAN_SLOW = 1.03
 
 
 def _env() -> dict[str, str]:
@@ -65,7 +67,7 @@ def test_watch_alerts_step_time_after_the_switch_and_not_before(tmp_path: Path) 
     early = [a for a in alerts if a["t"] < switch]
     for a in early:  # only where the twin itself ran slow then (a starved host), never else
         slowdown = delivered_slowdown(handle.backend, a["since"] - CANARY_RESOLUTION_S, a["t"])
-        assert slowdown is not None and slowdown >= MIN_SHIFT, (a, slowdown)
+        assert slowdown is not None and slowdown >= _early_alert_floor(a), (a, slowdown)
     late = [a for a in alerts if a["t"] >= switch]
     if late:
         _is_the_switch(late[0], switch)
@@ -81,6 +83,15 @@ def test_watch_alerts_step_time_after_the_switch_and_not_before(tmp_path: Path) 
     assert "prometheus" in sources and len(sources) >= 2, sources  # the tailed log's format too
     kept = (tmp_path / "run" / "windows.jsonl").read_text().splitlines()
     assert len(kept) == len(windows)
+
+
+def _early_alert_floor(alert: dict) -> float:
+    """How much slower the twin must have run for an alert before the switch to be right: the
+    change of interest, or less where the alert's own interval says less (the CUSUM builds up
+    on a shift above half the change of interest, slowly: a fresh clone's suite read x1.069,
+    interval 1.039-1.10, where the starved twin delivered x1.051), never below what the twin
+    reads idle."""
+    return min(MIN_SHIFT, max(alert["ci"][0], TWIN_RAN_SLOW))
 
 
 def _is_the_switch(alert: dict, switch: float) -> None:
