@@ -258,9 +258,10 @@ def test_drift_separation_pairs_the_fresh_requests_at_one_moment_of_the_load():
 
 
 def test_drift_separation_reads_the_fastest_fresh_request_at_the_reached_context():
-    """Two fresh requests at the reached context, one of them slowed 2x by a burst of load (a
-    fresh clone's suite: 88 and 171 ms a step, the pooled median anywhere between, the drift left
-    undecided): device-bound cost would slow both, so the faster one decides, host side."""
+    """Two fresh requests at the reached context, one of them slowed 2x by a burst of load (the
+    third CPU matrix's host-work #1: 88 and 171 ms a step, the pooled median anywhere between;
+    the likeliest reading of a CI run that left the drift undecided): device-bound cost would
+    slow both, so the faster one decides, host side."""
     pos = np.arange(256.0)
     main = _table(0.080 + 0.040 * pos / 255, 256 + pos, pos, np.zeros(256, dtype=int))
     fpos = np.arange(64.0)

@@ -126,9 +126,9 @@ def step_time_facts(table: StepTable | None, mt: StepTable | None, span: MainSpa
 # host-side drift undecided that way); two fresh requests a few seconds apart share it.
 # Where several fresh requests ran at the reached context, the one that stepped fastest decides:
 # device-bound cost reappears in every one of them, so one that steps near the base shows the
-# growth does not come with the context, and load only adds time (a fresh clone's suite read a
-# host-side drift as undecided when a burst of load slowed one of two such requests 2x and the
-# median of their pooled steps fell between the two).
+# growth does not come with the context, and load only adds time (a recorded CPU run had a burst
+# slow one of two such requests 2x, where the median of their pooled steps can fall anywhere
+# between the two: the likeliest reading of a CI run that left a host-side drift undecided).
 FRESH_PROMPT_SHARE = 0.85  # a fresh prompt "as long as" the context reached: this share of it
 BASE_PROMPT_RANGE = (0.8, 1.25)  # a fresh prompt "as long as" the generation's: this range of it
 EDGE_TOKENS = 64  # the first / last output tokens compared, and the fresh request's first ones
