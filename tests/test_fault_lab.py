@@ -14,11 +14,10 @@ read against fresh requests of the generation's own prompt run beside it
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
+from specscope.store.analyses import load_analysis
+from specscope.trace.rundir import RunDirError
 from specscope.validation import faults as fm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -27,14 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROWS = {"clean-plain": "off", "host-work": "off", "no-accept": "on"}
 
 
-def _analysis(outcome: fm.Outcome) -> dict:
-    """The run's analysis.json (each finding's next step carries the figures that decided its
-    cause, e.g. the drift's fresh-request share), for a failure's message."""
-    path = Path(outcome.run_dir or "") / "analysis.json"
+def _next_steps(outcome: fm.Outcome) -> str:
+    """Each finding's next step from the run's stored analysis (it carries the figures that
+    decided the cause, e.g. the drift's fresh-request share), for a failure's message."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"findings": []}
+        _, analysis = load_analysis(outcome.run_dir or "")
+    except (RunDirError, OSError, ValueError) as e:
+        return f"\n(no analysis to show: {e})"
+    return "".join(f"\n{x.id} next: {x.next}" for x in analysis.findings)
 
 
 @pytest.mark.parametrize("name", list(ROWS))
@@ -44,7 +43,7 @@ def test_a_seeded_fault_is_diagnosed_by_its_cause(name, tmp_path):
     outcome = fm.run_row(row, fm.SIZES["cpu"], "cpu", tmp_path, timeout_s=1500)
     said = f"{name}: top cause {outcome.top_cause}; findings {outcome.findings}"
     print(f"\n{said} ({outcome.wall_s:.0f} s)")
-    said += "".join(f"\n{x['id']} next: {x['next']}" for x in _analysis(outcome)["findings"])
+    said += _next_steps(outcome)
     assert outcome.error is None, outcome.error
     assert outcome.speculation == ROWS[name], said
     assert fm.is_right(row, outcome), said

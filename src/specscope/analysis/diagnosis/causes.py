@@ -385,14 +385,14 @@ def _host_side_unstated_kv(finding: Finding, candidates: list[Cause], f: Facts) 
     )
 
 
-def _drift_between(finding: Finding, candidates: list[Cause], f: Facts) -> str | None:
-    """The next step of a drift whose separating experiment ran and read between the two sides:
-    what it read, and more fresh requests (each one another reading; the fastest decides), not
-    the same experiment named as if it had not run."""
+def _drift_between(finding: Finding, f: Facts) -> str | None:
+    """The next step of a drift whose separating experiment ran and read between the two sides
+    (neither ruled out): what it read, and more fresh requests (each one another reading; the
+    fastest decides), not the same experiment named as if it had not run."""
     sep = f.drift_separation
-    if finding.id != "step_time_drift" or C.host_per_token not in candidates:
+    if finding.id != "step_time_drift" or sep is None or sep.share is None:
         return None
-    if sep is None or sep.share is None or not HOST_SHARE < sep.share < DEVICE_SHARE:
+    if not HOST_SHARE < sep.share < DEVICE_SHARE:
         return None
     return (
         f"the fresh request(s) at the reached context ({sep.fresh_requests}, "
@@ -416,7 +416,7 @@ def _next(finding: Finding, cause: Cause | None, candidates: list[Cause], f: Fac
         return advice.for_cause(cause, flavor) or finding.next
     if (checks := _host_side_unstated_kv(finding, candidates, f)) is not None:
         return checks
-    if (between := _drift_between(finding, candidates, f)) is not None:
+    if (between := _drift_between(finding, f)) is not None:
         return between
     if len(candidates) > 1:
         names = ", ".join(c.value for c in candidates)
